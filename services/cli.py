@@ -1,0 +1,35 @@
+"""`llmbus`: run services, pull models. Each subcommand lives in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _pull(args: argparse.Namespace) -> int:
+    from .modelstore.pull import PullError, pull
+    try:
+        path = pull(quiet=not args.verbose)
+    except PullError as e:
+        print(f"llmbus pull: {e}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llmbus", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    pull = sub.add_parser("pull", help="fetch the default model into the cache (sha256-checked)")
+    pull.add_argument("-v", "--verbose", action="store_true")
+    pull.set_defaults(func=_pull)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

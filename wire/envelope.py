@@ -1,0 +1,163 @@
+"""Multipart messages: frame 0 is a msgpack header, tensors follow as their own frames.
+
+    header = {version, type, id, sender, epoch, deadline, body}
+
+`body` is the message's fields; a Tensor field becomes a descriptor
+{codec, dtype, shape, meta, frames: [i, ...]} whose bytes are frames i... of the multipart
+message. Decoding checks everything before it trusts anything and raises only BadFrame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import msgpack
+
+from . import limits
+from .codecs import CODECS, encode_tensor
+from .errors import BadFrame
+from .schema import from_wire, lookup, to_wire
+from .tensor import Tensor
+
+_HEADER_KEYS = frozenset({"version", "type", "id", "sender", "epoch", "deadline", "body"})
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message on the bus: who sent it (sender, epoch), which request it is (id), and what."""
+
+    body: Any                 # an instance of a class declared with @message
+    id: int = 0
+    sender: str = ""
+    epoch: int = 0
+    deadline: float = 0.0     # unix seconds; 0 means none
+
+    @property
+    def type(self) -> str:
+        return type(self.body).TYPE
+
+    def reply(self, body: Any, sender: str, epoch: int) -> "Message":
+        return Message(body=body, id=self.id, sender=sender, epoch=epoch, deadline=self.deadline)
+
+
+def encode(msg: Message) -> list:
+    """Message -> list of frames (bytes for the header, buffers for tensors, sent zero-copy)."""
+    payload: list = []
+
+    def put(t: Tensor) -> dict:
+        desc, bufs = encode_tensor(t)
+        first = 1 + len(payload)
+        payload.extend(bufs)
+        desc["frames"] = list(range(first, first + len(bufs)))
+        return desc
+
+    body_type = getattr(type(msg.body), "TYPE", None)
+    if body_type is None:
+        raise TypeError(f"{type(msg.body).__name__} is not a declared message")
+    header = {
+        "version": limits.VERSION, "type": body_type, "id": msg.id, "sender": msg.sender,
+        "epoch": msg.epoch, "deadline": float(msg.deadline), "body": to_wire(msg.body, put),
+    }
+    if len(payload) + 1 > limits.MAX_FRAMES:
+        raise ValueError(f"message has {len(payload)} tensor frames, limit {limits.MAX_FRAMES - 1}")
+    return [msgpack.packb(header, use_bin_type=True)] + [memoryview(b).cast("B") for b in payload]
+
+
+def _buffer(frame) -> memoryview:
+    buf = getattr(frame, "buffer", None)  # zmq.Frame received with copy=False
+    return memoryview(buf if buf is not None else frame).cast("B")
+
+
+def decode(frames: Sequence[Any]) -> Message:
+    """List of frames (bytes, memoryview or zmq.Frame) -> Message; raises BadFrame."""
+    if not frames:
+        raise BadFrame("frame_count", "empty message")
+    if len(frames) > limits.MAX_FRAMES:
+        raise BadFrame("frame_count", f"{len(frames)} frames, limit {limits.MAX_FRAMES}")
+    bufs = [_buffer(f) for f in frames]
+    head = bufs[0]
+    if len(head) > limits.MAX_HEADER_BYTES:
+        raise BadFrame("oversized", f"header of {len(head)} bytes")
+    try:
+        header = msgpack.unpackb(head, raw=False, strict_map_key=True, use_list=True,
+                                 max_str_len=limits.MAX_STR, max_bin_len=limits.MAX_HEADER_BYTES,
+                                 max_array_len=limits.MAX_LIST, max_map_len=limits.MAX_LIST,
+                                 max_ext_len=0)
+    except Exception as e:  # ExtraData, FormatError, StackError, ValueError, UnicodeDecodeError...
+        raise BadFrame("malformed", f"header is not valid msgpack ({type(e).__name__})") from None
+    if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
+        raise BadFrame("schema", "header must be a map of exactly "
+                       "version, type, id, sender, epoch, deadline, body")
+    _check_depth(header["body"], 0)
+    if header["version"] != limits.VERSION:
+        raise BadFrame("version", f"version {header['version']!r}, this side speaks {limits.VERSION}")
+    if not isinstance(header["type"], str):
+        raise BadFrame("schema", "type must be a string")
+    mid, sender, epoch, deadline = header["id"], header["sender"], header["epoch"], header["deadline"]
+    if not (_is_int(mid) and 0 <= mid < 1 << 64):
+        raise BadFrame("schema", "id must be an unsigned 64-bit integer")
+    if not isinstance(sender, str) or len(sender) > 256:
+        raise BadFrame("schema", "sender must be a short string")
+    if not (_is_int(epoch) and 0 <= epoch < 1 << 64):
+        raise BadFrame("schema", "epoch must be an unsigned 64-bit integer")
+    if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or deadline < 0:
+        raise BadFrame("schema", "deadline must be a non-negative number")
+    cls = lookup(header["type"])
+
+    used: set[int] = set()
+
+    def take(desc: Any, path: str) -> Tensor:
+        return _tensor(desc, path, bufs, used)
+
+    body = from_wire(cls, header["body"], take)
+    if len(used) != len(bufs) - 1:
+        raise BadFrame("frame_count", f"{len(bufs) - 1} payload frames, {len(used)} referenced")
+    return Message(body=body, id=mid, sender=sender, epoch=epoch, deadline=float(deadline))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_depth(v: Any, depth: int) -> None:
+    if depth > limits.MAX_DEPTH:
+        raise BadFrame("oversized", f"nested deeper than {limits.MAX_DEPTH}")
+    if isinstance(v, dict):
+        for x in v.values():
+            _check_depth(x, depth + 1)
+    elif isinstance(v, list):
+        for x in v:
+            _check_depth(x, depth + 1)
+
+
+def _tensor(desc: Any, path: str, bufs: list[memoryview], used: set[int]) -> Tensor:
+    if not isinstance(desc, dict) or set(desc) != {"codec", "dtype", "shape", "meta", "frames"}:
+        raise BadFrame("schema", f"{path}: not a tensor descriptor")
+    codec = CODECS.get(desc["codec"]) if isinstance(desc["codec"], str) else None
+    if codec is None:
+        raise BadFrame("schema", f"{path}: unknown codec {str(desc['codec'])[:20]!r}")
+    shape, dtype, meta, frames = desc["shape"], desc["dtype"], desc["meta"], desc["frames"]
+    if (not isinstance(shape, list) or len(shape) > limits.MAX_TENSOR_DIMS
+            or not all(_is_int(d) and 0 <= d < 1 << 40 for d in shape)):
+        raise BadFrame("schema", f"{path}: bad shape")
+    if not isinstance(dtype, str) or not isinstance(meta, dict):
+        raise BadFrame("schema", f"{path}: bad dtype or meta")
+    shape = tuple(shape)
+    try:
+        sizes = codec.sizes(meta, dtype, shape)
+    except (ValueError, TypeError, KeyError) as e:
+        raise BadFrame("schema", f"{path}: {e}") from None
+    if not isinstance(frames, list) or len(frames) != len(sizes):
+        raise BadFrame("frame_count", f"{path}: codec {codec.name} needs {len(sizes)} frames")
+    views = []
+    for i, size in zip(frames, sizes):
+        if not _is_int(i) or not 1 <= i < len(bufs) or i in used:
+            raise BadFrame("frame_count", f"{path}: frame index {i!r} missing or reused")
+        if size > limits.MAX_TENSOR_BYTES or len(bufs[i]) != size:
+            raise BadFrame("truncated", f"{path}: frame {i} has {len(bufs[i])} bytes, "
+                                        f"descriptor needs {size}")
+        used.add(i)
+        views.append(bufs[i])
+    return Tensor.received(codec.name, dtype, shape, meta, views)
+

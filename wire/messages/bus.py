@@ -1,0 +1,98 @@
+"""Messages every service speaks: handshake, status, echo, errors, heartbeats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..schema import message
+from ..tensor import Tensor
+
+STATES = ("starting", "ready", "draining", "stopped", "failed")
+
+
+@message("bus.hello")
+class Hello:
+    """Handshake: a peer confirms who answers at an endpoint before using it."""
+    cluster: str
+
+
+@message("bus.welcome")
+class Welcome:
+    name: str
+    kind: str
+    instance: str
+    epoch: int
+    cluster: str
+    host: str
+    rpc_port: int
+    pub_port: int
+    state: str
+    info: dict[str, Any]
+
+
+@message("bus.heartbeat")
+class Heartbeat:
+    name: str
+    kind: str
+    instance: str
+    epoch: int
+    state: str
+    load: float        # requests in flight (or the service's own notion of load)
+    progress: int      # grows whenever the service gets work done
+    seq: int           # heartbeat counter of this epoch
+    host: str
+    rpc_port: int
+    pub_port: int
+    info: dict[str, Any]
+
+    def check(self):
+        if self.state not in STATES:
+            raise ValueError(f"unknown state {self.state!r}")
+
+
+@message("bus.status")
+class Status:
+    pass
+
+
+@message("bus.status_reply")
+class StatusReply:
+    name: str
+    kind: str
+    instance: str
+    epoch: int
+    state: str
+    load: float
+    progress: int
+    uptime: float
+    counters: dict[str, int]
+    info: dict[str, Any]
+
+
+@message("bus.echo")
+class Echo:
+    """Round trip for diagnostics and latency measurement; the payload comes back as sent."""
+    text: str = ""
+    payload: Tensor | None = None
+
+
+@message("bus.echo_reply")
+class EchoReply:
+    text: str = ""
+    payload: Tensor | None = None
+
+
+@message("bus.error")
+class Error:
+    """A typed failure reply: `code` names the error for the caller's code, `message` for people."""
+    code: str
+    message: str
+    retry_after: float | None = None
+
+
+@message("bus.event")
+class Event:
+    """A service event (started, stopped, killed, respawned, failed...) published on the bus."""
+    topic: str
+    service: str
+    data: dict[str, Any]
