@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -23,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     pull = sub.add_parser("pull", help="fetch the default model into the cache (sha256-checked)")
     pull.add_argument("-v", "--verbose", action="store_true")
     pull.set_defaults(func=_pull)
+    from . import run
+    run.add_parser(sub, dict(os.environ))
     return p
 
 

@@ -96,3 +96,22 @@ class Event:
     topic: str
     service: str
     data: dict[str, Any]
+
+
+@message("bus.probe")
+class Probe:
+    """Ask a service to reach another by name through its own directory (connectivity check)."""
+    target: str
+    timeout: float = 2.0
+
+    def check(self):
+        if not 0 < self.timeout <= 60:
+            raise ValueError("timeout must be within (0, 60] seconds")
+
+
+@message("bus.probe_reply")
+class ProbeReply:
+    target: str
+    epoch: int
+    endpoint: str
+    rtt_ms: float

@@ -1,0 +1,246 @@
+"""busctl: inspect and poke the bus.
+
+    busctl list                      every service seen, with its heartbeat
+    busctl status NAME               one service's own status and counters
+    busctl monitor [TOPIC]           live events (all but heartbeats unless TOPIC says so)
+    busctl call NAME METHOD [JSON]   send one message (METHOD is its wire type) and print the reply
+
+Add --json for scripts. When nothing is found, busctl says what discovery saw and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+EXIT_NOT_FOUND = 3
+
+
+def _jsonable(v: Any) -> Any:
+    from wire import Tensor
+    from wire.schema import to_wire
+
+    def put(t: Tensor) -> dict:
+        return {"tensor": {"codec": t.codec, "dtype": t.dtype, "shape": list(t.shape)}}
+
+    data = to_wire(v, put)
+
+    def clean(x):
+        if isinstance(x, bytes):
+            return x.hex()
+        if isinstance(x, dict):
+            return {k: clean(y) for k, y in x.items()}
+        if isinstance(x, list):
+            return [clean(y) for y in x]
+        return x
+
+    return clean(data)
+
+
+class Ctl:
+    def __init__(self, args: argparse.Namespace):
+        import zmq.asyncio
+
+        from bus.directory import Directory
+        from bus.cli_args import bus_config
+
+        self.args = args
+        self.ctx = zmq.asyncio.Context()
+        self.config = bus_config(args)
+        self.directory = Directory(self.ctx, self.config, me=f"busctl-{os.getpid()}")
+
+    async def __aenter__(self):
+        await self.directory.start()
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.directory.stop()
+        self.ctx.term()
+
+    def out(self, data: Any, text: str) -> None:
+        print(json.dumps(data, indent=2, sort_keys=True) if self.args.json else text, flush=True)
+
+    async def find(self, name: str):
+        from bus.errors import ServiceNotFound
+        try:
+            return await self.directory.wait_for(name, self.args.wait)
+        except ServiceNotFound as e:
+            print(f"busctl: {e}", file=sys.stderr)
+            return None
+
+
+async def cmd_list(ctl: Ctl) -> int:
+    await asyncio.sleep(ctl.args.wait)
+    now = time.monotonic()
+    live = ctl.directory.live()
+    rows = [{"name": e.name, "kind": e.kind, "instance": e.instance, "host": e.host,
+             "rpc_port": e.rpc_port, "epoch": e.epoch, "state": e.state, "load": e.load,
+             "progress": e.progress, "heartbeat_age_s": round(now - e.last_seen, 2),
+             "info": e.info} for e in live]
+    if not rows:
+        print(f"busctl: no services found ({ctl.directory.explain()})", file=sys.stderr)
+        if ctl.args.json:
+            print("[]")
+        return EXIT_NOT_FOUND
+    header = f"{'NAME':<18} {'KIND':<10} {'INST':<5} {'HOST':<22} {'EPOCH':<20} {'STATE':<9} {'LOAD':>5} {'AGE':>6}"
+    lines = [header] + [
+        f"{r['name']:<18} {r['kind']:<10} {r['instance']:<5} {r['host'] + ':' + str(r['rpc_port']):<22} "
+        f"{r['epoch']:<20} {r['state']:<9} {r['load']:>5.1f} {r['heartbeat_age_s']:>5.1f}s"
+        for r in rows]
+    ctl.out(rows, "\n".join(lines))
+    return 0
+
+
+async def cmd_status(ctl: Ctl) -> int:
+    from wire.messages.bus import Status
+    reply = await _call(ctl, ctl.args.name, Status())
+    if reply is None:
+        return EXIT_NOT_FOUND
+    data = _jsonable(reply)
+    text = "\n".join(f"{k}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(data.items()))
+    ctl.out(data, text)
+    return 0
+
+
+async def cmd_call(ctl: Ctl) -> int:
+    import wire
+    from wire.schema import REGISTRY, from_wire
+
+    cls = REGISTRY.get(ctl.args.method)
+    if cls is None:
+        print(f"busctl: unknown method {ctl.args.method!r}; known: {', '.join(sorted(REGISTRY))}",
+              file=sys.stderr)
+        return 2
+    try:
+        raw = json.loads(ctl.args.body)
+    except json.JSONDecodeError as e:
+        print(f"busctl: body is not JSON: {e}", file=sys.stderr)
+        return 2
+
+    def no_tensor(v, path):
+        raise wire.BadFrame("schema", f"{path}: tensors cannot be given as JSON")
+
+    try:
+        body = from_wire(cls, raw, no_tensor)
+    except wire.BadFrame as e:
+        print(f"busctl: bad body for {ctl.args.method}: {e.detail or e}", file=sys.stderr)
+        return 2
+    reply = await _call(ctl, ctl.args.name, body)
+    if reply is None:
+        return EXIT_NOT_FOUND
+    data = {"type": type(reply).TYPE, "body": _jsonable(reply)}
+    ctl.out(data, json.dumps(data, indent=2, sort_keys=True))
+    return 0
+
+
+async def _call(ctl: Ctl, name: str, body: Any):
+    from bus.client import RpcClient
+    from bus.errors import BusError, RemoteError
+
+    entry = await ctl.find(name)
+    if entry is None:
+        return None
+    async with RpcClient(ctl.ctx, entry.rpc_endpoint, sender=ctl.directory.me, name=name) as c:
+        try:
+            return await c.call(body, ctl.args.timeout)
+        except RemoteError as e:
+            print(f"busctl: {name} answered {e.code}: {e.message}", file=sys.stderr)
+            raise SystemExit(1)
+        except BusError as e:
+            print(f"busctl: {e}", file=sys.stderr)
+            raise SystemExit(1)
+
+
+async def cmd_monitor(ctl: Ctl) -> int:
+    topic = ctl.args.topic or ""
+    ctl.directory.subscribe(topic.encode())
+    seen = 0
+    done = asyncio.Event()
+
+    def show(t: bytes, msg) -> None:
+        nonlocal seen
+        name = t.decode(errors="replace")
+        if not topic and name == "bus.heartbeat":
+            return
+        if topic and not name.startswith(topic):
+            return
+        seen += 1
+        data = {"topic": name, "sender": msg.sender, "epoch": msg.epoch, "type": msg.type,
+                "body": _jsonable(msg.body)}
+        text = f"{time.strftime('%H:%M:%S')} {name:<16} {msg.sender:<16} {json.dumps(data['body'], sort_keys=True)}"
+        print(json.dumps(data, sort_keys=True) if ctl.args.json else text, flush=True)
+        if ctl.args.count and seen >= ctl.args.count:
+            done.set()
+
+    ctl.directory.on_event.append(show)
+    try:
+        await asyncio.wait_for(done.wait(), ctl.args.duration or None)
+    except asyncio.TimeoutError:
+        pass
+    return 0 if seen or not ctl.args.count else EXIT_NOT_FOUND
+
+
+def build_parser(env: dict) -> argparse.ArgumentParser:
+    from bus.cli_args import add_bus_arguments
+
+    p = argparse.ArgumentParser(prog="busctl", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp):
+        add_bus_arguments(sp, env)
+        sp.add_argument("--json", action="store_true", help="machine-readable output")
+        sp.add_argument("--wait", type=float, default=2.0, help="seconds to discover services")
+        sp.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a reply")
+
+    sp = sub.add_parser("list", help="every service seen")
+    common(sp)
+    sp.set_defaults(func=cmd_list)
+    sp = sub.add_parser("status", help="one service's status")
+    common(sp)
+    sp.add_argument("name")
+    sp.set_defaults(func=cmd_status)
+    sp = sub.add_parser("monitor", help="live events")
+    common(sp)
+    sp.add_argument("topic", nargs="?", default="")
+    sp.add_argument("--count", type=int, default=0, help="stop after N events")
+    sp.add_argument("--duration", type=float, default=0, help="stop after S seconds")
+    sp.set_defaults(func=cmd_monitor)
+    sp = sub.add_parser("call", help="send one message and print the reply")
+    common(sp)
+    sp.add_argument("name")
+    sp.add_argument("method", help="message type, e.g. bus.status or bus.echo")
+    sp.add_argument("body", nargs="?", default="{}", help="JSON body")
+    sp.set_defaults(func=cmd_call)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser(dict(os.environ)).parse_args(argv)
+    try:
+        cfg_ok = True
+        from bus.cli_args import bus_config
+        bus_config(args)
+    except ValueError as e:
+        cfg_ok = False
+        print(f"busctl: {e}", file=sys.stderr)
+    if not cfg_ok:
+        return 2
+
+    async def go() -> int:
+        async with Ctl(args) as ctl:
+            return await args.func(ctl)
+
+    try:
+        return asyncio.run(go())
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

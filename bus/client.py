@@ -1,0 +1,122 @@
+"""Request/reply to one peer over a DEALER socket, matched by id, with deadlines and epochs.
+
+The client survives the peer restarting: ZeroMQ reconnects the socket, the first reply (or a
+handshake) from the new epoch moves `peer_epoch` forward, calls sent to the old epoch fail with
+PeerRestarted, and any reply that still arrives from an old epoch is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+import wire
+from wire.messages.bus import Error, Hello, Welcome
+
+from .errors import CallTimeout, PeerRestarted, RemoteError
+from .sockets import make_socket
+
+_ids = itertools.count(1)
+
+
+class RpcClient:
+    def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, sender: str = "client",
+                 sender_epoch: int = 0, name: str = ""):
+        self.ctx = ctx
+        self.endpoint = endpoint
+        self.sender = sender
+        self.sender_epoch = sender_epoch or time.time_ns()
+        self.name = name or endpoint
+        self.peer_epoch = 0
+        self.stale_dropped = 0
+        self.bad_frames = 0
+        self._pending: dict[int, tuple[asyncio.Future, int]] = {}  # id -> (future, epoch sent to)
+        self._sock = make_socket(ctx, zmq.DEALER)
+        self._sock.connect(endpoint)
+        self._closed = False
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def call(self, body: Any, timeout: float = 5.0) -> Any:
+        """Send a request, await its reply body; raises RemoteError, CallTimeout, PeerRestarted."""
+        if self._closed:
+            raise RuntimeError("client is closed")
+        mid = next(_ids)
+        deadline = time.time() + timeout
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[mid] = (fut, self.peer_epoch)
+        msg = wire.Message(body=body, id=mid, sender=self.sender, epoch=self.sender_epoch,
+                           deadline=deadline)
+        try:
+            await self._sock.send_multipart(wire.encode(msg), copy=False)
+            reply = await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            raise CallTimeout(f"{self.name}: no reply to {type(body).TYPE} within {timeout:g}s") from None
+        finally:
+            self._pending.pop(mid, None)
+        if isinstance(reply.body, Error):
+            raise RemoteError(reply.body.code, reply.body.message, reply.body.retry_after, self.name)
+        return reply.body
+
+    async def handshake(self, cluster: str, timeout: float = 2.0) -> Welcome:
+        welcome = await self.call(Hello(cluster=cluster), timeout)
+        if not isinstance(welcome, Welcome):
+            raise RemoteError("bad_reply", f"handshake answered with {type(welcome).TYPE}", peer=self.name)
+        self.saw_epoch(welcome.epoch)
+        return welcome
+
+    def saw_epoch(self, epoch: int) -> None:
+        """The peer is known to run `epoch` now: calls sent to an older epoch will never return."""
+        if epoch <= self.peer_epoch:
+            return
+        previous, self.peer_epoch = self.peer_epoch, epoch
+        if previous == 0:
+            return
+        for fut, sent_to in list(self._pending.values()):
+            if sent_to and sent_to < epoch and not fut.done():
+                fut.set_exception(PeerRestarted(f"{self.name} restarted (epoch {sent_to} -> {epoch})"))
+
+    async def _read(self) -> None:
+        while not self._closed:
+            try:
+                if not await self._sock.poll(200):
+                    continue
+                frames = await self._sock.recv_multipart(copy=False)
+            except zmq.ZMQError:
+                if self._closed:
+                    return
+                raise
+            try:
+                msg = wire.decode(frames)
+            except wire.BadFrame:
+                self.bad_frames += 1
+                continue
+            if self.peer_epoch and msg.epoch < self.peer_epoch:
+                self.stale_dropped += 1
+                continue
+            self.saw_epoch(msg.epoch)
+            entry = self._pending.get(msg.id)
+            if entry is None or entry[0].done():
+                self.stale_dropped += 1  # a reply for a call that already timed out
+                continue
+            entry[0].set_result(msg)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for fut, _ in self._pending.values():
+            if not fut.done():
+                fut.set_exception(RuntimeError("client closed"))
+        await asyncio.gather(self._reader, return_exceptions=True)
+        self._sock.close(linger=0)
+
+    async def __aenter__(self) -> "RpcClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

@@ -1,0 +1,210 @@
+"""The directory of live services: candidates from mDNS and static peers, confirmed by
+handshake, kept alive by the heartbeats heard on their PUB sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable
+
+import zmq
+import zmq.asyncio
+
+import wire
+from wire.messages.bus import Event, Heartbeat, Welcome
+
+from .client import RpcClient
+from .config import BusConfig, parse_peer
+from .errors import BusError, ServiceNotFound
+from .liveness import LivenessTable, PeerEntry
+from .mdns import Browser, Candidate, open_zeroconf
+from .sockets import endpoint, make_socket
+
+HEARTBEAT_TOPIC = b"bus.heartbeat"
+
+
+class Directory:
+    """Run inside any process that needs to find others (services, busctl, the gateway)."""
+
+    def __init__(self, ctx: zmq.asyncio.Context, config: BusConfig, me: str = "directory",
+                 zeroconf=None, topics: tuple[bytes, ...] = (HEARTBEAT_TOPIC,)):
+        self.ctx = ctx
+        self.config = config
+        self.me = me
+        self.table = LivenessTable(config.dead_after)
+        self.counters = {"handshakes": 0, "handshake_failures": 0, "wrong_cluster": 0,
+                         "mdns_candidates": 0, "bad_frames": 0, "restarts_seen": 0}
+        self.last_errors: dict[str, str] = {}      # endpoint -> why the handshake failed
+        self.on_event: list[Callable[[bytes, wire.Message], None]] = []
+        self._zc = zeroconf
+        self._own_zc = False
+        self._browser: Browser | None = None
+        self._sub = make_socket(ctx, zmq.SUB)
+        for t in topics:
+            self._sub.setsockopt(zmq.SUBSCRIBE, t)
+        self._subscribed: set[str] = set()
+        self._confirmed: dict[str, int] = {}        # rpc endpoint -> epoch confirmed
+        self._inflight: set[str] = set()
+        self._tasks: list[asyncio.Task] = []
+        self._changed = asyncio.Event()
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.config.mdns:
+            if self._zc is None:
+                self._zc = open_zeroconf(self.config.mdns_interfaces, self.config.advertised)
+                self._own_zc = True
+            self._browser = Browser(self._zc, self._on_candidate)
+            self._browser.start()
+        self._tasks = [loop.create_task(self._read_heartbeats()),
+                       loop.create_task(self._static_peers())]
+
+    async def stop(self) -> None:
+        self._closed = True
+        if self._browser is not None:
+            await self._browser.stop()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._sub.close(linger=0)
+        if self._own_zc and self._zc is not None:
+            await self._zc.async_close()
+
+    # ------------------------------------------------------------------ queries
+    def live(self) -> list[PeerEntry]:
+        now = time.monotonic()
+        return [e for e in self.table.live(now) if e.name != self.me]
+
+    def get(self, name: str) -> PeerEntry | None:
+        e = self.table.entries.get(name)
+        return e if e is not None and self.table.is_alive(e, time.monotonic()) else None
+
+    def of_kind(self, kind: str) -> list[PeerEntry]:
+        return [e for e in self.live() if e.kind == kind]
+
+    async def wait_for(self, name: str, timeout: float) -> PeerEntry:
+        deadline = time.monotonic() + timeout
+        while True:
+            e = self.get(name)
+            if e is not None:
+                return e
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServiceNotFound(f"{name!r} not found: {self.explain()}")
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), min(left, 0.25))
+            except asyncio.TimeoutError:
+                pass
+
+    def explain(self) -> str:
+        """Why nothing (or not everything) is seen, in words a person can act on."""
+        parts = [f"cluster {self.config.cluster!r}"]
+        if not self.config.mdns:
+            parts.append("mDNS off")
+        elif self._browser is not None:
+            parts.append(f"mDNS on {list(self.config.mdns_interfaces) or self.config.advertised}: "
+                         f"{self._browser.records_seen} records resolved, "
+                         f"{self.counters['wrong_cluster']} of another cluster")
+            if self._browser.records_seen == 0:
+                parts.append("no mDNS answers (multicast blocked? wrong interface?)")
+        if self.config.peers:
+            parts.append(f"static peers {list(self.config.peers)}")
+        elif not self.config.mdns:
+            parts.append("no static peers configured (--peer HOST:PORT or LLMBUS_PEERS)")
+        for ep, why in list(self.last_errors.items())[:5]:
+            parts.append(f"{ep}: {why}")
+        live = [e.name for e in self.live()]
+        parts.append(f"live: {live or 'none'}")
+        return "; ".join(parts)
+
+    # ------------------------------------------------------------------ discovery
+    def _on_candidate(self, c: Candidate) -> None:
+        self.counters["mdns_candidates"] += 1
+        if c.name == self.me:
+            return
+        if c.cluster != self.config.cluster:
+            self.counters["wrong_cluster"] += 1
+            return
+        ep = endpoint(c.host, c.rpc_port)
+        known = self.get(c.name)
+        if known is not None and known.epoch >= c.epoch:
+            return
+        if ep in self._inflight or self._closed:
+            return
+        asyncio.get_running_loop().create_task(self.confirm(ep, source="mdns"))
+
+    async def _static_peers(self) -> None:
+        eps = [endpoint(*parse_peer(p)) for p in self.config.peers]
+        while not self._closed and eps:
+            for ep in eps:
+                live = any(e.rpc_endpoint == ep for e in self.live())
+                if not live and ep not in self._inflight:
+                    await self.confirm(ep, source="static")
+            await asyncio.sleep(self.config.heartbeat_interval)
+
+    async def confirm(self, ep: str, source: str) -> PeerEntry | None:
+        """Handshake with an endpoint; on success, subscribe to its heartbeats."""
+        self._inflight.add(ep)
+        client = RpcClient(self.ctx, ep, sender=self.me, name=ep)
+        try:
+            w: Welcome = await client.handshake(self.config.cluster, timeout=1.0)
+        except (BusError, wire.BadFrame) as e:
+            self.counters["handshake_failures"] += 1
+            self.last_errors[ep] = f"handshake failed ({e})"
+            return None
+        finally:
+            await client.close()
+            self._inflight.discard(ep)
+        if w.cluster != self.config.cluster:
+            self.counters["wrong_cluster"] += 1
+            self.last_errors[ep] = f"belongs to cluster {w.cluster!r}"
+            return None
+        self.counters["handshakes"] += 1
+        self.last_errors.pop(ep, None)
+        entry = PeerEntry(name=w.name, kind=w.kind, instance=w.instance, epoch=w.epoch,
+                          host=w.host, rpc_port=w.rpc_port, pub_port=w.pub_port, state=w.state,
+                          info=dict(w.info), source=source)
+        self._observe(entry)
+        pub = endpoint(w.host, w.pub_port)
+        if pub not in self._subscribed:
+            self._sub.connect(pub)
+            self._subscribed.add(pub)
+        return entry
+
+    def _observe(self, entry: PeerEntry) -> None:
+        change = self.table.observe(entry, time.monotonic())
+        if change == "restarted":
+            self.counters["restarts_seen"] += 1
+        self._changed.set()
+
+    async def _read_heartbeats(self) -> None:
+        last_expire = 0.0
+        while not self._closed:
+            now = time.monotonic()
+            if now - last_expire > self.config.heartbeat_interval:
+                self.table.expire(now)
+                last_expire = now
+            if not await self._sub.poll(100):
+                continue
+            frames = await self._sub.recv_multipart(copy=False)
+            try:
+                msg = wire.decode(frames[1:])
+            except wire.BadFrame:
+                self.counters["bad_frames"] += 1
+                continue
+            topic = bytes(frames[0].buffer)
+            if isinstance(msg.body, Heartbeat):
+                hb = msg.body
+                self._observe(PeerEntry(
+                    name=hb.name, kind=hb.kind, instance=hb.instance, epoch=hb.epoch,
+                    host=hb.host, rpc_port=hb.rpc_port, pub_port=hb.pub_port, state=hb.state,
+                    load=hb.load, progress=hb.progress, info=dict(hb.info), source="heartbeat"))
+            for cb in self.on_event:
+                cb(topic, msg)
+
+    def subscribe(self, topic: bytes) -> None:
+        self._sub.setsockopt(zmq.SUBSCRIBE, topic)
+
+
+__all__ = ["Directory", "Event", "HEARTBEAT_TOPIC"]

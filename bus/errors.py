@@ -1,0 +1,40 @@
+"""Errors a bus caller can catch by name."""
+
+from __future__ import annotations
+
+
+class BusError(Exception):
+    """Base of every error raised by the bus."""
+
+
+class RemoteError(BusError):
+    """The peer answered with a typed error (`bus.error`): `code` is for code, the text for people."""
+
+    def __init__(self, code: str, message: str, retry_after: float | None = None, peer: str = ""):
+        super().__init__(f"{peer + ': ' if peer else ''}{code}: {message}")
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+        self.peer = peer
+
+
+class CallTimeout(BusError, TimeoutError):
+    """No reply before the deadline: the peer may be dead, slow, or never got the request."""
+
+
+class PeerRestarted(BusError):
+    """The peer came back with a new epoch; a call sent to the old one will never be answered."""
+
+
+class ServiceNotFound(BusError):
+    """No live service of that name is known; the message says what discovery saw."""
+
+
+class ServiceError(BusError):
+    """Raised inside a handler to answer with a typed `bus.error` reply."""
+
+    def __init__(self, code: str, message: str, retry_after: float | None = None):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after

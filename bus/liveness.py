@@ -1,0 +1,78 @@
+"""Who is alive, from heartbeats alone: a pure table, fed observations and the clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class PeerEntry:
+    name: str
+    kind: str
+    instance: str
+    epoch: int
+    host: str
+    rpc_port: int
+    pub_port: int
+    state: str = "starting"
+    load: float = 0.0
+    progress: int = 0
+    last_seen: float = 0.0
+    last_progress_at: float = 0.0   # when `progress` last grew
+    info: dict[str, Any] = field(default_factory=dict)
+    source: str = ""                # "mdns", "static" or "heartbeat"
+
+    @property
+    def rpc_endpoint(self) -> str:
+        return f"tcp://{self.host}:{self.rpc_port}"
+
+    @property
+    def pub_endpoint(self) -> str:
+        return f"tcp://{self.host}:{self.pub_port}"
+
+
+class LivenessTable:
+    """Entries keyed by service name; one epoch per name, the newest wins."""
+
+    def __init__(self, dead_after: float):
+        self.dead_after = dead_after
+        self.entries: dict[str, PeerEntry] = {}
+        self.stale_heartbeats = 0
+
+    def observe(self, e: PeerEntry, now: float) -> str | None:
+        """Record a heartbeat or handshake; returns 'new', 'restarted', or None (same epoch).
+
+        An observation from an epoch older than the one known is stale and ignored ('stale').
+        """
+        old = self.entries.get(e.name)
+        e.last_seen = now
+        if old is None:
+            e.last_progress_at = now
+            self.entries[e.name] = e
+            return "new"
+        if e.epoch < old.epoch and self.is_alive(old, now):
+            self.stale_heartbeats += 1
+            return "stale"
+        if e.epoch != old.epoch:
+            e.last_progress_at = now
+            self.entries[e.name] = e
+            return "restarted"
+        e.last_progress_at = now if e.progress != old.progress else old.last_progress_at
+        e.source = old.source or e.source
+        self.entries[e.name] = e
+        return None
+
+    def is_alive(self, e: PeerEntry, now: float) -> bool:
+        return now - e.last_seen <= self.dead_after
+
+    def expire(self, now: float) -> list[PeerEntry]:
+        """Drop and return the entries whose heartbeats stopped."""
+        dead = [e for e in self.entries.values() if not self.is_alive(e, now)]
+        for e in dead:
+            del self.entries[e.name]
+        return dead
+
+    def live(self, now: float) -> list[PeerEntry]:
+        return sorted((e for e in self.entries.values() if self.is_alive(e, now)),
+                      key=lambda e: e.name)

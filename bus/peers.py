@@ -1,0 +1,46 @@
+"""Calling services by name: resolve through the directory, keep one client per peer, and
+follow the peer across restarts (new epoch, possibly a new endpoint)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import zmq.asyncio
+
+from .client import RpcClient
+from .directory import Directory
+
+
+class Peers:
+    def __init__(self, ctx: zmq.asyncio.Context, directory: Directory, me: str, epoch: int = 0):
+        self.ctx = ctx
+        self.directory = directory
+        self.me = me
+        self.epoch = epoch
+        self._clients: dict[str, RpcClient] = {}
+
+    async def client(self, name: str, wait: float = 5.0) -> RpcClient:
+        entry = await self.directory.wait_for(name, wait)
+        c = self._clients.get(name)
+        if c is not None and c.endpoint != entry.rpc_endpoint:
+            await c.close()
+            c = None
+        if c is None:
+            c = RpcClient(self.ctx, entry.rpc_endpoint, sender=self.me, sender_epoch=self.epoch,
+                          name=name)
+            self._clients[name] = c
+        c.saw_epoch(entry.epoch)
+        return c
+
+    async def call(self, name: str, body: Any, timeout: float = 5.0) -> Any:
+        c = await self.client(name, wait=timeout)
+        return await c.call(body, timeout)
+
+    @property
+    def stale_dropped(self) -> int:
+        return sum(c.stale_dropped for c in self._clients.values())
+
+    async def close(self) -> None:
+        for c in self._clients.values():
+            await c.close()
+        self._clients.clear()

@@ -1,0 +1,7 @@
+"""EchoService: only the `bus.*` methods every service has."""
+
+from bus.service import Service
+
+
+class EchoService(Service):
+    kind = "echo"

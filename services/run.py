@@ -1,0 +1,52 @@
+"""`llmbus run KIND`: run one service in this process until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import sys
+
+from bus.cli_args import add_bus_arguments, bus_config
+
+# kind -> light module with add_arguments(parser) and build(args, ServiceConfig) -> Service;
+# build imports the service itself, so numpy loads only after --threads is applied.
+KINDS = {
+    "echo": "services.echo",
+}
+
+
+def add_parser(sub: argparse._SubParsersAction, env: dict) -> None:
+    run = sub.add_parser("run", help="run one service in this process")
+    kinds = run.add_subparsers(dest="kind", required=True)
+    for kind, module in KINDS.items():
+        p = kinds.add_parser(kind)
+        add_bus_arguments(p, env)
+        p.add_argument("--name", default=None, help=f"service name (default: {kind}-INSTANCE)")
+        p.add_argument("--instance", default="0")
+        p.add_argument("--rpc-port", type=int, default=0)
+        p.add_argument("--pub-port", type=int, default=0)
+        p.add_argument("--threads", type=int, default=1, help="BLAS threads of this process")
+        p.add_argument("--no-discover", dest="discover", action="store_false",
+                       help="do not keep a directory of peers")
+        importlib.import_module(module).add_arguments(p)
+        p.set_defaults(func=_run, module=module)
+
+
+def _run(args: argparse.Namespace) -> int:
+    # BLAS reads these once, when numpy loads: set them before the service module imports it.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
+    from bus.config import ServiceConfig
+    try:
+        config = ServiceConfig(name=args.name or f"{args.kind}-{args.instance}", kind=args.kind,
+                               instance=args.instance, bus=bus_config(args),
+                               rpc_port=args.rpc_port, pub_port=args.pub_port,
+                               discover=args.discover)
+    except ValueError as e:
+        print(f"llmbus run {args.kind}: {e}", file=sys.stderr)
+        return 2
+    service = importlib.import_module(args.module).build(args, config)
+    asyncio.run(service.run())
+    return 0
