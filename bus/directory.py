@@ -165,7 +165,11 @@ class Directory:
         entry = PeerEntry(name=w.name, kind=w.kind, instance=w.instance, epoch=w.epoch,
                           host=w.host, rpc_port=w.rpc_port, pub_port=w.pub_port, state=w.state,
                           info=dict(w.info), source=source)
-        self._observe(entry)
+        # A handshake proves who answers, once per epoch; after that only heartbeats keep a
+        # peer alive (a process whose heartbeats stopped is dead even if its socket answers).
+        if self._confirmed.get(ep) != w.epoch:
+            self._confirmed[ep] = w.epoch
+            self._observe(entry)
         pub = endpoint(w.host, w.pub_port)
         if pub not in self._subscribed:
             self._sub.connect(pub)

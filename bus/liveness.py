@@ -38,6 +38,7 @@ class LivenessTable:
     def __init__(self, dead_after: float):
         self.dead_after = dead_after
         self.entries: dict[str, PeerEntry] = {}
+        self.gone_epochs: dict[str, int] = {}   # last epoch of names that expired
         self.stale_heartbeats = 0
 
     def observe(self, e: PeerEntry, now: float) -> str | None:
@@ -50,7 +51,8 @@ class LivenessTable:
         if old is None:
             e.last_progress_at = now
             self.entries[e.name] = e
-            return "new"
+            gone = self.gone_epochs.pop(e.name, None)
+            return "restarted" if gone is not None and gone != e.epoch else "new"
         if e.epoch < old.epoch and self.is_alive(old, now):
             self.stale_heartbeats += 1
             return "stale"
@@ -71,6 +73,7 @@ class LivenessTable:
         dead = [e for e in self.entries.values() if not self.is_alive(e, now)]
         for e in dead:
             del self.entries[e.name]
+            self.gone_epochs[e.name] = e.epoch
         return dead
 
     def live(self, now: float) -> list[PeerEntry]:

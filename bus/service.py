@@ -114,7 +114,8 @@ class Service:
         self.pub_port = bind(self._pub, bus.host, self.config.pub_port)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._read_requests()))
-        self._tasks.append(loop.create_task(self._heartbeat_loop()))
+        self.heartbeat_task = loop.create_task(self._heartbeat_loop())
+        self._tasks.append(self.heartbeat_task)
         if bus.mdns:
             self._zc = open_zeroconf(bus.mdns_interfaces, bus.advertised)
             self._advertiser = Advertiser(self._zc, Candidate(

@@ -1,0 +1,210 @@
+"""Request/reply over real sockets on loopback, one service in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+import zmq.asyncio
+
+import wire
+from bus.client import RpcClient
+from bus.config import BusConfig, ServiceConfig
+from bus.directory import Directory
+from bus.errors import CallTimeout, PeerRestarted, RemoteError
+from bus.service import Service, handles
+from wire.messages.bus import Echo, EchoReply, Error, Status, StatusReply, Welcome
+
+
+@wire.message("test.boom")
+class Boom:
+    text: str = ""
+
+
+@wire.message("test.slow")
+class Slow:
+    seconds: float
+
+
+class ProbeService(Service):
+    kind = "test"
+
+    @handles(Boom)
+    async def boom(self, msg):
+        raise RuntimeError("handler bug")
+
+    @handles(Slow)
+    async def slow(self, msg):
+        await asyncio.sleep(msg.body.seconds)
+        return EchoReply(text="slept")
+
+
+def config(name="svc", **kw) -> ServiceConfig:
+    return ServiceConfig(name=name, kind="test", bus=BusConfig(cluster="rpc-test", mdns=False), **kw)
+
+
+@pytest.fixture
+async def service():
+    s = ProbeService(config(), ctx=zmq.asyncio.Context.instance())
+    await s.start()
+    yield s
+    s.stop()
+    await s.shutdown()
+
+
+@pytest.fixture
+async def client(service):
+    c = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{service.rpc_port}")
+    yield c
+    await c.close()
+
+
+async def test_echo_carries_a_tensor_and_the_handshake_names_the_service(service, client):
+    w = await client.handshake("rpc-test")
+    assert isinstance(w, Welcome) and w.name == "svc" and w.epoch == service.epoch
+    x = np.random.default_rng(0).standard_normal((4, 576)).astype(np.float32)
+    reply = await client.call(Echo(text="hi", payload=wire.Tensor(x, "fp32")))
+    assert reply.text == "hi"
+    np.testing.assert_array_equal(reply.payload.array(), x)
+
+
+async def test_unknown_method_is_a_typed_error(client):
+    with pytest.raises(RemoteError) as e:
+        await client.call(Error(code="x", message="not a request"))
+    assert e.value.code == "unknown_method"
+
+
+async def test_handler_bug_answers_internal_and_the_loop_goes_on(service, client):
+    with pytest.raises(RemoteError) as e:
+        await client.call(Boom())
+    assert e.value.code == "internal" and "handler bug" in e.value.message
+    assert (await client.call(Echo(text="still here"))).text == "still here"
+
+
+async def test_bad_frames_are_counted_answered_and_never_stop_the_loop(service, client):
+    ctx = zmq.asyncio.Context.instance()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(f"tcp://127.0.0.1:{service.rpc_port}")
+    garbage = [
+        [b"\xc1\xc1\xc1"],                                           # not msgpack
+        [msgpack.packb({"version": 1})],                              # wrong schema
+        [msgpack.packb({"version": 1, "type": "no.such", "id": 1, "sender": "x", "epoch": 1,
+                        "deadline": 0.0, "body": {}})],               # unknown type
+        [wire.encode(wire.Message(Echo(text="x")))[0], b"extra"],     # frame count
+    ]
+    for frames in garbage:
+        await raw.send_multipart(frames)
+        reply = wire.decode(await asyncio.wait_for(raw.recv_multipart(), 2))
+        assert isinstance(reply.body, Error) and reply.body.code == "bad_frame"
+    raw.close()
+    status = await client.call(Status())
+    assert isinstance(status, StatusReply)
+    assert status.counters["bad_frames"] == len(garbage)
+    assert status.counters["bad_frames.unknown_type"] == 1
+
+
+async def test_request_past_its_deadline_is_refused(service):
+    ctx = zmq.asyncio.Context.instance()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(f"tcp://127.0.0.1:{service.rpc_port}")
+    await raw.send_multipart(wire.encode(wire.Message(Echo(), id=7, deadline=time.time() - 1)))
+    reply = wire.decode(await asyncio.wait_for(raw.recv_multipart(), 2))
+    raw.close()
+    assert reply.id == 7 and reply.body.code == "deadline_exceeded"
+
+
+async def test_draining_finishes_work_in_flight_and_refuses_new_work():
+    s = ProbeService(config("drainer"))
+    await s.start()
+    c = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{s.rpc_port}")
+    slow = asyncio.create_task(c.call(Slow(seconds=0.5)))
+    await asyncio.sleep(0.1)
+    s.stop()
+    with pytest.raises(RemoteError) as e:
+        await c.call(Slow(seconds=0))
+    assert e.value.code == "draining" and e.value.retry_after
+    shutdown = asyncio.create_task(s.shutdown())
+    assert (await slow).text == "slept"
+    await shutdown
+    assert s.state == "stopped"
+    await c.close()
+
+
+async def _impostor(epoch_of_reply):
+    """A real ROUTER that answers every request with the given epochs, in order."""
+    ctx = zmq.asyncio.Context.instance()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+
+    async def serve():
+        for epoch in epoch_of_reply:
+            ident, *frames = await router.recv_multipart()
+            req = wire.decode(frames)
+            rep = req.reply(EchoReply(text=f"epoch {epoch}"), "impostor", epoch)
+            await router.send_multipart([ident] + [bytes(f) for f in wire.encode(rep)])
+
+    return router, port, asyncio.create_task(serve())
+
+
+async def test_replies_from_an_old_epoch_are_dropped_and_counted():
+    router, port, task = await _impostor([200, 100, 200])
+    c = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{port}")
+    assert (await c.call(Echo())).text == "epoch 200"
+    assert c.peer_epoch == 200
+    with pytest.raises(CallTimeout):
+        await c.call(Echo(), timeout=0.5)           # answered from epoch 100: stale, dropped
+    assert c.stale_dropped == 1
+    assert (await c.call(Echo())).text == "epoch 200"
+    await task
+    await c.close()
+    router.close()
+
+
+async def test_a_new_epoch_fails_calls_sent_to_the_old_one_at_once():
+    router, port, task = await _impostor([])
+    c = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{port}")
+    c.saw_epoch(10)
+    pending = asyncio.create_task(c.call(Echo(), timeout=5))
+    await asyncio.sleep(0.05)
+    c.saw_epoch(11)
+    with pytest.raises(PeerRestarted):
+        await pending
+    await c.close()
+    router.close()
+
+
+async def test_directory_finds_a_static_peer_and_expires_it_after_missed_heartbeats(service):
+    ctx = zmq.asyncio.Context.instance()
+    bus = BusConfig(cluster="rpc-test", mdns=False, peers=(f"127.0.0.1:{service.rpc_port}",))
+    d = Directory(ctx, bus, me="watcher")
+    await d.start()
+    try:
+        e = await d.wait_for("svc", 3)
+        assert e.epoch == service.epoch and e.source == "static"
+        await asyncio.sleep(1.2)
+        assert d.get("svc").source == "static" and d.get("svc").last_seen > e.last_seen - 1
+        service.heartbeat_task.cancel()                 # heartbeats stop; the socket still answers
+        await asyncio.sleep(bus.dead_after + 0.7)
+        assert d.get("svc") is None
+    finally:
+        await d.stop()
+
+
+async def test_wrong_cluster_is_refused_with_a_reason(service):
+    ctx = zmq.asyncio.Context.instance()
+    bus = BusConfig(cluster="other", mdns=False, peers=(f"127.0.0.1:{service.rpc_port}",))
+    d = Directory(ctx, bus, me="watcher")
+    await d.start()
+    try:
+        await asyncio.sleep(0.5)
+        assert d.live() == []
+        assert "belongs to cluster 'rpc-test'" in d.explain()
+    finally:
+        await d.stop()
