@@ -14,6 +14,7 @@ from bus.cli_args import add_bus_arguments, bus_config
 # build imports the service itself, so numpy loads only after --threads is applied.
 KINDS = {
     "echo": "services.echo",
+    "shard": "services.shard.cli",
 }
 
 
@@ -47,6 +48,10 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"llmbus run {args.kind}: {e}", file=sys.stderr)
         return 2
-    service = importlib.import_module(args.module).build(args, config)
-    asyncio.run(service.run())
+    try:
+        service = importlib.import_module(args.module).build(args, config)
+        asyncio.run(service.run())
+    except (ValueError, OSError) as e:   # bad model file, port in use, bad option value
+        print(f"llmbus run {args.kind}: {e}", file=sys.stderr)
+        return 1
     return 0

@@ -1,0 +1,36 @@
+"""`llmbus run shard`: options of a shard runner (imported before numpy loads: keep it light)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def parse_layers(spec: str) -> tuple[int, int]:
+    a, sep, b = spec.partition(":")
+    if not sep or not a.isdigit() or not b.isdigit() or int(a) >= int(b):
+        raise argparse.ArgumentTypeError(f"--layers {spec!r}: expected A:B with A < B, e.g. 0:10")
+    return int(a), int(b)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=Path, default=None,
+                   help="GGUF file (default: the default model, pulled if missing)")
+    p.add_argument("--layers", type=parse_layers, required=True, help="layer range A:B")
+    p.add_argument("--codec", default="fp16", choices=("fp32", "fp16", "int8"),
+                   help="codec of the activations this shard sends on")
+    p.add_argument("--pages", type=int, default=1024, help="KV pages")
+    p.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
+
+
+def build(args: argparse.Namespace, config):
+    from services.modelstore.pull import pull
+    from .service import ShardConfig, ShardService
+
+    model = args.model or pull()
+    if not model.exists():
+        raise SystemExit(f"llmbus run shard: no model file at {model}")
+    start, end = args.layers
+    shard = ShardConfig(model=model, start=start, end=end, codec=args.codec,
+                        num_pages=args.pages, page_size=args.page_size)
+    return ShardService(config, shard)

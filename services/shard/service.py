@@ -1,0 +1,185 @@
+"""The shard runner: holds layers [start, end) of a model and runs batches through them.
+
+A `shard.forward` arrives at the first shard with token ids. Each shard runs its layers, then
+hands its activations to the shard holding the next range (found on the bus by its advertised
+layer range) in the configured codec, and awaits that shard's reply. The last shard applies the
+output head, samples, and answers with token ids and log-probabilities; the answer travels back
+along the chain, so a failure anywhere reaches the caller as a typed error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+import wire
+from bus.config import ServiceConfig
+from bus.errors import ServiceError
+from bus.service import Service, handles
+from wire.messages.shard import Forward, Sampled
+
+
+@dataclass(frozen=True)
+class ShardConfig:
+    model: Path
+    start: int
+    end: int
+    codec: str = "fp16"          # how this shard's activations travel to the next
+    num_pages: int = 1024
+    page_size: int = 16
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.codec not in wire.ACTIVATION_CODECS:
+            raise ValueError(f"codec {self.codec!r}: one of {', '.join(wire.ACTIVATION_CODECS)}")
+        if not 0 <= self.start < self.end:
+            raise ValueError(f"layer range {self.start}:{self.end} is empty or negative")
+
+
+class ShardService(Service):
+    kind = "shard"
+
+    def __init__(self, config: ServiceConfig, shard: ShardConfig, ctx=None):
+        super().__init__(config, ctx)
+        self.shard = shard
+        self.model = None
+        self.loaded = None
+        # One compute thread: batches run one at a time here while the event loop keeps
+        # reading requests, and numpy releases the GIL inside its kernels.
+        self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
+
+    # ------------------------------------------------------------------ lifecycle
+    async def on_start(self) -> None:
+        self.loaded, self.model = await asyncio.get_running_loop().run_in_executor(
+            self._compute, self._load)
+
+    def _load(self):
+        from services.modelstore.weight_cache import file_identity, load_weights
+        from services.shard.kv_cache import KVConfig, PagedKVCache
+        from services.shard.model import ShardModel
+
+        s = self.shard
+        loaded = load_weights(s.model, s.start, s.end, s.dtype)
+        kv = PagedKVCache.for_model(loaded.config, s.start, s.end,
+                                    KVConfig(num_pages=s.num_pages, page_size=s.page_size),
+                                    dtype=np.dtype(s.dtype))
+        model = ShardModel(loaded.config, loaded.weights, kv)
+        self.model_id = file_identity(s.model)
+        self.kv_bytes = kv.k.nbytes + kv.v.nbytes
+        return loaded, model
+
+    async def on_stop(self) -> None:
+        self._compute.shutdown(wait=True)
+
+    def info(self) -> dict:
+        if self.model is None:
+            return {"layers": [self.shard.start, self.shard.end]}
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return {"layers": [self.shard.start, self.shard.end], "n_layers": self.model.config.n_layers,
+                "model": self.model_id, "codec": self.shard.codec,
+                "num_pages": self.shard.num_pages, "page_size": self.shard.page_size,
+                "load_s": round(self.loaded.seconds, 3), "cold_load": self.loaded.cold,
+                "kv_mb": round(self.kv_bytes / 2**20, 1), "max_rss_mb": round(rss_mb, 1)}
+
+    # ------------------------------------------------------------------ the work
+    @handles(Forward)
+    async def forward(self, msg: wire.Message) -> Sampled:
+        f: Forward = msg.body
+        if self.model is None:
+            raise ServiceError("loading", f"{self.name} is still loading", retry_after=1.0)
+        if f.first_layer != self.shard.start:
+            raise ServiceError("range_mismatch", f"{self.name} holds layers {self.shard.start}:"
+                                                 f"{self.shard.end}, not {f.first_layer}:")
+        batch = self._batch(f)
+        t0 = time.perf_counter()
+        out = await self._run(self.model.forward, batch)
+        ms = (time.perf_counter() - t0) * 1e3
+        if self.model.last:
+            reply = await self._sample(f, out)
+        else:
+            reply = await self._hand_on(msg, f, out)
+        reply.hop_ms[self.name] = round(ms, 3)
+        return reply
+
+    def _batch(self, f: Forward):
+        from services.shard.batch import ForwardBatch
+        try:
+            return ForwardBatch(
+                positions=f.positions.array(), query_lens=f.query_lens.array(),
+                page_table=f.page_table.array(),
+                tokens=f.tokens.array() if f.tokens is not None else None,
+                hidden=f.hidden.array() if f.hidden is not None else None,
+                want_logits=f.want_logits.array() if f.want_logits is not None else None)
+        except ValueError as e:   # a payload that does not reshape to its declared shape
+            raise ServiceError("bad_batch", str(e)) from None
+
+    async def _run(self, fn, *args):
+        from kernels.sampling import BadLogits
+        from kernels.sampling_params import BadSamplingParams
+        from services.shard.batch import BadBatch
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._compute, fn, *args)
+        except BadBatch as e:
+            raise ServiceError("bad_batch", str(e)) from None
+        except BadSamplingParams as e:
+            raise ServiceError("bad_sampling", str(e)) from None
+        except BadLogits as e:
+            raise ServiceError("bad_logits", str(e)) from None
+
+    async def _hand_on(self, msg: wire.Message, f: Forward, hidden: np.ndarray) -> Sampled:
+        nxt = self._next_shard()
+        onward = replace(f, first_layer=self.shard.end, tokens=None,
+                         hidden=wire.Tensor(hidden, self.shard.codec))
+        timeout = (msg.deadline - time.time()) if msg.deadline else 30.0
+        if timeout <= 0:
+            raise ServiceError("deadline_exceeded", "no time left to reach the next shard")
+        return await self.peers.call(nxt, onward, timeout=timeout)
+
+    def _next_shard(self) -> str:
+        live = [e for e in self.directory.of_kind("shard")
+                if e.info.get("layers", [None])[0] == self.shard.end
+                and e.info.get("model") == self.model_id and e.state == "ready"]
+        if not live:
+            raise ServiceError("shard_unavailable",
+                               f"no live shard holds layers from {self.shard.end} of this model",
+                               retry_after=1.0)
+        return min(live, key=lambda e: e.load).name
+
+    async def _sample(self, f: Forward, logits: np.ndarray) -> Sampled:
+        from kernels.sampling import sample
+        from kernels.sampling_params import SamplingParams
+        from kernels.sampling_params import BadSamplingParams
+
+        n = logits.shape[0]
+        if len(f.sampling) != n:
+            raise ServiceError("bad_batch", f"{n} sequences sample but {len(f.sampling)} "
+                                            "sampling entries were sent")
+        hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
+        lens = f.history_lens or [0] * n
+        if len(lens) != n or sum(lens) != hist.shape[0] or min(lens) < 0:
+            raise ServiceError("bad_batch", "history_lens do not match the history tensor")
+        cuts = np.cumsum([0] + list(lens))
+        histories = [hist[cuts[i]:cuts[i + 1]] for i in range(n)]
+        try:
+            params = [SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                                     min_p=s.min_p, repetition_penalty=s.repetition_penalty,
+                                     presence_penalty=s.presence_penalty,
+                                     frequency_penalty=s.frequency_penalty, seed=s.seed,
+                                     top_logprobs=s.top_logprobs) for s in f.sampling]
+        except BadSamplingParams as e:
+            raise ServiceError("bad_sampling", str(e)) from None
+        steps = [s.step for s in f.sampling]
+        res = await self._run(sample, logits, params, histories, steps)
+        want_top = res.top_ids.shape[1] > 0
+        return Sampled(
+            batch_id=f.batch_id, tokens=wire.Tensor(res.tokens.astype(np.int32)),
+            logprobs=wire.Tensor(res.logprobs.astype(np.float32)),
+            top_ids=wire.Tensor(res.top_ids.astype(np.int32)) if want_top else None,
+            top_logprobs=wire.Tensor(res.top_logprobs.astype(np.float32)) if want_top else None,
+            logits=wire.Tensor(logits, "fp32") if f.return_logits else None)

@@ -1,0 +1,58 @@
+"""Messages of the shard pipeline: a batch goes in at the first shard, hops through every
+layer range, and comes back from the last as sampled token ids (never logits)."""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from ..schema import message, record
+from ..tensor import Tensor
+
+
+@record
+class Sampling:
+    """How to pick the next token of one sequence; checked by the last shard's sampler."""
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int = 0
+    top_logprobs: int = 0
+    step: int = 0          # index of the token being sampled within its request
+
+
+@message("shard.forward")
+class Forward:
+    """One step of work in the flattened layout of services.shard.batch.ForwardBatch."""
+    batch_id: int
+    first_layer: int                   # the receiver must hold layers starting here
+    positions: Tensor                  # int32 (T,)
+    query_lens: Tensor                 # int32 (S,)
+    page_table: Tensor                 # int32 (S, max_pages), -1 padded
+    tokens: Tensor | None = None       # int32 (T,), to the first shard
+    hidden: Tensor | None = None       # float32 (T, D) in the hop's codec, to later shards
+    want_logits: Tensor | None = None  # bool (S,); None: every sequence samples
+    sampling: list[Sampling] = field(default_factory=list)      # one per sampling sequence, in order
+    history: Tensor | None = None      # int32: prompt+generated ids of sampling sequences, end to end
+    history_lens: list[int] = field(default_factory=list)
+    return_logits: bool = False        # diagnostics and parity tests only
+
+    def check(self):
+        if self.batch_id < 0 or self.first_layer < 0:
+            raise ValueError("batch_id and first_layer must be >= 0")
+        if (self.tokens is None) == (self.hidden is None):
+            raise ValueError("exactly one of tokens and hidden")
+
+
+@message("shard.sampled")
+class Sampled:
+    batch_id: int
+    tokens: Tensor                     # int32 (S_sample,)
+    logprobs: Tensor                   # float32 (S_sample,), raw distribution
+    top_ids: Tensor | None = None      # int32 (S_sample, n)
+    top_logprobs: Tensor | None = None
+    logits: Tensor | None = None       # float32 (S_sample, V), only when return_logits
+    hop_ms: dict[str, float] = field(default_factory=dict)      # compute time per shard name, for per-hop metrics
