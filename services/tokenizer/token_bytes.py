@@ -35,11 +35,15 @@ def gpt2_unicode_to_byte() -> dict[str, int]:
     return {c: b for b, c in gpt2_byte_to_unicode().items()}
 
 
-def token_bytes_table(vocab: Vocab) -> list[bytes]:
-    """bytes of every token id, as llama.cpp's token_to_piece gives them with special=True."""
-    if vocab.model == "gpt2":
-        return [_gpt2_bytes(t, k) for t, k in zip(vocab.tokens, vocab.token_types)]
-    return [_spm_bytes(t, k) for t, k in zip(vocab.tokens, vocab.token_types)]
+def token_bytes_table(vocab: Vocab, special: bool = False) -> list[bytes]:
+    """bytes of every token id, as llama.cpp's token_to_piece gives them.
+
+    special=False (llama.cpp's default, what a user sees): control tokens are b"".
+    special=True: control tokens are their text, e.g. b"<|im_end|>".
+    """
+    spell = _gpt2_bytes if vocab.model == "gpt2" else _spm_bytes
+    return [b"" if k == TokenType.CONTROL and not special else spell(t, k)
+            for t, k in zip(vocab.tokens, vocab.token_types)]
 
 
 def _gpt2_bytes(text: str, kind: int) -> bytes:
