@@ -32,11 +32,13 @@ _U64 = struct.Struct("<Q")
 class _Cursor:
     """A read position in the mapped file; every read is bounds-checked."""
 
-    def __init__(self, buf: memoryview):
+    def __init__(self, buf: mmap.mmap):
+        # Slicing the mmap copies just the bytes asked for, and leaves no exported buffer that
+        # would stop the map from closing when an error unwinds.
         self.buf = buf
         self.pos = 0
 
-    def take(self, n: int) -> memoryview:
+    def take(self, n: int) -> bytes:
         end = self.pos + n
         if n < 0 or end > len(self.buf):
             raise BadModelFile(f"GGUF metadata runs past the end of the file (offset {self.pos})")
@@ -96,16 +98,16 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
     """All key/value pairs of a little-endian GGUF v2/v3 file; arrays of numbers come as numpy."""
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return _parse(memoryview(mm))
+            return _parse(mm)
     except (OSError, ValueError) as e:
         if isinstance(e, BadModelFile):
             raise
         raise BadModelFile(f"cannot read {path}: {e}") from e
 
 
-def _parse(buf: memoryview) -> dict[str, Any]:
+def _parse(buf: mmap.mmap) -> dict[str, Any]:
     cur = _Cursor(buf)
-    if bytes(cur.take(4)) != _MAGIC:
+    if cur.take(4) != _MAGIC:
         raise BadModelFile("not a GGUF file (bad magic)")
     version = cur.scalar("<I")
     if version not in (2, 3):
@@ -113,10 +115,7 @@ def _parse(buf: memoryview) -> dict[str, Any]:
     cur.scalar("<Q")  # tensor count: not needed here
     n_kv = cur.scalar("<Q")
     meta: dict[str, Any] = {}
-    try:
-        for _ in range(n_kv):
-            key = cur.string()
-            meta[key] = cur.value(cur.scalar("<I"))
-    finally:
-        del cur  # drop views into the map before it closes
+    for _ in range(n_kv):
+        key = cur.string()
+        meta[key] = cur.value(cur.scalar("<I"))
     return meta

@@ -46,16 +46,26 @@ def token_bytes_table(vocab: Vocab, special: bool = False) -> list[bytes]:
             for t, k in zip(vocab.tokens, vocab.token_types)]
 
 
+@cache
+def _gpt2_translation() -> dict[int, int]:
+    """str.translate table: byte-level char -> the byte (as a Latin-1 char); any other char of
+    U+0000..U+0143 -> U+FFFF, which Latin-1 cannot encode, so the caller sees it is not a byte."""
+    table = {c: 0xFFFF for c in range(0x144)}
+    table.update({ord(c): b for c, b in gpt2_unicode_to_byte().items()})
+    return table
+
+
 def _gpt2_bytes(text: str, kind: int) -> bytes:
     if kind == TokenType.UNUSED:
         return b""
     if kind != TokenType.NORMAL:
         return text.encode("utf-8")  # special and user-defined tokens are stored as plain text
-    table = gpt2_unicode_to_byte()
-    if all(c in table for c in text):
-        return bytes(table[c] for c in text)
-    # Not a byte-level spelling (a hand-added token): take its text as written.
-    return text.encode("utf-8")
+    try:
+        # translate + Latin-1 is ~10x faster than a per-char dict lookup over 49k tokens.
+        return text.translate(_gpt2_translation()).encode("latin-1")
+    except UnicodeEncodeError:
+        # Not a byte-level spelling (a hand-added token): take its text as written.
+        return text.encode("utf-8")
 
 
 def _spm_bytes(text: str, kind: int) -> bytes:

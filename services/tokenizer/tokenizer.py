@@ -5,6 +5,7 @@ Pure (no sockets): the bus service wraps one instance. Encoding runs in HF `toke
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,16 +31,16 @@ class Tokenizer:
     def __init__(self, vocab: Vocab):
         spec = pre_tokenizer_spec(vocab.pre) if vocab.model == "gpt2" else None
         self.vocab = vocab
-        self._with_special = build_tokenizer(vocab, spec)
-        # A second instance that leaves special tokens as plain text: the flag lives on the
-        # object, and flipping it per call would race between concurrent requests.
-        self._plain = build_tokenizer(vocab, spec)
-        self._plain.encode_special_tokens = True
-        # What llama.cpp's token_to_piece gives: control tokens read as b"".
-        self.token_bytes: list[bytes] = token_bytes_table(vocab)
-        self._bytes_with_special = token_bytes_table(vocab, special=True)
+        self._hf = build_tokenizer(vocab, spec)
+        # parse_special is a flag on the HF object (encode_special_tokens), set per call; the
+        # lock keeps concurrent callers from seeing each other's setting.
+        self._lock = threading.Lock()
         self.special_ids: frozenset[int] = frozenset(
             i for i, k in enumerate(vocab.token_types) if k == TokenType.CONTROL)
+        self._bytes_with_special = token_bytes_table(vocab, special=True)
+        # What llama.cpp's token_to_piece gives: control tokens read as b"".
+        self.token_bytes: list[bytes] = [b"" if i in self.special_ids else b
+                                         for i, b in enumerate(self._bytes_with_special)]
         if vocab.add_bos is not None:
             self.add_bos_default = vocab.add_bos
         else:  # llama.cpp's defaults when the GGUF does not say
@@ -83,8 +84,9 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TokenizerError(f"text to encode must be a string, got {type(text).__name__}")
-        tok = self._with_special if parse_special else self._plain
-        ids = tok.encode(text, add_special_tokens=False).ids
+        with self._lock:
+            self._hf.encode_special_tokens = not parse_special
+            ids = self._hf.encode(text, add_special_tokens=False).ids
         if add_bos or (add_special and self.add_bos_default):
             ids.insert(0, self._required(self.vocab.bos_id, "BOS"))
         if add_eos or (add_special and self.add_eos_default):
