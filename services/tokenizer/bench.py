@@ -1,4 +1,4 @@
-"""Measure tokenizer load time and encode/decode speed on a GGUF: `python3 -m services.tokenizer.bench [PATH]`."""
+"""Tokenizer load time and encode/decode speed: `python3 -m services.tokenizer.bench [GGUF]`."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
 
 
 class _GenerationTag(Extension):
-    """HF's {% generation %}...{% endgeneration %} marks assistant text for training; we just render it."""
+    """HF's {% generation %}...{% endgeneration %} marks assistant text for training; rendered as is."""
 
     tags = {"generation"}
 

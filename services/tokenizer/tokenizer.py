@@ -47,6 +47,9 @@ class Tokenizer:
             self.add_bos_default = spec.add_bos_default if spec else vocab.model == "llama"
         self.add_eos_default = vocab.add_eos
         self._strip_prefix_space = vocab.model == "llama" and vocab.add_space_prefix
+        eog = {i for i in (vocab.eos_id, vocab.eot_id, vocab.eom_id) if i is not None}
+        eog.update(i for i in self.special_ids if vocab.tokens[i] in _EOG_TEXTS)
+        self._eot_ids = frozenset(eog)
         self.templates = ChatTemplates(vocab.chat_template, vocab.named_templates,
                                        frozenset(vocab.tokens[i] for i in self.special_ids))
 
@@ -70,9 +73,7 @@ class Tokenizer:
     @property
     def eot_ids(self) -> frozenset[int]:
         """Every id that ends a turn: EOS, EOT/EOM if declared, and known end-of-turn specials."""
-        ids = {i for i in (self.vocab.eos_id, self.vocab.eot_id, self.vocab.eom_id) if i is not None}
-        ids.update(i for i in self.special_ids if self.vocab.tokens[i] in _EOG_TEXTS)
-        return frozenset(ids)
+        return self._eot_ids
 
     def encode(self, text: str, parse_special: bool = False, add_bos: bool = False,
                add_eos: bool = False, *, add_special: bool = False) -> list[int]:

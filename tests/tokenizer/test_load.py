@@ -103,3 +103,16 @@ def test_out_of_range_special_id(tmp_path):
     path = write_gguf(tmp_path / "bad.gguf", tiny_bpe_kv(add_eos_token_id=10**6))
     with pytest.raises(BadModelFile, match="eos_id"):
         Tokenizer.from_gguf(path)
+
+
+def test_bad_inputs_to_encode_and_decode(bpe_gguf):
+    from services.tokenizer.errors import BadTokenId, TokenizerError
+    tok = Tokenizer.from_gguf(bpe_gguf)
+    with pytest.raises(TokenizerError, match="string"):
+        tok.encode(b"bytes")
+    with pytest.raises(BadTokenId):
+        tok.decode([0, tok.vocab_size])
+    with pytest.raises(BadTokenId):
+        tok.decode([-1])
+    with pytest.raises(BadTokenId):
+        tok.stream().push(tok.vocab_size)

@@ -37,13 +37,15 @@ def test_generation_prompt_is_optional():
 
 def test_hf_whitespace_control():
     # trim_blocks and lstrip_blocks: block tags leave no newline or indent behind.
-    src = "{% for m in messages %}\n    {% if m.role == 'user' %}\n[{{ m.content }}]\n    {% endif %}\n{% endfor %}"
+    src = ("{% for m in messages %}\n    {% if m.role == 'user' %}\n[{{ m.content }}]\n"
+           "    {% endif %}\n{% endfor %}")
     assert render(src, CHAT) == "[Hi]\n[Q]\n"
 
 
 def test_hf_helpers():
     src = ("{{ messages[0].content | tojson }}|{{ strftime_now('%Y') | length }}"
-           "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m.role }}{% endfor %}")
+           "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m.role }}"
+           "{% endfor %}")
     assert render(src, [{"role": "user", "content": "東京"}]) == '"東京"|4user'
 
 
