@@ -1,6 +1,7 @@
 """The real SmolLM2 tokenizer gives exactly llama.cpp's ids, prompts and token bytes."""
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 pytestmark = pytest.mark.slow
 
@@ -79,3 +80,19 @@ def test_streaming_never_splits_a_character(smollm):
         assert "\ufffd" not in p
         p.encode("utf-8")  # every piece is well-formed (no lone surrogates)
     assert "".join(pieces) == TEXT
+
+
+def test_bytes_missing_from_the_vocabulary_are_dropped(smollm):
+    # SmolLM2 has no token for 21 bytes (e.g. 0x04, 0xF1); llama.cpp drops them as we do.
+    assert smollm.encode("a\x04b") == smollm.encode("ab")
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(st.characters(blacklist_categories=["Cs"]), max_size=60))
+def test_any_text_round_trips_and_streams(smollm, text):
+    spellable = {b for i, b in enumerate(smollm.token_bytes) if len(b) == 1}
+    assume(all(bytes([b]) in spellable for b in text.encode("utf-8")))
+    ids = smollm.encode(text)
+    assert smollm.decode(ids) == text
+    dec = smollm.stream()
+    assert "".join(dec.push(i) for i in ids) + dec.flush() == text
