@@ -1,0 +1,51 @@
+"""Typed errors of the tokenizer, named for what the caller did or must do."""
+
+
+class TokenizerError(ValueError):
+    """Base of every error this package raises on bad input or a bad model file."""
+
+
+class BadModelFile(TokenizerError):
+    """The file is not a GGUF we can read, or its tokenizer fields are missing or inconsistent."""
+
+
+class UnsupportedTokenizer(TokenizerError):
+    """The GGUF names a tokenizer model or pre-tokenizer this service cannot build."""
+
+    def __init__(self, kind: str, name: str, supported: list[str]):
+        super().__init__(f"unsupported {kind} {name!r}; supported: {', '.join(sorted(supported))}")
+        self.kind = kind
+        self.name = name
+        self.supported = sorted(supported)
+
+
+class BadTokenId(TokenizerError):
+    """A token id outside [0, vocab_size)."""
+
+    def __init__(self, token_id: object, vocab_size: int):
+        super().__init__(f"token id {token_id!r} is not in [0, {vocab_size})")
+        self.token_id = token_id
+        self.vocab_size = vocab_size
+
+
+class BadMessages(TokenizerError):
+    """Chat messages the template cannot take: empty list, unknown role, non-text content."""
+
+    def __init__(self, detail: str, index: int | None = None):
+        where = f"messages[{index}]: " if index is not None else "messages: "
+        super().__init__(where + detail)
+        self.index = index
+        self.detail = detail
+
+
+class UnknownTemplate(TokenizerError):
+    """A chat template asked for by a name that neither the GGUF nor the built-ins have."""
+
+    def __init__(self, name: str, available: list[str]):
+        super().__init__(f"no chat template named {name!r}; available: {', '.join(available)}")
+        self.name = name
+        self.available = available
+
+
+class TemplateError(TokenizerError):
+    """The chat template failed to render (a Jinja error or the template's raise_exception)."""

@@ -1,0 +1,122 @@
+"""Render chat messages to a prompt with a Jinja chat template, in a sandbox, as HF does.
+
+Templates come from the GGUF (`tokenizer.chat_template`, and `tokenizer.chat_template.NAME`)
+or from the built-ins; the environment mirrors transformers' apply_chat_template (trim_blocks,
+lstrip_blocks, loop controls, raise_exception, strftime_now, a non-ASCII-escaping tojson).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+from jinja2.ext import Extension
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from services.tokenizer.builtin_templates import BUILTIN_TEMPLATES, DETECT_ORDER, FALLBACK
+from services.tokenizer.errors import TemplateError, UnknownTemplate
+from services.tokenizer.messages import normalize_messages
+
+GGUF_DEFAULT = "gguf"   # the name under which the GGUF's own template is chosen
+
+
+class _RaisedByTemplate(Exception):
+    pass
+
+
+def _raise_exception(message: str) -> None:
+    raise _RaisedByTemplate(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: Any = None, sort_keys: bool = False) -> str:
+    # Jinja's own tojson escapes HTML characters and ASCII-escapes; HF templates expect neither.
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+class _GenerationTag(Extension):
+    """HF's {% generation %}...{% endgeneration %} marks assistant text for training; rendered as is."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body, lineno=lineno)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols, _GenerationTag])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+_ENV = _environment()
+
+
+@lru_cache(maxsize=32)
+def compile_template(source: str) -> jinja2.Template:
+    """Compile once per distinct template text; a syntax error is a TemplateError."""
+    try:
+        return _ENV.from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise TemplateError(f"chat template does not compile (line {e.lineno}): {e.message}") from e
+
+
+def render(source: str, messages: Any, *, add_generation_prompt: bool = True,
+           bos_token: str = "", eos_token: str = "", **extra: Any) -> str:
+    """The prompt text for `messages` (checked by normalize_messages) under template `source`."""
+    template = compile_template(source)
+    context = dict(extra)
+    context.update(messages=normalize_messages(messages), add_generation_prompt=add_generation_prompt,
+                   bos_token=bos_token, eos_token=eos_token)
+    try:
+        return template.render(**context)
+    except _RaisedByTemplate as e:
+        raise TemplateError(f"chat template refused the messages: {e}") from e
+    except (jinja2.TemplateError, TypeError, KeyError, IndexError, ValueError) as e:
+        raise TemplateError(f"chat template failed to render: {type(e).__name__}: {e}") from e
+
+
+class ChatTemplates:
+    """The templates a model can be rendered with, found by name, with a default choice."""
+
+    def __init__(self, gguf_default: str | None, gguf_named: Mapping[str, str],
+                 vocab_tokens: set[str] | frozenset[str] = frozenset()):
+        self._sources: dict[str, str] = {}
+        if gguf_default:
+            self._sources[GGUF_DEFAULT] = gguf_default
+        self._sources.update(gguf_named)
+        for name, source in BUILTIN_TEMPLATES.items():
+            self._sources.setdefault(name, source)
+        self.default_name = GGUF_DEFAULT if gguf_default else _detect(vocab_tokens)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._sources)
+
+    def source(self, name: str | None = None) -> str:
+        """Template text by name; None is the default (the GGUF's own, else detected, else ChatML)."""
+        key = self.default_name if name is None else name
+        if key not in self._sources:
+            raise UnknownTemplate(key, self.names)
+        return self._sources[key]
+
+
+def _detect(vocab_tokens: set[str] | frozenset[str]) -> str:
+    for marker, name in DETECT_ORDER:
+        if marker in vocab_tokens:
+            return name
+    return FALLBACK
