@@ -9,7 +9,7 @@ from services.tokenizer.gguf_meta import read_metadata
 from services.tokenizer.tokenizer import Tokenizer
 from services.tokenizer.vocab import load_vocab
 
-from conftest import tiny_bpe_kv, write_gguf
+from .conftest import tiny_bpe_kv, write_gguf
 
 
 def test_metadata_reader_agrees_with_gguf_reader(spm_gguf):

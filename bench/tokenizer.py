@@ -1,4 +1,4 @@
-"""Tokenizer load time and encode/decode speed: `python3 -m services.tokenizer.bench [GGUF]`."""
+"""Tokenizer load time and encode/decode speed: `python3 bench/tokenizer.py [GGUF]`."""
 
 from __future__ import annotations
 
