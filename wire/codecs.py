@@ -210,6 +210,11 @@ def _quantize(x: np.ndarray, amax: np.ndarray, block: int) -> tuple[np.ndarray, 
     # A scale never goes below the smallest normal float32, so 1/scale stays finite: groups
     # whose values are all below ~1.5e-36 get an absolute error under 6e-39 instead.
     scale = np.maximum(amax / np.float32(127), TINY)                    # (rows, groups)
+    # Round the scale down where 127 * scale rounds past amax, so that decoded values never
+    # exceed their group's max: near float32's max that would be inf.
+    with np.errstate(over="ignore"):
+        past = scale * np.float32(127) > amax
+    scale = np.where(past, np.nextafter(scale, np.float32(0)), scale)
     t = _times_groups(x, np.float32(1) / scale, block)                  # (rows, n) in [-127, 127]
     # |x| <= amax, so |t| <= 127 up to rounding of 1/scale: rint cannot reach 128, no clip.
     return np.rint(t, out=t).astype(np.int8), scale
@@ -229,8 +234,12 @@ def dequantize_int8(q: np.ndarray, scale: np.ndarray, block: int) -> np.ndarray:
 
 def relative_error(x: np.ndarray, y: np.ndarray) -> float:
     """||x - y|| / ||x|| (0 for an all-zero x)."""
-    norm = float(np.linalg.norm(x))
-    return float(np.linalg.norm(x - y)) / norm if norm else 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        norm, err = float(np.linalg.norm(x)), float(np.linalg.norm(x - y))
+    if not (np.isfinite(norm) and np.isfinite(err)):  # squares past float32: redo in float64
+        x64 = x.astype(np.float64)
+        norm, err = float(np.linalg.norm(x64)), float(np.linalg.norm(x64 - y))
+    return err / norm if norm else 0.0
 
 
 CODECS: dict[str, Codec] = {c.name: c for c in (Raw(), Fp32(), Fp16(), Int8())}
