@@ -74,6 +74,20 @@ def test_deeply_nested_msgpack(depth, reason):
     bad([frame], reason)  # past msgpack's own stack limit the unpacker refuses it
 
 
+@pytest.mark.parametrize("claim", [b"\xdd\xff\xff\xff\xff", b"\xdf\xff\xff\xff\xff",
+                                   b"\xdb\xff\xff\xff\xff", b"\xc6\xff\xff\xff\xff"])
+def test_msgpack_length_claims_allocate_nothing(claim):
+    # array32 / map32 / str32 / bin32 claiming 4G items with nothing behind them
+    tracemalloc.start()
+    try:
+        with pytest.raises(wire.BadFrame) as e:
+            wire.decode([claim + b"\x00" * 16])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert e.value.reason == "malformed" and peak < 1 << 20
+
+
 def test_nesting_inside_any_fields_is_limited_too():
     nested: object = "leaf"
     for _ in range(limits.MAX_DEPTH + 2):
