@@ -2,7 +2,8 @@
 
 On the sending side a Tensor wraps the array to encode. On the receiving side it holds the
 payload frames as views (no copy) and decodes on `.array()`; fp32 and raw decode to a view of
-the received frame itself.
+the received frame itself. A received tensor put in a message again (an echo, a relay) goes out
+as the very frames it came in, never decoded and re-quantized.
 """
 
 from __future__ import annotations
