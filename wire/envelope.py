@@ -10,9 +10,11 @@ message. Decoding checks everything before it trusts anything and raises only Ba
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+import math
+from typing import Any, Iterable, Sequence
 
 import msgpack
+import numpy as np
 
 from . import limits
 from .codecs import CODECS, encode_tensor
@@ -61,12 +63,26 @@ def encode(msg: Message) -> list:
     }
     if len(payload) + 1 > limits.MAX_FRAMES:
         raise ValueError(f"message has {len(payload)} tensor frames, limit {limits.MAX_FRAMES - 1}")
-    return [msgpack.packb(header, use_bin_type=True)] + [memoryview(b).cast("B") for b in payload]
+    return [msgpack.packb(header, use_bin_type=True)] + [_bytes_view(b) for b in payload]
 
 
-def _buffer(frame) -> memoryview:
+def _bytes_view(b: Any) -> memoryview:
+    """A flat byte view of a payload buffer, without copying."""
+    if isinstance(b, np.ndarray):
+        # memoryview.cast refuses shapes with a zero in them; a uint8 view of the flat array
+        # works for empty and 0-d arrays alike.
+        return memoryview(b.reshape(-1).view(np.uint8))
+    m = memoryview(b)
+    return m if m.format == "B" and m.ndim == 1 else m.cast("B")
+
+
+def _buffer(frame: Any) -> memoryview:
     buf = getattr(frame, "buffer", None)  # zmq.Frame received with copy=False
-    return memoryview(buf if buf is not None else frame).cast("B")
+    try:
+        m = memoryview(buf if buf is not None else frame)
+        return m if m.format == "B" and m.ndim == 1 else m.cast("B")
+    except (TypeError, ValueError):
+        raise BadFrame("malformed", f"a frame is not a byte buffer ({type(frame).__name__})") from None
 
 
 def decode(frames: Sequence[Any]) -> Message:
@@ -90,8 +106,9 @@ def decode(frames: Sequence[Any]) -> Message:
         raise BadFrame("schema", "header must be a map of exactly "
                        "version, type, id, sender, epoch, deadline, body")
     _check_depth(header["body"], 0)
-    if header["version"] != limits.VERSION:
-        raise BadFrame("version", f"version {header['version']!r}, this side speaks {limits.VERSION}")
+    version = header["version"]
+    if not _is_int(version) or version != limits.VERSION:
+        raise BadFrame("version", f"version {str(version)[:20]}, this side speaks {limits.VERSION}")
     if not isinstance(header["type"], str):
         raise BadFrame("schema", "type must be a string")
     mid, sender, epoch, deadline = header["id"], header["sender"], header["epoch"], header["deadline"]
@@ -101,8 +118,9 @@ def decode(frames: Sequence[Any]) -> Message:
         raise BadFrame("schema", "sender must be a short string")
     if not (_is_int(epoch) and 0 <= epoch < 1 << 64):
         raise BadFrame("schema", "epoch must be an unsigned 64-bit integer")
-    if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or deadline < 0:
-        raise BadFrame("schema", "deadline must be a non-negative number")
+    if (not isinstance(deadline, (int, float)) or isinstance(deadline, bool)
+            or not 0 <= deadline < math.inf):  # NaN fails this too
+        raise BadFrame("schema", "deadline must be a finite non-negative number")
     cls = lookup(header["type"])
 
     used: set[int] = set()
@@ -114,6 +132,13 @@ def decode(frames: Sequence[Any]) -> Message:
     if len(used) != len(bufs) - 1:
         raise BadFrame("frame_count", f"{len(bufs) - 1} payload frames, {len(used)} referenced")
     return Message(body=body, id=mid, sender=sender, epoch=epoch, deadline=float(deadline))
+
+
+def _numel(dims: Iterable[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
 
 
 def _is_int(v: Any) -> bool:
@@ -141,6 +166,10 @@ def _tensor(desc: Any, path: str, bufs: list[memoryview], used: set[int]) -> Ten
     if (not isinstance(shape, list) or len(shape) > limits.MAX_TENSOR_DIMS
             or not all(_is_int(d) and 0 <= d < 1 << 40 for d in shape)):
         raise BadFrame("schema", f"{path}: bad shape")
+    # Every codec spends at least a byte a value, so no real tensor is refused here; this stops
+    # an empty shape like (2^39, 0, 2^39) that numpy cannot even reshape to.
+    if _numel(d for d in shape if d) > limits.MAX_TENSOR_BYTES:
+        raise BadFrame("oversized", f"{path}: shape {shape} too large")
     if not isinstance(dtype, str) or not isinstance(meta, dict):
         raise BadFrame("schema", f"{path}: bad dtype or meta")
     shape = tuple(shape)

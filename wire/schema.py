@@ -30,7 +30,11 @@ _Conv = Callable[[Any, str], Any]  # (raw value, field path) -> python value
 def record(cls: type) -> type:
     """A nested structure inside a message body (not a message of its own)."""
     cls = dataclasses.dataclass(frozen=True)(cls)
-    cls.__wire_fields__ = None  # compiled lazily: forward references may not exist yet
+    cls.__wire_conv__ = None
+    try:
+        _compile_record(cls)  # an unsupported field type fails here, not on the first decode
+    except NameError:
+        cls.__wire_conv__ = None  # a forward reference: compiled on first use instead
     return cls
 
 
@@ -52,7 +56,7 @@ def lookup(type_name: str) -> type:
     try:
         return REGISTRY[type_name]
     except KeyError:
-        raise BadFrame("unknown_type", f"no message type {type_name!r}") from None
+        raise BadFrame("unknown_type", f"no message type {type_name[:60]!r}") from None
 
 
 # ----------------------------------------------------------------------------------- decode
@@ -64,30 +68,23 @@ def from_wire(cls: type, raw: Any, tensors: Callable[[Any, str], Tensor], path: 
 
 
 def _compile_record(cls: type):
-    spec = cls.__wire_fields__
-    if spec is None:
-        hints = typing.get_type_hints(cls)
-        spec = []
-        for f in dataclasses.fields(cls):
-            has_default = (f.default is not dataclasses.MISSING
-                           or f.default_factory is not dataclasses.MISSING)
-            spec.append((f.name, _compile(hints[f.name]), has_default))
-        cls.__wire_fields__ = spec
+    conv = cls.__dict__.get("__wire_conv__")
+    if conv is not None:
+        return conv
     check = getattr(cls, "check", None)
+    spec: list = []
 
     def conv(raw, path, tensors):
         if not isinstance(raw, dict):
             raise BadFrame("schema", f"{path}: expected a map, got {type(raw).__name__}")
-        known = set()
         kwargs = {}
         for name, fconv, has_default in spec:
-            known.add(name)
             if name in raw:
                 kwargs[name] = fconv(raw[name], f"{path}.{name}", tensors)
             elif not has_default:
                 raise BadFrame("schema", f"{path}.{name}: required field missing")
-        extra = [k for k in raw if k not in known]
-        if extra:
+        if len(kwargs) != len(raw):
+            extra = [k for k in raw if k not in kwargs]
             raise BadFrame("schema", f"{path}: unknown field {str(extra[0])[:40]!r}")
         obj = cls(**kwargs)
         if check is not None:
@@ -97,6 +94,17 @@ def _compile_record(cls: type):
                 raise BadFrame("schema", f"{path}: {e}") from None
         return obj
 
+    # Set before compiling the fields so that a record containing itself compiles.
+    cls.__wire_conv__ = conv
+    try:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            has_default = (f.default is not dataclasses.MISSING
+                           or f.default_factory is not dataclasses.MISSING)
+            spec.append((f.name, _compile(hints[f.name]), has_default))
+    except BaseException:
+        cls.__wire_conv__ = None
+        raise
     return conv
 
 
@@ -143,7 +151,8 @@ def _compile(tp) -> Callable:
         return lambda v, p, t: _plain(v, p)
     if tp is Tensor:
         return lambda v, p, t: t(v, p)
-    if dataclasses.is_dataclass(tp):
+    if dataclasses.is_dataclass(tp) and "__wire_conv__" in tp.__dict__:
+        _compile_record(tp)
         return lambda v, p, t: _compile_record(tp)(v, p, t)
     if tp is bool:
         return _scalar(bool, (bool,))

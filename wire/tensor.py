@@ -2,7 +2,8 @@
 
 On the sending side a Tensor wraps the array to encode. On the receiving side it holds the
 payload frames as views (no copy) and decodes on `.array()`; fp32 and raw decode to a view of
-the received frame itself.
+the received frame itself. A received tensor put in a message again (an echo, a relay) goes out
+as the very frames it came in, never decoded and re-quantized.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ class Tensor:
     __slots__ = ("codec", "shape", "dtype", "meta", "_array", "_buffers")
 
     def __init__(self, array: np.ndarray, codec: str = "raw"):
+        from .codecs import CODECS
+        if codec not in CODECS:
+            raise ValueError(f"unknown codec {codec!r}; known: {', '.join(CODECS)}")
         self.codec = codec
         self.shape = tuple(int(d) for d in array.shape)
         self.dtype = str(array.dtype)
@@ -39,7 +43,13 @@ class Tensor:
         return self._array
 
     @property
+    def is_received(self) -> bool:
+        """True when this tensor came off the wire (and holds its payload frames)."""
+        return bool(self._buffers)
+
+    @property
     def nbytes_on_wire(self) -> int:
+        """Payload bytes as received (0 for a tensor built to be sent)."""
         return sum(len(b) for b in self._buffers)
 
     def __repr__(self) -> str:
