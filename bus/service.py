@@ -288,10 +288,8 @@ class Service:
 
     @handles(Echo)
     async def _echo(self, msg: wire.Message) -> EchoReply:
-        payload = msg.body.payload
-        if payload is not None:
-            payload = wire.Tensor(payload.array(), payload.codec if payload.codec in wire.CODECS else "raw")
-        return EchoReply(text=msg.body.text, payload=payload)
+        # A received tensor goes back out as its own frames: no decode, no copy.
+        return EchoReply(text=msg.body.text, payload=msg.body.payload)
 
     @handles(Probe)
     async def _probe(self, msg: wire.Message) -> ProbeReply:
