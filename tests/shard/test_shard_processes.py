@@ -1,0 +1,232 @@
+"""Shard runners as real processes: a 3-stage pipeline over the real model, checked against
+the same model run in this process, with typed errors and a fast respawn."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytest_asyncio
+import zmq.asyncio
+
+import wire
+from bus.config import BusConfig
+from bus.directory import Directory
+from bus.errors import RemoteError
+from bus.peers import Peers
+from wire.messages.shard import Forward, Sampling
+
+from ..bus.procs import Procs, cli, unique_cluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+REFERENCE = json.loads((Path(__file__).parents[1] / "data" / "smollm2-135m-q4_1.llamacpp.json").read_text())
+RANGES = ((0, 10), (10, 20), (20, 30))
+PAGES, PAGE = 64, 16
+
+
+def start_pipeline(procs: Procs, model: Path, cluster: str, codec: str) -> dict:
+    out = {}
+    for a, b in RANGES:
+        name = f"shard-{a}"
+        out[name] = procs.start(cli("run", "shard", "--name", name, "--cluster", cluster,
+                                    "--interface", "127.0.0.1", "--model", str(model),
+                                    "--layers", f"{a}:{b}", "--codec", codec,
+                                    "--pages", str(PAGES), "--page-size", str(PAGE)))
+    return out
+
+
+class Driver:
+    """Plays the scheduler: one sequence at a time, pages 0.. in order."""
+
+    def __init__(self, peers: Peers):
+        self.peers = peers
+        self.batch_id = 0
+
+    async def step(self, ids, start, *, first_layer=0, sampling=None, table=None, **kw):
+        self.batch_id += 1
+        n = len(ids)
+        pages = (start + n + PAGE - 1) // PAGE
+        table = np.arange(pages, dtype=np.int32)[None, :] if table is None else table
+        body = Forward(batch_id=self.batch_id, first_layer=first_layer,
+                       positions=wire.Tensor(np.arange(start, start + n, dtype=np.int32)),
+                       query_lens=wire.Tensor(np.array([n], np.int32)),
+                       page_table=wire.Tensor(table),
+                       tokens=wire.Tensor(np.asarray(ids, np.int32)),
+                       sampling=[sampling or Sampling(temperature=0.0)], **kw)
+        return await self.peers.call("shard-0", body, timeout=60)
+
+    async def teacher_forced(self, chat, steps):
+        """Logits after the prompt and after each of the first `steps` reference tokens."""
+        prompt, greedy = chat["prompt_ids"], chat["greedy_ids"][:steps]
+        out = [await self.step(prompt, 0, return_logits=True)]
+        for i, tok in enumerate(greedy[:-1]):
+            out.append(await self.step([tok], len(prompt) + i, return_logits=True))
+        return out
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pipeline(model_path):
+    procs = Procs()
+    cluster = unique_cluster()
+    shards = start_pipeline(procs, model_path, cluster, "fp32")
+    ctx = zmq.asyncio.Context.instance()
+    d = Directory(ctx, BusConfig(cluster=cluster, mdns_interfaces=("127.0.0.1",)), me="test")
+    await d.start()
+    peers = Peers(ctx, d, me="test")
+    await _ready(d, 3)
+    yield procs, shards, d, Driver(peers), cluster
+    await peers.close()
+    await d.stop()
+    procs.stop_all()
+
+
+async def _ready(d: Directory, n: int, timeout: float = 240.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready = [e for e in d.of_kind("shard") if e.state == "ready" and "model" in e.info]
+        if len(ready) == n:
+            return ready
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"shards not ready: {d.explain()}")
+
+
+@pytest.fixture(scope="module")
+def local_model(model_path):
+    """The whole model in this process: the ground truth for the pipeline."""
+    from services.modelstore.weight_cache import load_weights
+    from services.shard.kv_cache import KVConfig, PagedKVCache
+    from services.shard.model import ShardModel
+    loaded = load_weights(model_path, 0, 30)
+    kv = PagedKVCache.for_model(loaded.config, 0, 30, KVConfig(num_pages=PAGES, page_size=PAGE))
+    return ShardModel(loaded.config, loaded.weights, kv)
+
+
+def local_logits(model, chat, steps):
+    from services.shard.batch import ForwardBatch
+    seq = chat["prompt_ids"] + chat["greedy_ids"][:steps - 1]
+    out, start, n = [], 0, len(chat["prompt_ids"])
+    while start < len(seq):
+        ids = seq[start:start + n]
+        pages = (start + len(ids) + PAGE - 1) // PAGE
+        out.append(model.forward(ForwardBatch(
+            positions=np.arange(start, start + len(ids), dtype=np.int32),
+            query_lens=np.array([len(ids)], np.int32),
+            page_table=np.arange(pages, dtype=np.int32)[None, :],
+            tokens=np.asarray(ids, np.int32)))[0])
+        start, n = start + len(ids), 1
+    return out
+
+
+async def test_three_processes_with_fp32_give_the_logits_of_one_in_process_model(pipeline, local_model):
+    _, _, _, drive, _ = pipeline
+    for chat in REFERENCE["chats"][:2]:
+        replies = await drive.teacher_forced(chat, steps=6)
+        expected = local_logits(local_model, chat, steps=6)
+        for r, want in zip(replies, expected):
+            got = r.logits.array()[0]
+            np.testing.assert_array_equal(got, want)
+            assert r.tokens.array()[0] == int(np.argmax(want))          # greedy sample
+            assert set(r.hop_ms) == {"shard-0", "shard-10", "shard-20"}
+
+
+async def test_the_last_shard_returns_token_ids_and_logprobs_not_logits(pipeline):
+    _, _, _, drive, _ = pipeline
+    chat = REFERENCE["chats"][0]
+    r = await drive.step(chat["prompt_ids"], 0, sampling=Sampling(temperature=0.0, top_logprobs=5))
+    assert r.logits is None
+    ref = chat["greedy_steps_top5"][0]
+    assert r.tokens.array().tolist() == [ref[0][0]]
+    assert r.top_ids.array()[0].tolist()[:2] == [ref[0][0], ref[1][0]]
+    lp = r.logprobs.array()[0]
+    assert lp <= 0 and abs(lp - ref[0][2]) < 0.3
+
+
+async def test_bad_batches_get_typed_errors_and_the_shard_keeps_serving(pipeline):
+    _, _, _, drive, _ = pipeline
+    ids = REFERENCE["chats"][0]["prompt_ids"][:5]
+    cases = {
+        "range_mismatch": dict(first_layer=10),
+        "bad_batch": dict(table=np.array([[PAGES + 7]], np.int32)),           # a page it lacks
+        "bad_sampling": dict(sampling=Sampling(temperature=-1.0)),
+    }
+    for code, kw in cases.items():
+        with pytest.raises(RemoteError) as e:
+            await drive.step(ids, 0, **kw)
+        assert e.value.code == code, (code, e.value)
+    # A malformed tensor: positions as floats.
+    bad = Forward(batch_id=99, first_layer=0, positions=wire.Tensor(np.zeros(5, np.float32)),
+                  query_lens=wire.Tensor(np.array([5], np.int32)),
+                  page_table=wire.Tensor(np.zeros((1, 1), np.int32)),
+                  tokens=wire.Tensor(np.asarray(ids, np.int32)), sampling=[Sampling()])
+    with pytest.raises(RemoteError) as e:
+        await drive.peers.call("shard-0", bad)
+    assert e.value.code == "bad_batch"
+    r = await drive.step(ids, 0)
+    assert r.tokens.array().shape == (1,)
+
+
+async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_model, model_path):
+    procs, shards, d, drive, cluster = pipeline
+    old = d.get("shard-10")
+    shards["shard-10"].kill()
+    shards["shard-10"].wait(5)
+    chat = REFERENCE["chats"][1]
+    with pytest.raises(RemoteError) as e:      # typed while the range is missing, never a hang
+        await drive.step(chat["prompt_ids"], 0)
+    assert e.value.code in ("shard_unavailable", "timeout")
+    t0 = time.monotonic()
+    procs.start(cli("run", "shard", "--name", "shard-10", "--cluster", cluster,
+                    "--interface", "127.0.0.1", "--model", str(model_path),
+                    "--layers", "10:20", "--codec", "fp32", "--pages", str(PAGES),
+                    "--page-size", str(PAGE)))
+    while True:
+        e = d.get("shard-10")
+        if e is not None and e.epoch != old.epoch and e.state == "ready" and "load_s" in e.info:
+            break
+        assert time.monotonic() - t0 < 60, d.explain()
+        await asyncio.sleep(0.1)
+    assert e.info["cold_load"] is False and e.info["load_s"] < 2.0
+    # The KV of the dead shard is gone: the sequence is prefilled again, with the same result.
+    replies = await drive.teacher_forced(chat, steps=2)
+    expected = local_logits(local_model, chat, steps=2)
+    np.testing.assert_array_equal(replies[-1].logits.array()[0], expected[-1])
+
+
+async def test_int8_and_fp16_hops_agree_with_fp32_on_the_reference(model_path, local_model):
+    procs = Procs()
+    try:
+        for codec in ("fp16", "int8"):
+            cluster = unique_cluster()
+            start_pipeline(procs, model_path, cluster, codec)
+            ctx = zmq.asyncio.Context.instance()
+            d = Directory(ctx, BusConfig(cluster=cluster, mdns_interfaces=("127.0.0.1",)), me="t")
+            await d.start()
+            peers = Peers(ctx, d, me="t")
+            await _ready(d, 3)
+            drive = Driver(peers)
+            agree = total = 0
+            worst = 0.0
+            for chat in REFERENCE["chats"][:2]:
+                replies = await drive.teacher_forced(chat, steps=8)
+                expected = local_logits(local_model, chat, steps=8)
+                for r, want, top in zip(replies, expected, chat["greedy_steps_top5"]):
+                    got = r.logits.array()[0]
+                    worst = max(worst, float(np.max(np.abs(got - want))))
+                    if top[0][1] - top[1][1] >= 1.0:
+                        total += 1
+                        agree += int(np.argmax(got) == np.argmax(want))
+            print(f"\n{codec}: greedy agreement with fp32 {agree}/{total} where margin >= 1, "
+                  f"max |logit diff| {worst:.4f}")
+            assert total and agree / total >= 0.99
+            assert worst < (0.05 if codec == "fp16" else 1.0)
+            await peers.close()
+            await d.stop()
+            procs.stop_all()
+            procs.procs.clear()
+    finally:
+        procs.stop_all()
