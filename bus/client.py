@@ -80,6 +80,12 @@ class RpcClient:
             if sent_to and sent_to < epoch and not fut.done():
                 fut.set_exception(PeerRestarted(f"{self.name} restarted (epoch {sent_to} -> {epoch})"))
 
+    def fail_pending(self, exc: Exception) -> None:
+        """End every call in flight with `exc` (the peer is known dead)."""
+        for fut, _ in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(exc)
+
     async def _read(self) -> None:
         while not self._closed:
             try:

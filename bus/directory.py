@@ -36,6 +36,7 @@ class Directory:
                          "mdns_candidates": 0, "bad_frames": 0, "restarts_seen": 0}
         self.last_errors: dict[str, str] = {}      # endpoint -> why the handshake failed
         self.on_event: list[Callable[[bytes, wire.Message], None]] = []
+        self.on_expire: list[Callable[[PeerEntry], None]] = []
         self._zc = zeroconf
         self._own_zc = False
         self._browser: Browser | None = None
@@ -186,8 +187,10 @@ class Directory:
         last_expire = 0.0
         while not self._closed:
             now = time.monotonic()
-            if now - last_expire > self.config.heartbeat_interval:
-                self.table.expire(now)
+            if now - last_expire > self.config.heartbeat_interval / 2:
+                for dead in self.table.expire(now):
+                    for cb in self.on_expire:
+                        cb(dead)
                 last_expire = now
             if not await self._sub.poll(100):
                 continue

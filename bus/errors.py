@@ -26,6 +26,10 @@ class PeerRestarted(BusError):
     """The peer came back with a new epoch; a call sent to the old one will never be answered."""
 
 
+class PeerDead(BusError):
+    """The peer stopped heartbeating while a call to it was in flight; it will not answer."""
+
+
 class ServiceNotFound(BusError):
     """No live service of that name is known; the message says what discovery saw."""
 

@@ -9,6 +9,8 @@ import zmq.asyncio
 
 from .client import RpcClient
 from .directory import Directory
+from .errors import PeerDead
+from .liveness import PeerEntry
 
 
 class Peers:
@@ -18,6 +20,13 @@ class Peers:
         self.me = me
         self.epoch = epoch
         self._clients: dict[str, RpcClient] = {}
+        directory.on_expire.append(self._expired)
+
+    def _expired(self, entry: PeerEntry) -> None:
+        # Calls in flight to a peer whose heartbeats stopped fail now, not at their timeout.
+        c = self._clients.get(entry.name)
+        if c is not None:
+            c.fail_pending(PeerDead(f"{entry.name} stopped heartbeating (epoch {entry.epoch})"))
 
     async def client(self, name: str, wait: float = 5.0) -> RpcClient:
         entry = await self.directory.wait_for(name, wait)

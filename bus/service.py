@@ -32,7 +32,8 @@ from wire.messages.bus import (Echo, EchoReply, Error, Event, Heartbeat, Hello, 
 
 from .config import ServiceConfig
 from .directory import HEARTBEAT_TOPIC, Directory
-from .errors import BusError, CallTimeout, RemoteError, ServiceError, ServiceNotFound
+from .errors import (BusError, CallTimeout, PeerDead, PeerRestarted, RemoteError, ServiceError,
+                     ServiceNotFound)
 from .mdns import Advertiser, Candidate, open_zeroconf
 from .notify import Notifier
 from .peers import Peers
@@ -303,5 +304,6 @@ class Service:
                           rtt_ms=(time.perf_counter() - t0) * 1e3)
 
 
-_BUS_ERROR_CODES = {ServiceNotFound: "not_found", CallTimeout: "timeout"}
+_BUS_ERROR_CODES = {ServiceNotFound: "not_found", CallTimeout: "timeout", PeerDead: "peer_dead",
+                    PeerRestarted: "peer_restarted"}
 _ALWAYS = frozenset({Hello.TYPE, Status.TYPE, Echo.TYPE})

@@ -136,14 +136,18 @@ async def test_three_processes_with_fp32_give_the_logits_of_one_in_process_model
 
 async def test_the_last_shard_returns_token_ids_and_logprobs_not_logits(pipeline):
     _, _, _, drive, _ = pipeline
-    chat = REFERENCE["chats"][0]
-    r = await drive.step(chat["prompt_ids"], 0, sampling=Sampling(temperature=0.0, top_logprobs=5))
+    # A reference step that llama.cpp decides by a clear margin, teacher-forced up to it.
+    chat, k = next((c, k) for c in REFERENCE["chats"] for k, t in enumerate(c["greedy_steps_top5"])
+                   if t[0][1] - t[1][1] >= 1.0)
+    r = await drive.step(chat["prompt_ids"] + chat["greedy_ids"][:k], 0,
+                         sampling=Sampling(temperature=0.0, top_logprobs=5))
     assert r.logits is None
-    ref = chat["greedy_steps_top5"][0]
+    ref = chat["greedy_steps_top5"][k]
     assert r.tokens.array().tolist() == [ref[0][0]]
-    assert r.top_ids.array()[0].tolist()[:2] == [ref[0][0], ref[1][0]]
+    assert r.top_ids.array().shape == (1, 5) and r.top_ids.array()[0, 0] == ref[0][0]
     lp = r.logprobs.array()[0]
     assert lp <= 0 and abs(lp - ref[0][2]) < 0.3
+    assert np.all(np.diff(r.top_logprobs.array()[0]) <= 0)
 
 
 async def test_bad_batches_get_typed_errors_and_the_shard_keeps_serving(pipeline):
@@ -178,7 +182,7 @@ async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_mod
     chat = REFERENCE["chats"][1]
     with pytest.raises(RemoteError) as e:      # typed while the range is missing, never a hang
         await drive.step(chat["prompt_ids"], 0)
-    assert e.value.code in ("shard_unavailable", "timeout")
+    assert e.value.code in ("shard_unavailable", "peer_dead")
     t0 = time.monotonic()
     procs.start(cli("run", "shard", "--name", "shard-10", "--cluster", cluster,
                     "--interface", "127.0.0.1", "--model", str(model_path),
