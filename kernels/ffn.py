@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kernels.matmul import matmul
+
 
 def silu(xp, x):
     """x * sigmoid(x) in x's dtype (the 1 is a scalar of x's dtype, so no float64 appears)."""
@@ -18,4 +20,4 @@ def swiglu(xp, gate_up):
 
 def feed_forward(xp, x, w_gate_up, w_down):
     """x (T, D) @ w_gate_up (D, 2F) -> swiglu -> @ w_down (F, D); weights pre-transposed."""
-    return swiglu(xp, x @ w_gate_up) @ w_down                         # (T, D)
+    return matmul(swiglu(xp, matmul(x, w_gate_up)), w_down)           # (T, D)

@@ -13,6 +13,7 @@ import numpy as np
 
 from kernels.attention import attend_decode, attend_prefill, write_kv
 from kernels.ffn import feed_forward
+from kernels.matmul import matmul
 from kernels.norm import rms_norm
 from kernels.rope import apply_rope, rope_tables
 from kernels.xp import to_numpy
@@ -65,7 +66,7 @@ class ShardModel:
         if not self.last:
             return to_numpy(h).astype(np.float32, copy=False)
         x = rms_norm(xp, h[xp.asarray(batch.logit_rows())], self.output_norm, c.norm_eps)
-        logits = x @ self.output                                          # (S_sample, V)
+        logits = matmul(x, self.output)                                         # (S_sample, V)
         self._trace("logits", logits)
         return to_numpy(logits).astype(np.float32, copy=False)
 
@@ -75,7 +76,7 @@ class ShardModel:
         t = h.shape[0]
         nq, nkv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
         x = rms_norm(xp, h, attn_norm, c.norm_eps)
-        qkv = x @ wqkv                                                    # (T, (H + 2 KVH) * Dh)
+        qkv = matmul(x, wqkv)                                                   # (T, (H + 2 KVH) * Dh)
         q = apply_rope(xp, qkv[:, :nq].reshape(t, c.n_heads, c.head_dim), cos, sin)
         k = apply_rope(xp, qkv[:, nq:nq + nkv].reshape(t, c.n_kv_heads, c.head_dim), cos, sin)
         v = qkv[:, nq + nkv:].reshape(t, c.n_kv_heads, c.head_dim)
@@ -87,7 +88,7 @@ class ShardModel:
                                                    plan.decode_bias, self.scale)
         for p in plan.prefills:
             attn[p.rows] = attend_prefill(xp, q[p.rows], kc, vc, p.pages, p.start, self.scale)
-        h += attn.reshape(t, nq) @ wo                                     # (T, D)
+        h += matmul(attn.reshape(t, nq), wo)                                    # (T, D)
         self._trace("attn", attn)
         h += feed_forward(xp, rms_norm(xp, h, ffn_norm, c.norm_eps), w_gate_up, w_down)
         self._trace("h", h)
