@@ -107,17 +107,29 @@ def _draw(z, params, steps, xp):
 
 
 def _top_n(logits, n, xp):
-    """(B, n) ids of the n largest raw logits, descending, ties by lowest id."""
+    """(B, n) ids of the n largest raw logits, descending, ties by lowest id (exactly, so a
+    row's alternatives do not depend on the n other rows asked for)."""
     B, V = logits.shape
     if n == 0:
         return xp.zeros((B, 0), dtype=np.int64)
     n = min(n, V)
     ids = xp.argpartition(-logits, n - 1, axis=1)[:, :n] if n < V else xp.tile(xp.arange(V), (B, 1))
-    # Sort by id, then stably by value descending: equal values stay in id order.
+    ids = _sort_desc_by_value_then_id(logits, ids, xp)
+    # argpartition picks arbitrary members of a tie group cut by the n-th place; redo those
+    # rows (rare: exact ties in real logits) with a full stable sort.
+    thr = xp.take_along_axis(logits, ids[:, -1:], axis=1)  # (B, 1) n-th largest value
+    cut = np.flatnonzero(to_host((logits == thr).sum(axis=1) > (xp.take_along_axis(
+        logits, ids, axis=1) == thr).sum(axis=1)))
+    if cut.size:
+        rows = xp.asarray(cut)
+        ids[rows] = xp.argsort(-logits[rows], axis=1, kind="stable")[:, :n]
+    return ids
+
+
+def _sort_desc_by_value_then_id(logits, ids, xp):
     by_id = xp.take_along_axis(ids, xp.argsort(ids, axis=1), axis=1)
     vals = xp.take_along_axis(logits, by_id, axis=1)
-    order = xp.argsort(-vals, axis=1, kind="stable")
-    return xp.take_along_axis(by_id, order, axis=1)
+    return xp.take_along_axis(by_id, xp.argsort(-vals, axis=1, kind="stable"), axis=1)
 
 
 def _check_batch(logits, params, histories, steps):
