@@ -16,6 +16,9 @@ from kernels.sampling_filters import keep_mask
 from kernels.sampling_params import BadSamplingParams, SamplingParams, fresh_seed
 from kernels.sampling_rng import uniforms
 
+# Ids per block of the two-level inverse-CDF walk; 49152 = 192 blocks.
+BLOCK = 256
+
 __all__ = ["BadBatch", "BadLogits", "BadSamplingParams", "SampleResult", "SamplingParams",
            "fresh_seed", "sample"]
 
@@ -77,7 +80,7 @@ def sample(logits, params: Sequence[SamplingParams], histories: Sequence, steps:
     lse = rowmax + xp.log(xp.exp(logits - rowmax[:, None]).sum(axis=1))  # (B,) float32
     ar = xp.arange(B)
     logprobs = logits[ar, tokens] - lse
-    n = max(p.top_logprobs for p in params)
+    n = max((p.top_logprobs for p in params), default=0)
     top_ids = _top_n(logits, n, xp)
     top_lp = logits[ar[:, None], top_ids] - lse[:, None]
     return SampleResult(to_host(tokens).astype(np.int32), to_host(logprobs),
@@ -95,15 +98,39 @@ def _draw(z, params, steps, xp):
     keep = keep_mask(z, w, total, zmax, temp,
                      xp.asarray(np.array([p.top_k for p in params], dtype=np.int64)),
                      f32([p.top_p for p in params]), f32([p.min_p for p in params]), xp)
-    c = xp.cumsum(xp.where(keep, w, xp.float32(0)), axis=1)  # (S, V) nondecreasing
-    target = xp.asarray(uniforms([p.seed for p in params], steps)) * c[:, -1]
-    tok = xp.argmax(c > target[:, None], axis=1)  # first index past the target has weight > 0
-    # u * total can round up to total itself; then the draw is the last kept token.
-    short = target >= c[:, -1]
-    if bool(short.any()):
-        last = z.shape[1] - 1 - xp.argmax((keep & (w > 0))[:, ::-1], axis=1)
-        tok = xp.where(short, last, tok)
-    return tok
+    u = xp.asarray(uniforms([p.seed for p in params], steps))
+    return _inverse_cdf(xp.where(keep, w, xp.float32(0)), u, xp)
+
+
+def _inverse_cdf(wk, u, xp):
+    """Per row, the first id whose running weight exceeds u * total, walking ids in order.
+
+    Two levels so only one block per row needs a (sequential, slow) cumsum: block sums, their
+    running total, then the running total inside the chosen block.
+    """
+    S, V = wk.shape
+    nb = -(-V // BLOCK)
+    if nb * BLOCK != V:
+        wk = xp.concatenate([wk, xp.zeros((S, nb * BLOCK - V), dtype=np.float32)], axis=1)
+    blocks = wk.reshape(S, nb, BLOCK)
+    bs = blocks.sum(axis=2)  # (S, nb)
+    cb = xp.cumsum(bs, axis=1)  # running total at each block's end
+    target = u * cb[:, -1]  # (S,) float32
+    blk = _first_above_or_last_weighted(cb, target, bs, xp)
+    ar = xp.arange(S)
+    before = xp.where(blk > 0, cb[ar, xp.maximum(blk - 1, 0)], xp.float32(0))
+    inner_w = blocks[ar, blk]  # (S, BLOCK)
+    j = _first_above_or_last_weighted(xp.cumsum(inner_w, axis=1), target - before, inner_w, xp)
+    return blk * BLOCK + j
+
+
+def _first_above_or_last_weighted(running, target, weights, xp):
+    """First index where running > target: its weight is > 0, as running only grows there.
+    Where rounding leaves target at or past the end (u * total rounding up to total, or a block
+    sum and its cumsum rounding apart), the last index with weight."""
+    hit = running > target[:, None]
+    last = weights.shape[1] - 1 - xp.argmax(weights[:, ::-1] > 0, axis=1)
+    return xp.where(hit.any(axis=1), xp.argmax(hit, axis=1), last)
 
 
 def _top_n(logits, n, xp):
@@ -133,7 +160,7 @@ def _sort_desc_by_value_then_id(logits, ids, xp):
 
 
 def _check_batch(logits, params, histories, steps):
-    if getattr(logits, "ndim", None) != 2 or logits.dtype != np.float32:
+    if getattr(logits, "ndim", None) != 2 or logits.dtype != np.float32 or logits.shape[1] == 0:
         raise BadLogits([], f"logits must be a 2-D float32 array, got "
                             f"{getattr(logits, 'dtype', type(logits))} {getattr(logits, 'shape', '')}")
     B, V = logits.shape

@@ -13,9 +13,11 @@ import numpy as np
 
 from kernels._sampling_xp import to_host as _host
 
-# Top-p without top-k first looks at this many best tokens; a row whose nucleus is wider (a very
-# flat distribution) is redone with a full sort. The result is the same either way.
+# Top-p without top-k first looks at this many best tokens; a row whose nucleus is wider (a flat
+# distribution) is redone with a window WIDEN times larger, up to a full sort. The result is
+# the same whatever the window: only the sorted prefix it contains is ever read.
 TOP_P_CANDIDATES = 256
+WIDEN = 16
 
 
 def keep_mask(z, w, total, zmax, temp, top_k, top_p, min_p, xp=np):
@@ -27,14 +29,12 @@ def keep_mask(z, w, total, zmax, temp, top_k, top_p, min_p, xp=np):
     B, V = z.shape
     keep = w >= min_p[:, None]
     k = xp.minimum(top_k, V)
-    sort_rows = np.flatnonzero(_host((k > 0) | (top_p < 1)))
-    if sort_rows.size:
-        thr_k, thr_p = _thresholds(z[sort_rows], zmax[sort_rows], temp[sort_rows],
-                                   total[sort_rows], k[sort_rows], top_p[sort_rows], xp)
-        rows = xp.asarray(sort_rows)
-        zr = z[rows]
-        keep_r = keep[rows] & (zr >= xp.maximum(thr_k, thr_p)[:, None])
-        keep[rows] = _exactly_k(keep_r, zr, thr_k, k[rows], xp)
+    sel = _select(_host((k > 0) | (top_p < 1)), xp)
+    if sel is not None:
+        zr = z[sel]
+        thr_k, thr_p = _thresholds(zr, zmax[sel], temp[sel], total[sel], k[sel], top_p[sel], xp)
+        keep_r = keep[sel] & (zr >= xp.maximum(thr_k, thr_p)[:, None])
+        keep[sel] = _exactly_k(keep_r, zr, thr_k, k[sel], xp)
     return keep
 
 
@@ -46,13 +46,23 @@ def _thresholds(z, zmax, temp, total, k, top_p, xp):
     idx = xp.maximum(k, 1) - 1
     thr_k = xp.where(k > 0, zs[xp.arange(B), idx], xp.float32(-np.inf))
     thr_p, n = _nucleus(zs, zmax, temp, total, k, top_p, xp)
-    # The nucleus may reach past the C candidates only without top-k: redo those rows in full.
-    wide = np.flatnonzero(_host((k == 0) & (top_p < 1) & (n == C))) if C < V else ()
-    if len(wide):
-        rows = xp.asarray(wide)
-        thr_p[rows], _ = _nucleus(_top_sorted(z[rows], V, xp), zmax[rows], temp[rows],
-                                  total[rows], k[rows], top_p[rows], xp)
+    # Only without top-k can the nucleus reach past the window: widen it for those rows.
+    while C < V:
+        sel = _select(_host((k == 0) & (top_p < 1) & (n == C)), xp)
+        if sel is None:
+            break
+        C = min(V, C * WIDEN)
+        thr_p[sel], n[sel] = _nucleus(_top_sorted(z[sel], C, xp), zmax[sel], temp[sel],
+                                      total[sel], k[sel], top_p[sel], xp)
     return thr_k, thr_p
+
+
+def _select(mask, xp):
+    """An index for the rows where mask holds: a plain slice when that is all of them (no
+    copies for the common homogeneous batch), None when none."""
+    if mask.all():
+        return slice(None)
+    return xp.asarray(np.flatnonzero(mask)) if mask.any() else None
 
 
 def _nucleus(zs, zmax, temp, total, k, top_p, xp):

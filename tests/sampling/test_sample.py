@@ -205,3 +205,10 @@ def test_sampled_row_without_seed_is_refused():
         batch(x, [SamplingParams(temperature=1.0)])
     assert batch(x, [SamplingParams(temperature=1.0).resolved()]).tokens.shape == (1,)
     assert batch(x, [SamplingParams(temperature=0)]).tokens[0] == 0  # greedy needs no seed
+
+
+def test_empty_batch_gives_empty_result():
+    r = sample(np.zeros((0, 10), np.float32), [], [], [])
+    assert r.tokens.shape == (0,) and r.top_ids.shape == (0, 0)
+    with pytest.raises(BadLogits):
+        sample(np.zeros((1, 0), np.float32), [SamplingParams(temperature=0)], [[]], [0])
