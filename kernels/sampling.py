@@ -1,6 +1,7 @@
 """The last shard's sampler: logits (B, V) in, token ids with log-probabilities out.
 
-Order per row: penalties -> temperature -> top-k -> top-p -> min-p -> one seeded draw.
+Order per row: penalties -> temperature -> top-k -> top-p -> min-p -> one draw u = U(seed, step)
+walked through the kept tokens' weights in id order (inverse CDF).
 Reported log-probabilities are those of the raw model distribution (logits as given,
 temperature 1, no penalties or filters), as OpenAI and vLLM report them by default.
 """
@@ -71,10 +72,10 @@ def sample(logits, params: Sequence[SamplingParams], histories: Sequence, steps:
         z = apply_penalties(logits.copy(), params, histories, steps, xp)
 
     tokens = xp.argmax(z, axis=1)  # (B,) greedy for every row; sampled rows are overwritten
-    rows = np.array([b for b, p in enumerate(params) if not p.greedy], dtype=np.int64)
-    if rows.size:
-        tokens[xp.asarray(rows)] = _draw(z[xp.asarray(rows)], [params[b] for b in rows],
-                                         [steps[b] for b in rows], xp)
+    rows = [b for b, p in enumerate(params) if not p.greedy]
+    if rows:
+        sel = slice(None) if len(rows) == B else xp.asarray(np.array(rows, dtype=np.int64))
+        tokens[sel] = _draw(z[sel], [params[b] for b in rows], [steps[b] for b in rows], xp)
 
     # Raw log-softmax (B, V) only at the few ids needed, via the row's log-sum-exp.
     lse = rowmax + xp.log(xp.exp(logits - rowmax[:, None]).sum(axis=1))  # (B,) float32
