@@ -139,3 +139,22 @@ def test_reset_one_sequence_requeues_it_and_ignores_its_in_flight_result():
     a = next(c for c in nxt.chunks if c.request_id == "a")
     assert a.start == a.cached == 4     # its prompt page is still in the (intact) prefix cache
     sched.check()
+
+
+def test_a_sequence_in_flight_is_never_preempted():
+    sched = Scheduler(small(num_pages=4, context_length=16, max_inflight=2))
+    sched.submit(req("low", n=12, first=10, max_tokens=4, priority="low"))
+    first = sched.schedule()                     # low holds 3 of the 4 pages, in flight
+    sched.submit(req("high", n=7, first=40, priority="high"))
+    second = sched.schedule()
+    (chunk,) = second.chunks                     # high gets the one free page: a 4-token chunk
+    assert chunk.request_id == "high" and len(chunk.token_ids) == 4 and not chunk.sample
+    assert sched._seqs["low"].pages == list(first.chunks[0].page_table)
+    sched.complete(first.batch_id, samples_for(first))
+    sched.complete(second.batch_id, {})
+    third = sched.schedule()                     # now low is idle: high preempts it
+    assert [c.request_id for c in third.chunks] == ["high"]
+    assert sched.stats()["preemptions"] == 1 and not sched._seqs["low"].pages
+    sched.complete(third.batch_id, samples_for(third))
+    outs = run_to_end(sched)
+    assert outs["low"][-1].finish.reason == "length"
