@@ -1,8 +1,12 @@
 """What a micro-batch tells the shards, and what comes back from the sampler."""
 
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
+from .errors import BadCompletion
+
+from .sequence import Sequence
 from .stop_rules import Finish
 
 
@@ -54,3 +58,38 @@ class Output:
     text: str
     finish: Finish | None
     logprob: float | None = None
+
+
+class Draft:
+    """The batch being built: sequences and token counts, under the token and sequence budget."""
+
+    def __init__(self, budget: int, max_seqs: int):
+        self.budget = budget
+        self.max_seqs = max_seqs
+        self.parts: dict[str, tuple[Sequence, int]] = {}
+
+    def full(self) -> bool:
+        return self.budget <= 0 or len(self.parts) >= self.max_seqs
+
+    def add(self, seq: Sequence, n: int) -> None:
+        self.parts[seq.request_id] = (seq, n)
+        self.budget -= n
+
+    def drop(self, seq: Sequence) -> None:
+        self.budget += self.parts.pop(seq.request_id)[1]
+
+
+def check_samples(batch_id: int, chunks: Mapping[str, SeqChunk], attached: Mapping[str, SeqChunk],
+                  samples: Mapping[str, Sample]) -> None:
+    """Raise BadCompletion unless `samples` has exactly one Sample per attached sampling chunk."""
+    for rid, sample in samples.items():
+        if rid not in chunks:
+            raise BadCompletion(f"batch {batch_id} has no sequence {rid!r}")
+        if rid in attached and not chunks[rid].sample:
+            raise BadCompletion(f"{rid!r} was a prefill chunk in batch {batch_id}: nothing to sample")
+        if not isinstance(sample, Sample) or not isinstance(sample.token_id, int) \
+                or sample.token_id < 0:
+            raise BadCompletion(f"sample for {rid!r} is not a Sample with a token id: {sample!r}")
+    missing = [rid for rid, c in attached.items() if c.sample and rid not in samples]
+    if missing:
+        raise BadCompletion(f"batch {batch_id} lacks samples for {missing}")

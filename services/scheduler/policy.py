@@ -7,33 +7,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from .admission import Admission, validate
-from .batch_plan import BatchPlan, Output, Sample, SeqChunk
+from .batch_plan import BatchPlan, Draft, Output, Sample, SeqChunk, check_samples
 from .config import SchedulerConfig
-from .errors import BadCompletion, DuplicateRequest, QueueFull, UnknownBatch
+from .errors import DuplicateRequest, QueueFull, UnknownBatch
 from .kv import KVManager
 from .loop_detect import LineLoopDetector
 from .sequence import Request, Sequence, Status
 from .stop_rules import Finish, StopState
 from .throughput import Throughput
-
-
-class _Draft:
-    """The batch being built: sequences and token counts, under the token and sequence budget."""
-
-    def __init__(self, budget: int, max_seqs: int):
-        self.budget = budget
-        self.max_seqs = max_seqs
-        self.parts: dict[str, tuple[Sequence, int]] = {}
-
-    def full(self) -> bool:
-        return self.budget <= 0 or len(self.parts) >= self.max_seqs
-
-    def add(self, seq: Sequence, n: int) -> None:
-        self.parts[seq.request_id] = (seq, n)
-        self.budget -= n
-
-    def drop(self, seq: Sequence) -> None:
-        self.budget += self.parts.pop(seq.request_id)[1]
 
 
 class Scheduler:
@@ -95,7 +76,7 @@ class Scheduler:
         cfg = self.config
         if len(self._inflight) >= cfg.max_inflight:
             return None
-        draft = _Draft(cfg.max_batch_tokens, cfg.max_batch_seqs)
+        draft = Draft(cfg.max_batch_tokens, cfg.max_batch_seqs)
         preempted: set[str] = set()
         ready = sorted((s for s in self._running.values() if not s.busy), key=lambda s: s.key)
         # Decode tokens first: one token each keeps streaming latency low.
@@ -128,7 +109,7 @@ class Scheduler:
         if chunks is None:
             raise UnknownBatch(f"batch {batch_id} is not in flight")
         attached = {rid: c for rid, c in chunks.items() if self._holds(rid, batch_id)}
-        self._check_samples(batch_id, chunks, attached, samples)
+        check_samples(batch_id, chunks, attached, samples)
         del self._inflight[batch_id]
         outputs = []
         done = 0
@@ -232,7 +213,7 @@ class Scheduler:
 
     # ---- internals ------------------------------------------------------------------------
 
-    def _admit(self, seq: Sequence, draft: _Draft, preempted: set[str]) -> bool:
+    def _admit(self, seq: Sequence, draft: Draft, preempted: set[str]) -> bool:
         hit = self.kv.match_prefix(seq)
         n = self._fit(seq, min(seq.remaining, draft.budget), draft, preempted)
         if n == 0:
@@ -246,7 +227,7 @@ class Scheduler:
         draft.add(seq, n)
         return True
 
-    def _fit(self, seq: Sequence, want: int, draft: _Draft, preempted: set[str]) -> int:
+    def _fit(self, seq: Sequence, want: int, draft: Draft, preempted: set[str]) -> int:
         """Grow `seq`'s pages for up to `want` more tokens, preempting later sequences if needed;
         return how many tokens fit."""
         P = self.kv.page_size
@@ -266,7 +247,7 @@ class Scheduler:
             self.kv.grow(seq, min(need, self.kv.available()))
         return max(0, min(want, len(seq.pages) * P - seq.num_computed))
 
-    def _launch(self, draft: _Draft) -> BatchPlan:
+    def _launch(self, draft: Draft) -> BatchPlan:
         batch_id = next(self._batch_ids)
         chunks = {}
         for rid, (seq, n) in draft.parts.items():
@@ -275,8 +256,9 @@ class Scheduler:
                                    tuple(seq.pages), start + n == len(seq.tokens),
                                    seq.request.sampling, seq.request.seed, seq.num_generated)
             seq.busy_batch = batch_id
+        if not self._inflight:  # the pipeline was idle: its idle time must not dilute the rate
+            self._throughput.started(self.clock())
         self._inflight[batch_id] = chunks
-        self._throughput.started(self.clock())
         self._counts["batches"] += 1
         return BatchPlan(batch_id, self.kv.page_size, tuple(chunks.values()))
 
@@ -313,16 +295,3 @@ class Scheduler:
         seq.busy_batch = None
         del self._seqs[seq.request_id]
         self._counts[f"finished_{finish.reason}"] += 1
-
-    def _check_samples(self, batch_id, chunks, attached, samples) -> None:
-        for rid, sample in samples.items():
-            if rid not in chunks:
-                raise BadCompletion(f"batch {batch_id} has no sequence {rid!r}")
-            if rid in attached and not chunks[rid].sample:
-                raise BadCompletion(f"{rid!r} was a prefill chunk in batch {batch_id}: nothing to sample")
-            if not isinstance(sample, Sample) or not isinstance(sample.token_id, int) \
-                    or sample.token_id < 0:
-                raise BadCompletion(f"sample for {rid!r} is not a Sample with a token id: {sample!r}")
-        missing = [rid for rid, c in attached.items() if c.sample and rid not in samples]
-        if missing:
-            raise BadCompletion(f"batch {batch_id} lacks samples for {missing}")

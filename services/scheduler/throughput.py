@@ -12,8 +12,9 @@ class Throughput:
         self._since: float | None = None  # when the first batch of the window was sent
 
     def started(self, now: float) -> None:
-        """A batch was sent; the first send opens the measurement when none is open."""
-        if self._since is None:
+        """A batch was sent into an idle pipeline: with nothing measured recently, start anew."""
+        self._prune(now)
+        if not self._events:
             self._since = now
 
     def record(self, now: float, tokens: int) -> None:
@@ -21,11 +22,14 @@ class Throughput:
 
     def rate(self, now: float) -> float | None:
         """Tokens per second over the window, or None when nothing was measured recently."""
-        while self._events and self._events[0][0] < now - self.window_s:
-            self._events.popleft()
+        self._prune(now)
         if not self._events or self._since is None:
             return None
         span = now - max(self._since, now - self.window_s)
         if span <= 0:
             return None
         return sum(n for _, n in self._events) / span
+
+    def _prune(self, now: float) -> None:
+        while self._events and self._events[0][0] < now - self.window_s:
+            self._events.popleft()

@@ -3,7 +3,7 @@
 from services.scheduler import Request, Sample, Scheduler, SchedulerConfig
 
 
-class FakeClock:
+class ManualClock:
     def __init__(self, t: float = 1000.0):
         self.t = t
 

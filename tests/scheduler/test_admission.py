@@ -6,7 +6,7 @@ from services.scheduler import (BadMaxTokens, BadRequestId, BadSeed, BadStopStri
                                 ConfigError, DuplicateRequest, EmptyPrompt, PromptTooLong,
                                 QueueFull, Request, Sample, Scheduler, UnknownPriority)
 
-from .harness import FakeClock, req, small, step
+from .harness import ManualClock, req, small, step
 
 
 @pytest.mark.parametrize("request_, error", [
@@ -55,7 +55,7 @@ def test_duplicate_request_id_is_refused_while_the_first_runs():
 
 
 def test_full_queue_refuses_with_retry_after_from_measured_throughput():
-    clock = FakeClock()
+    clock = ManualClock()
     sched = Scheduler(small(max_queue=3, max_batch_tokens=16, retry_after_min_s=0.5), clock)
     sched.submit(req("warm", n=16, max_tokens=1))
     plan = sched.schedule()
@@ -96,3 +96,17 @@ def test_queue_frees_up_as_requests_are_admitted():
 def test_bad_config_is_refused_when_built(kw):
     with pytest.raises(ConfigError):
         small(**kw)
+
+
+def test_throughput_is_measured_over_busy_time_not_idle_time():
+    from services.scheduler.throughput import Throughput
+    meter = Throughput(window_s=10.0)
+    assert meter.rate(0.0) is None
+    meter.started(100.0)
+    meter.record(101.0, 50)
+    meter.record(102.0, 50)
+    assert meter.rate(102.0) == 50.0
+    assert meter.rate(113.0) is None             # everything aged out of the window
+    meter.started(500.0)                         # busy again after a long idle spell
+    meter.record(500.5, 100)
+    assert meter.rate(500.5) == 200.0
