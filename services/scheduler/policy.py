@@ -83,7 +83,9 @@ class Scheduler:
         for seq in ready:
             if draft.full():
                 break
-            if seq.remaining == 1 and seq.status is Status.RUNNING and self._fit(seq, 1, draft, preempted):
+            if seq.remaining != 1 or seq.status is not Status.RUNNING:  # prefilling, or preempted
+                continue
+            if self._fit(seq, 1, draft, preempted):
                 draft.add(seq, 1)
         # Then prefill chunks: running prefills and waiting requests, by priority then arrival.
         prefills = [s for s in ready if s.remaining > 1]
@@ -208,7 +210,8 @@ class Scheduler:
         for seq in self._waiting:
             assert not seq.pages and not seq.busy and seq.status is Status.WAITING, seq
         for seq in self._running.values():
-            assert seq.status is Status.RUNNING and seq.num_computed <= len(seq.pages) * self.kv.page_size
+            assert seq.status is Status.RUNNING, seq
+            assert seq.num_computed <= len(seq.pages) * self.kv.page_size, seq
             assert seq.busy_batch is None or seq.busy_batch in self._inflight, seq
 
     # ---- internals ------------------------------------------------------------------------

@@ -53,8 +53,9 @@ class StopState:
             return self._flush(), Finish("repeated_line_loop", detail=looping)
         if self.num_tokens >= self.max_tokens:
             return self._flush(), Finish("length")
-        keep = self._holdback()
-        cut = len(self._held) - keep
+        if not self.stop:
+            return self._flush(), None
+        cut = len(self._held) - self._holdback()
         emit, self._held = self._held[:cut], self._held[cut:]
         return emit, None
 
