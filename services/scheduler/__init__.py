@@ -4,7 +4,7 @@ Pure (no sockets, no asyncio, no arrays): the service shell owns the I/O and dri
 
     sched = Scheduler(SchedulerConfig(num_pages=4096, page_size=16, eos_ids={2}))
     terms = sched.submit(Request("r1", prompt_ids, max_tokens=256, priority="normal",
-                                 stop=("\n\n",), sampling=params, seed=7))
+                                 stop=("</answer>",), sampling=params, seed=7))
     # raises a BadRequest subclass (reply 400) or QueueFull(retry_after) (reply 429/503)
     while (plan := sched.schedule()) is not None:   # at most max_inflight plans in flight
         send_to_first_shard(plan)                    # every shard gets the same page tables

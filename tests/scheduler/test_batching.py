@@ -142,3 +142,18 @@ def test_complete_refuses_a_result_that_does_not_match_the_plan():
     sched.complete(plan.batch_id, {"r": Sample(3)})
     with pytest.raises(UnknownBatch):
         sched.complete(plan.batch_id, {"r": Sample(3)})
+
+
+def test_a_request_looping_on_one_line_is_stopped_and_its_pages_freed():
+    sched = Scheduler(small(loop_repeats=3, loop_window=6, loop_min_chars=5))
+    sched.submit(req("loop", max_tokens=50))
+    finish = None
+    for _ in range(10):
+        plan = sched.schedule()
+        (out,) = sched.complete(plan.batch_id, {"loop": Sample(5, "same line again\n")})
+        if out.finish:
+            finish = out.finish
+            break
+    assert finish.reason == "repeated_line_loop" and finish.detail == "same line again"
+    assert not sched.has_work() and sched.stats()["pages_used"] == 0
+    assert sched.stats()["finished_repeated_line_loop"] == 1
