@@ -19,9 +19,6 @@ class PagePool:
     def num_free(self) -> int:
         return len(self._free)
 
-    def is_free(self, page: int) -> bool:
-        return page in self._free  # O(n); used by checks only
-
     def allocate(self) -> int:
         """Take a free page with one reference; IndexError when none is free."""
         page = self._free.popleft()

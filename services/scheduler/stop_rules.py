@@ -33,10 +33,6 @@ class StopState:
         self.num_tokens = 0
         self._held = ""
 
-    @property
-    def held(self) -> str:
-        return self._held
-
     def feed(self, piece: str, token_id: int) -> tuple[str, Finish | None]:
         """Take one generated token and its decoded text; return (text to emit now, finish or None)."""
         self.num_tokens += 1
