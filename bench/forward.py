@@ -1,0 +1,203 @@
+"""Forward-pass benchmark of the numpy engine (and llama.cpp beside it when llama_cpp is importable).
+
+    python3 bench/forward.py [--threads 1] [--model PATH]
+
+Prints single-stream decode tokens/s, aggregate decode tokens/s at batch 1..32, prefill
+tokens/s at 256 and 1024 tokens, resident memory of the weights, the memory-bandwidth roofline
+for the weights as stored in the GGUF, and llama.cpp's figures with our ratio to them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BATCHES = (1, 4, 8, 16, 32)
+PREFILLS = (256, 1024)
+CONTEXT = 64          # tokens already in each sequence's cache before decode is timed
+
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1, help="BLAS threads for numpy, threads for llama.cpp")
+    ap.add_argument("--model", type=Path, default=None, help="GGUF file (default: the pulled default model)")
+    ap.add_argument("--steps", type=int, default=16, help="decode steps timed per figure")
+    ap.add_argument("--cold", action="store_true", help="load weights into a fresh temporary cache (cold load)")
+    return ap.parse_args()
+
+
+args = parse()
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = str(args.threads)   # before numpy is imported: BLAS reads it once
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from services.modelstore.pull import pull  # noqa: E402
+from services.modelstore.weight_cache import load_weights  # noqa: E402
+from services.modelstore.weights import read_config  # noqa: E402
+from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
+from services.shard.local import Chunk, PageAllocator, build_batch  # noqa: E402
+from services.shard.model import ShardModel  # noqa: E402
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def read_bandwidth() -> dict:
+    """Bytes/s a single thread reads from memory: a sum, a copy (read side), a matrix-vector product."""
+    a = np.ones((1 << 27,), np.float32)                     # 512 MiB, far past any cache
+    dst = np.empty_like(a)
+    m = a.reshape(-1, 4096)
+    v = np.ones(4096, np.float32)
+    out = {}
+    for name, fn in (("sum", lambda: a.sum()), ("copy", lambda: np.copyto(dst, a)), ("gemv", lambda: m @ v)):
+        fn()
+        best = min(_timed(fn) for _ in range(3))
+        out[name] = a.nbytes / best
+    return out
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def prompt(n: int, seed: int = 0) -> list[int]:
+    return np.random.default_rng(seed).integers(3, 49000, size=n).tolist()
+
+
+def decode_rate(model: ShardModel, batch: int, steps: int) -> float:
+    """Aggregate tokens/s of `batch` sequences decoding together after a CONTEXT-token prompt."""
+    pages = PageAllocator(model.kv.num_pages, model.kv.page_size)
+    seqs = list(range(batch))
+    model.forward(build_batch([Chunk(s, prompt(CONTEXT, s), 0) for s in seqs], pages))
+    t = time.perf_counter()
+    for step in range(steps):
+        model.forward(build_batch([Chunk(s, [11 + s], CONTEXT + step) for s in seqs], pages))
+    return batch * steps / (time.perf_counter() - t)
+
+
+def prefill_rate(model: ShardModel, n: int) -> float:
+    pages = PageAllocator(model.kv.num_pages, model.kv.page_size)
+    t = time.perf_counter()
+    model.forward(build_batch([Chunk(0, prompt(n), 0)], pages))
+    return n / (time.perf_counter() - t)
+
+
+def ours(path: Path, n_layers: int, steps: int, root: Path | None) -> dict:
+    rss0 = rss_bytes()
+    t = time.perf_counter()
+    loaded = load_weights(path, 0, n_layers, root=root)
+    load_s = time.perf_counter() - t
+    cfg = loaded.config
+    kv = PagedKVCache.for_model(cfg, 0, cfg.n_layers, KVConfig(num_pages=512, page_size=16))
+    model = ShardModel(cfg, loaded.weights, kv)
+    res = {"load_s": load_s, "cold": loaded.cold}
+    t = time.perf_counter()
+    decode_rate(model, 1, 1)                                   # touches every weight page once
+    res["first_forward_s"] = time.perf_counter() - t
+    res["rss_weights"] = rss_bytes() - rss0 - kv.nbytes()
+    res["weights_bytes"] = loaded.weights.nbytes()
+    res["single"] = decode_rate(model, 1, steps * 2)
+    res["batch"] = {b: decode_rate(model, b, steps) for b in BATCHES}
+    res["prefill"] = {n: prefill_rate(model, n) for n in PREFILLS}
+    return res
+
+
+def llama_cpp_figures(path: Path, steps: int, threads: int) -> dict | str:
+    """The same figures from llama.cpp, or a line saying why there are none."""
+    try:
+        import llama_cpp  # noqa: PLC0415 - optional, never installed by llmbus
+    except ImportError:
+        return "llama_cpp (llama-cpp-python) is not installed: llama.cpp figures skipped"
+    try:
+        return _llama_cpp_run(llama_cpp, path, steps, threads)
+    except Exception as e:  # noqa: BLE001 - a bench reports, it does not crash
+        return f"llama.cpp run failed: {type(e).__name__}: {e}"
+
+
+def _llama_cpp_run(lc, path: Path, steps: int, threads: int) -> dict:
+    """Single-stream and prefill through the high-level API, batches through llama_batch/llama_decode."""
+    llm = lc.Llama(model_path=str(path), n_ctx=2048, n_batch=1024, n_threads=threads,
+                   n_threads_batch=threads, verbose=False)
+    out = {}
+    llm.eval(prompt(CONTEXT))
+    t = time.perf_counter()
+    for i in range(steps * 2):
+        llm.eval([11 + i])
+    out["single"] = steps * 2 / (time.perf_counter() - t)
+    for n in PREFILLS:
+        llm.reset()
+        t = time.perf_counter()
+        llm.eval(prompt(n))
+        out[f"prefill{n}"] = n / (time.perf_counter() - t)
+    for b in BATCHES:
+        cp = lc.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_seq_max = b * (CONTEXT + steps + 16), b * CONTEXT, b
+        cp.n_threads = cp.n_threads_batch = threads
+        ctx = lc.llama_new_context_with_model(llm.model, cp)
+        batch = lc.llama_batch_init(b * CONTEXT, 0, b)
+
+        def decode(items):  # items: (seq, token, pos, wants logits)
+            for i, (s, tok, pos, want) in enumerate(items):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos, 1
+                batch.seq_id[i][0], batch.logits[i] = s, want
+            batch.n_tokens = len(items)
+            if lc.llama_decode(ctx, batch) != 0:
+                raise RuntimeError("llama_decode failed")
+        decode([(s, tok, p, p == CONTEXT - 1) for s in range(b) for p, tok in enumerate(prompt(CONTEXT, s))])
+        t = time.perf_counter()
+        for step in range(steps):
+            decode([(s, 11 + s, CONTEXT + step, True) for s in range(b)])
+        out[f"batch{b}"] = b * steps / (time.perf_counter() - t)
+        lc.llama_batch_free(batch)
+        lc.llama_free(ctx)
+    return out
+
+
+def main() -> None:
+    path = args.model or pull()
+    config, reader = read_config(path)
+    stored = sum(int(t.n_bytes) for t in reader.tensors)
+    bw = read_bandwidth()
+    with tempfile.TemporaryDirectory() as tmp:
+        r = ours(path, config.n_layers, args.steps, Path(tmp) if args.cold else None)
+    ref = llama_cpp_figures(path, args.steps, args.threads)
+    best_bw = max(bw.values())
+    roof = best_bw / stored
+
+    def line(name, value, unit, key=None):
+        extra = ""
+        if isinstance(ref, dict) and key is not None and ref.get(key):
+            extra = f"   llama.cpp {ref[key]:8.1f} {unit}   ratio {value / ref[key]:.2f}x"
+        print(f"{name:<34}{value:9.1f} {unit}{extra}")
+
+    print(f"model {path.name}, {args.threads} thread(s), numpy {np.__version__}")
+    print(f"weights load ({'cold: dequantize + write cache' if r['cold'] else 'warm: mmap'}) "
+          f"{r['load_s']:.3f} s, first forward {r['first_forward_s']:.3f} s")
+    line("single-stream decode", r["single"], "tok/s", "single")
+    for b, v in r["batch"].items():
+        line(f"aggregate decode, batch {b}", v, "tok/s", f"batch{b}")
+    for n, v in r["prefill"].items():
+        line(f"prefill {n} tokens", v, "tok/s", f"prefill{n}")
+    print(f"weights in memory: {r['weights_bytes'] / 2**20:.0f} MiB float32, RSS growth "
+          f"{r['rss_weights'] / 2**20:.0f} MiB (stored in GGUF: {stored / 2**20:.1f} MiB)")
+    print("read bandwidth: " + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in bw.items()))
+    print(f"roofline for weights as stored: {roof:.1f} tok/s ({best_bw / 1e9:.1f} GB/s / {stored / 1e6:.1f} MB); "
+          f"single-stream is {r['single'] / roof:.0%} of it")
+    print(f"roofline for our float32 weights: {best_bw / r['weights_bytes']:.1f} tok/s; "
+          f"single-stream is {r['single'] / (best_bw / r['weights_bytes']):.0%} of it")
+    if isinstance(ref, str):
+        print(ref)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""On-disk cache of dequantized layer ranges, so a respawned shard serves again in well under 2 s.
+
+Layout: <cache_dir>/weights/<file identity>/<start>-<end>-<dtype>-v<LAYOUT>/ holding
+config.json and one .npy per array, loaded back with np.load(mmap_mode="r") (no copy, no
+GGUF parsing: GGUFReader alone takes ~2.4 s on the default model because of its vocabulary).
+A directory is built under a temporary name and renamed into place, so readers only ever see
+complete entries.
+
+File identity is size + mtime_ns + sha256 of the first and last MiB, not a full sha256: hashing
+a multi-GB GGUF costs seconds to minutes, which a respawn cannot afford. The head holds the
+metadata and tensor table (architecture, shapes, types, offsets), the tail the last weights,
+and any rewrite or re-download of the file changes its mtime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from services.modelstore.gguf_config import ModelConfig
+from services.modelstore.pull import cache_dir
+from services.modelstore.weights import ShardWeights, read_weights
+
+LAYOUT_VERSION = 1   # bump when the stored arrays change meaning or shape
+_EDGE = 1 << 20
+
+
+@dataclass
+class LoadedWeights:
+    config: ModelConfig
+    weights: ShardWeights
+    cold: bool          # True when the GGUF was read and dequantized (and the cache written)
+    seconds: float
+    path: Path          # the cache entry
+
+
+def file_identity(path: Path) -> str:
+    """Cheap stable identity of a model file (see the module docstring for why not a full hash)."""
+    st = os.stat(path)
+    h = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}:".encode())
+    with open(path, "rb") as f:
+        h.update(f.read(_EDGE))
+        if st.st_size > _EDGE:
+            f.seek(max(_EDGE, st.st_size - _EDGE))
+            h.update(f.read(_EDGE))
+    return h.hexdigest()[:32]
+
+
+def entry_path(model: Path, start: int, end: int, dtype: str, root: Path | None = None) -> Path:
+    root = (root or cache_dir()) / "weights"
+    return root / file_identity(model) / f"{start}-{end}-{np.dtype(dtype).name}-v{LAYOUT_VERSION}"
+
+
+def load_weights(model: Path, start: int, end: int, dtype: str = "float32",
+                 root: Path | None = None) -> LoadedWeights:
+    """Weights of layers [start, end) from the cache, building the entry first if it is missing."""
+    t0 = time.perf_counter()
+    entry = entry_path(Path(model), start, end, dtype, root)
+    if entry.is_dir():
+        try:
+            config, weights = _read_entry(entry, start, end)
+            return LoadedWeights(config, weights, False, time.perf_counter() - t0, entry)
+        except (OSError, ValueError, KeyError):
+            shutil.rmtree(entry, ignore_errors=True)   # damaged entry: rebuild it below
+    config, weights = read_weights(Path(model), start, end, np.dtype(dtype))
+    _write_entry(entry, config, weights)
+    return LoadedWeights(config, weights, True, time.perf_counter() - t0, entry)
+
+
+def _read_entry(entry: Path, start: int, end: int) -> tuple[ModelConfig, ShardWeights]:
+    manifest = json.loads((entry / "manifest.json").read_text())
+    config = ModelConfig.from_json(manifest["config"])
+    arrays = {name: np.load(entry / f"{name}.npy", mmap_mode="r") for name in manifest["arrays"]}
+    return config, ShardWeights(start=start, end=end, **arrays)
+
+
+def _write_entry(entry: Path, config: ModelConfig, weights: ShardWeights) -> None:
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+    try:
+        arrays = weights.arrays()
+        for name, a in arrays.items():
+            np.save(tmp / f"{name}.npy", a)
+        (tmp / "manifest.json").write_text(json.dumps({"config": config.to_json(),
+                                                       "arrays": sorted(arrays)}))
+        try:
+            os.rename(tmp, entry)
+        except OSError:
+            if not entry.is_dir():                     # lost a race to a complete entry is fine
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

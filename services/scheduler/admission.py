@@ -1,0 +1,62 @@
+"""Checks a request before it is queued; clamps max_tokens to the context and says so."""
+
+from dataclasses import dataclass
+
+from .config import SchedulerConfig
+from .errors import (BadMaxTokens, BadRequestId, BadSeed, BadStopStrings, BadTokenIds, EmptyPrompt,
+                     PromptTooLong, UnknownPriority)
+from .sequence import PRIORITIES, Request
+
+
+@dataclass(frozen=True)
+class Admission:
+    """submit()'s answer: the max_tokens that will apply, and a note when it was clamped."""
+
+    request_id: str
+    max_tokens: int
+    clamped: bool = False
+    note: str = ""
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def validate(request: Request, config: SchedulerConfig) -> Admission:
+    """Raise the BadRequest subclass naming what is wrong, or return the admission terms."""
+    prompt = request.prompt
+    if not isinstance(request.request_id, str) or not request.request_id:
+        raise BadRequestId("request_id must be a non-empty string")
+    if len(prompt) == 0:
+        raise EmptyPrompt("the prompt has no tokens")
+    limit = config.vocab_size
+    for t in prompt:
+        if not _is_int(t) or t < 0 or (limit is not None and t >= limit):
+            raise BadTokenIds(f"token id {t!r} is not in [0, {limit or 'vocab'})")
+    if request.priority not in PRIORITIES:
+        raise UnknownPriority(f"priority {request.priority!r} is not one of {sorted(PRIORITIES)}")
+    mt = request.max_tokens
+    if not _is_int(mt) or mt < 1 or mt > config.max_tokens_limit:
+        raise BadMaxTokens(f"max_tokens {mt!r} must be an integer in [1, {config.max_tokens_limit}]")
+    if not _is_int(request.seed):
+        raise BadSeed(f"seed {request.seed!r} must be an integer")
+    _check_stop(request.stop, config)
+    room = config.context_length - len(prompt)
+    if room < 1:
+        raise PromptTooLong(len(prompt), config.context_length)
+    if mt > room:
+        return Admission(request.request_id, room, True,
+                         f"max_tokens {mt} clamped to {room}: prompt {len(prompt)} + max_tokens "
+                         f"must fit the context of {config.context_length}")
+    return Admission(request.request_id, mt)
+
+
+def _check_stop(stop, config: SchedulerConfig) -> None:
+    if isinstance(stop, str) or not isinstance(stop, (tuple, list)):
+        raise BadStopStrings("stop must be a list of strings")
+    if len(stop) > config.max_stop_strings:
+        raise BadStopStrings(f"{len(stop)} stop strings; at most {config.max_stop_strings}")
+    for s in stop:
+        if not isinstance(s, str) or not s or len(s) > config.max_stop_chars:
+            raise BadStopStrings(f"stop string {s!r} must be a non-empty string of at most "
+                                 f"{config.max_stop_chars} characters")

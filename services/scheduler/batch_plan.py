@@ -1,0 +1,95 @@
+"""What a micro-batch tells the shards, and what comes back from the sampler."""
+
+from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import BadCompletion
+
+from .sequence import Sequence
+from .stop_rules import Finish
+
+
+@dataclass(frozen=True)
+class SeqChunk:
+    """One sequence's share of a batch: feed `token_ids` at positions start, start+1, ...
+
+    Positions [0, start) are already in the KV cache (earlier chunks or prefix-cache hits:
+    `cached` of them came from the cache), so every shard skips them.
+    """
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    start: int
+    cached: int
+    page_table: tuple[int, ...]   # KV page of positions [i*page_size, (i+1)*page_size)
+    sample: bool                  # last chunk of the sequence: sample the next token
+    sampling: Any
+    seed: int
+    step: int                     # tokens generated so far: with the seed, fixes the sampler's draw
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    batch_id: int
+    page_size: int
+    chunks: tuple[SeqChunk, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(c.token_ids) for c in self.chunks)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A sampled token and its text piece from the tokenizer's incremental decoder ('' if incomplete)."""
+
+    token_id: int
+    text: str = ""
+    logprob: float | None = None
+
+
+@dataclass(frozen=True)
+class Output:
+    """What the client of one request gets now: text to stream and, at the end, why it finished."""
+
+    request_id: str
+    token_id: int | None
+    text: str
+    finish: Finish | None
+    logprob: float | None = None
+
+
+class Draft:
+    """The batch being built: sequences and token counts, under the token and sequence budget."""
+
+    def __init__(self, budget: int, max_seqs: int):
+        self.budget = budget
+        self.max_seqs = max_seqs
+        self.parts: dict[str, tuple[Sequence, int]] = {}
+
+    def full(self) -> bool:
+        return self.budget <= 0 or len(self.parts) >= self.max_seqs
+
+    def add(self, seq: Sequence, n: int) -> None:
+        self.parts[seq.request_id] = (seq, n)
+        self.budget -= n
+
+    def drop(self, seq: Sequence) -> None:
+        self.budget += self.parts.pop(seq.request_id)[1]
+
+
+def check_samples(batch_id: int, chunks: Mapping[str, SeqChunk], attached: Mapping[str, SeqChunk],
+                  samples: Mapping[str, Sample]) -> None:
+    """Raise BadCompletion unless `samples` has exactly one Sample per attached sampling chunk."""
+    for rid, sample in samples.items():
+        if rid not in chunks:
+            raise BadCompletion(f"batch {batch_id} has no sequence {rid!r}")
+        if rid in attached and not chunks[rid].sample:
+            raise BadCompletion(f"{rid!r} was a prefill chunk in batch {batch_id}: nothing to sample")
+        if not isinstance(sample, Sample) or not isinstance(sample.token_id, int) \
+                or sample.token_id < 0:
+            raise BadCompletion(f"sample for {rid!r} is not a Sample with a token id: {sample!r}")
+    missing = [rid for rid, c in attached.items() if c.sample and rid not in samples]
+    if missing:
+        raise BadCompletion(f"batch {batch_id} lacks samples for {missing}")

@@ -1,0 +1,44 @@
+"""The scheduler's one configuration dataclass, checked when built."""
+
+from dataclasses import dataclass, field, fields
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    num_pages: int = 1024              # KV pages on every shard (the scheduler owns their tables)
+    page_size: int = 16                # tokens per page
+    context_length: int = 8192         # prompt + generated tokens of one sequence
+    max_batch_tokens: int = 512        # token budget of one micro-batch (decodes + prefill chunks)
+    max_batch_seqs: int = 64
+    max_inflight: int = 2              # micro-batches in the pipeline at once
+    max_queue: int = 256               # waiting requests; past it submit() raises QueueFull
+    max_tokens_limit: int = 1 << 20    # a max_tokens above this is a client bug, not a clamp
+    vocab_size: int | None = None      # when set, prompt ids are checked against it
+    eos_ids: frozenset[int] = field(default_factory=frozenset)
+    max_stop_strings: int = 16
+    max_stop_chars: int = 256
+    loop_repeats: int = 4              # same non-trivial line this many times → repeated_line_loop
+    loop_window: int = 8               # ... within this many recent non-trivial lines
+    loop_min_chars: int = 8            # a line is non-trivial with at least this many non-space chars
+    max_recoveries: int = 3            # KV resets one sequence survives before it fails
+    retry_after_min_s: float = 1.0
+    retry_after_max_s: float = 300.0
+    throughput_window_s: float = 10.0
+    assumed_tokens_per_s: float = 50.0  # retry-after estimate before anything was measured
+
+    def __post_init__(self):
+        object.__setattr__(self, "eos_ids", frozenset(self.eos_ids))
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
+                raise ConfigError(f"{f.name} must be > 0, got {v}")
+        if self.context_length > self.num_pages * self.page_size:
+            # Otherwise a lone long sequence could never get its pages and would wait forever.
+            raise ConfigError(f"context_length {self.context_length} exceeds the KV pool "
+                              f"({self.num_pages} pages x {self.page_size} tokens)")
+        if self.loop_repeats < 2 or self.loop_window < self.loop_repeats:
+            raise ConfigError("need 2 <= loop_repeats <= loop_window")
+        if self.retry_after_min_s > self.retry_after_max_s:
+            raise ConfigError("retry_after_min_s must be <= retry_after_max_s")

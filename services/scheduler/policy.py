@@ -1,0 +1,300 @@
+"""The scheduler policy: requests in, micro-batch plans out, sampled tokens back in. Pure: no I/O."""
+
+import bisect
+import itertools
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+from .admission import Admission, validate
+from .batch_plan import BatchPlan, Draft, Output, Sample, SeqChunk, check_samples
+from .config import SchedulerConfig
+from .errors import DuplicateRequest, QueueFull, UnknownBatch
+from .kv import KVManager
+from .loop_detect import LineLoopDetector
+from .sequence import Request, Sequence, Status
+from .stop_rules import Finish, StopState
+from .throughput import Throughput
+
+
+class Scheduler:
+    """Admission, priorities, continuous batching, KV pages and stop rules of every request."""
+
+    def __init__(self, config: SchedulerConfig | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.config = config or SchedulerConfig()
+        self.clock = clock
+        self.kv = KVManager(self.config.num_pages, self.config.page_size)
+        self._seqs: dict[str, Sequence] = {}          # every unfinished request
+        self._waiting: list[Sequence] = []            # sorted by Sequence.key
+        self._running: dict[str, Sequence] = {}       # hold KV pages
+        self._inflight: dict[int, dict[str, SeqChunk]] = {}
+        self._batch_ids = itertools.count(1)
+        self._arrivals = itertools.count()
+        self._throughput = Throughput(self.config.throughput_window_s)
+        self._counts: Counter[str] = Counter()
+
+    # ---- requests -------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> Admission:
+        """Queue a request, or raise a BadRequest subclass / QueueFull(retry_after)."""
+        terms = validate(request, self.config)
+        if request.request_id in self._seqs:
+            raise DuplicateRequest(f"request {request.request_id!r} is already running")
+        if len(self._waiting) >= self.config.max_queue:
+            self._counts["refused_queue_full"] += 1
+            raise QueueFull(self.retry_after(), len(self._waiting))
+        cfg = self.config
+        loop = LineLoopDetector(cfg.loop_repeats, cfg.loop_window, cfg.loop_min_chars)
+        stop = StopState(max_tokens=terms.max_tokens, stop=tuple(request.stop),
+                         eos_ids=cfg.eos_ids, loop=loop)
+        seq = Sequence(request, terms.max_tokens, next(self._arrivals), stop)
+        self._seqs[seq.request_id] = seq
+        self._enqueue(seq)
+        self._counts["submitted"] += 1
+        return terms
+
+    def cancel(self, request_id: str) -> Output | None:
+        """End a request now and free its pages; None if it already finished."""
+        return self._end(request_id, Finish("cancelled"))
+
+    def fail(self, request_id: str, reason: str) -> Output | None:
+        """End a request as failed with `reason`; None if it already finished."""
+        return self._end(request_id, Finish("failed", detail=reason))
+
+    def retry_after(self) -> float:
+        """Seconds until the queue has likely drained: queued tokens over recent throughput."""
+        cfg = self.config
+        queued = sum(s.remaining + s.max_tokens - s.num_generated for s in self._waiting)
+        rate = self._throughput.rate(self.clock()) or cfg.assumed_tokens_per_s
+        return min(max(queued / rate, cfg.retry_after_min_s), cfg.retry_after_max_s)
+
+    # ---- micro-batches --------------------------------------------------------------------
+
+    def schedule(self) -> BatchPlan | None:
+        """Plan the next micro-batch and mark its sequences busy; None if nothing can run now."""
+        cfg = self.config
+        if len(self._inflight) >= cfg.max_inflight:
+            return None
+        draft = Draft(cfg.max_batch_tokens, cfg.max_batch_seqs)
+        preempted: set[str] = set()
+        ready = sorted((s for s in self._running.values() if not s.busy), key=lambda s: s.key)
+        # Decode tokens first: one token each keeps streaming latency low.
+        for seq in ready:
+            if draft.full():
+                break
+            if seq.remaining != 1 or seq.status is not Status.RUNNING:  # prefilling, or preempted
+                continue
+            if self._fit(seq, 1, draft, preempted):
+                draft.add(seq, 1)
+        # Then prefill chunks: running prefills and waiting requests, by priority then arrival.
+        prefills = [s for s in ready if s.remaining > 1]
+        for seq in sorted(prefills + self._waiting, key=lambda s: s.key):
+            if draft.full():
+                break
+            if seq.request_id in preempted:
+                continue
+            if seq.status is Status.WAITING:
+                if not self._admit(seq, draft, preempted):
+                    break  # FIFO: a later request does not jump a blocked earlier one
+            elif seq.status is Status.RUNNING:
+                n = self._fit(seq, min(seq.remaining, draft.budget), draft, preempted)
+                if n:
+                    draft.add(seq, n)
+        if not draft.parts:
+            return None
+        return self._launch(draft)
+
+    def complete(self, batch_id: int, samples: Mapping[str, Sample]) -> list[Output]:
+        """Apply a returned micro-batch: one Sample per sampling chunk. Returns what to stream."""
+        chunks = self._inflight.get(batch_id)
+        if chunks is None:
+            raise UnknownBatch(f"batch {batch_id} is not in flight")
+        attached = {rid: c for rid, c in chunks.items() if self._holds(rid, batch_id)}
+        check_samples(batch_id, chunks, attached, samples)
+        del self._inflight[batch_id]
+        outputs = []
+        done = 0
+        for rid, chunk in attached.items():
+            seq = self._seqs[rid]
+            seq.busy_batch = None
+            seq.num_computed = chunk.start + len(chunk.token_ids)
+            done += len(chunk.token_ids)
+            self.kv.register_full_pages(seq)
+            if chunk.sample:
+                s = samples[rid]
+                seq.tokens.append(s.token_id)
+                text, finish = seq.stop.feed(s.text or "", s.token_id)
+                if finish is not None:
+                    self._finish(seq, finish)
+                outputs.append(Output(rid, s.token_id, text, finish, s.logprob))
+        self._throughput.record(self.clock(), done)
+        self._counts["tokens_computed"] += done
+        return outputs
+
+    def abort_batch(self, batch_id: int) -> None:
+        """A batch was lost but shard KV is intact: its sequences run the same chunk again."""
+        chunks = self._inflight.pop(batch_id, None)
+        if chunks is None:
+            raise UnknownBatch(f"batch {batch_id} is not in flight")
+        for rid in chunks:
+            if self._holds(rid, batch_id):
+                self._seqs[rid].busy_batch = None
+        self._counts["batches_aborted"] += 1
+
+    # ---- recovery -------------------------------------------------------------------------
+
+    def reset_sequence(self, request_id: str) -> Output | None:
+        """This sequence's KV is gone: re-prefill it later from prompt + generated tokens.
+
+        Returns its failure when it is past the recovery budget, else None.
+        """
+        seq = self._seqs.get(request_id)
+        if seq is None or seq.status is Status.WAITING:
+            return None
+        return self._requeue_after_loss(seq)
+
+    def reset_for_recovery(self) -> list[Output]:
+        """A shard lost its KV (restart): drop every batch in flight and all cached pages; every
+        sequence that held KV is re-prefilled later. Returns failures past the recovery budget."""
+        self._inflight.clear()
+        outputs = [o for seq in list(self._running.values())
+                   if (o := self._requeue_after_loss(seq)) is not None]
+        self.kv.drop_cache()
+        self._counts["recoveries"] += 1
+        return outputs
+
+    def _requeue_after_loss(self, seq: Sequence) -> Output | None:
+        seq.busy_batch = None  # its in-flight result, if it ever comes, is ignored
+        seq.recoveries += 1
+        if seq.recoveries > self.config.max_recoveries:
+            return self._end(seq.request_id, Finish(
+                "failed", detail=f"KV lost {seq.recoveries} times (recovery budget "
+                                 f"{self.config.max_recoveries} exhausted)"))
+        self._preempt(seq)
+        return None
+
+    # ---- introspection --------------------------------------------------------------------
+
+    def is_tracked(self, request_id: str) -> bool:
+        return request_id in self._seqs
+
+    def has_work(self) -> bool:
+        return bool(self._seqs)
+
+    @property
+    def inflight(self) -> tuple[int, ...]:
+        return tuple(self._inflight)
+
+    def stats(self) -> dict[str, float]:
+        pool, cache, c = self.kv.pool, self.kv.cache, self._counts
+        used = sum(1 for r in pool.refcount if r > 0)
+        queried = c["prefix_query_tokens"]
+        rate = self._throughput.rate(self.clock())
+        return {
+            "pages_total": pool.num_pages, "pages_used": used, "pages_free": pool.num_free,
+            "pages_cached": cache.num_indexed, "pages_evictable": cache.num_evictable,
+            "page_use": used / pool.num_pages,
+            "prefix_query_tokens": queried, "prefix_hit_tokens": c["prefix_hit_tokens"],
+            "prefix_hit_rate": c["prefix_hit_tokens"] / queried if queried else 0.0,
+            "waiting": len(self._waiting), "running": len(self._running),
+            "inflight_batches": len(self._inflight), "tokens_per_s": rate or 0.0,
+            **{k: v for k, v in c.items() if k not in ("prefix_query_tokens", "prefix_hit_tokens")},
+        }
+
+    def check(self) -> None:
+        """Assert internal consistency (tests and debugging)."""
+        self.kv.check(self._seqs.values())
+        assert set(self._running) | {s.request_id for s in self._waiting} == set(self._seqs)
+        assert not set(self._running) & {s.request_id for s in self._waiting}
+        for seq in self._waiting:
+            assert not seq.pages and not seq.busy and seq.status is Status.WAITING, seq
+        for seq in self._running.values():
+            assert seq.status is Status.RUNNING, seq
+            assert seq.num_computed <= len(seq.pages) * self.kv.page_size, seq
+            assert seq.busy_batch is None or seq.busy_batch in self._inflight, seq
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _admit(self, seq: Sequence, draft: Draft, preempted: set[str]) -> bool:
+        hit = self.kv.match_prefix(seq)
+        n = self._fit(seq, min(seq.remaining, draft.budget), draft, preempted)
+        if n == 0:
+            self.kv.release(seq)
+            return False
+        self._counts["prefix_query_tokens"] += len(seq.tokens)
+        self._counts["prefix_hit_tokens"] += hit
+        self._waiting.remove(seq)
+        self._running[seq.request_id] = seq
+        seq.status = Status.RUNNING
+        draft.add(seq, n)
+        return True
+
+    def _fit(self, seq: Sequence, want: int, draft: Draft, preempted: set[str]) -> int:
+        """Grow `seq`'s pages for up to `want` more tokens, preempting later sequences if needed;
+        return how many tokens fit."""
+        P = self.kv.page_size
+        need = -(-(seq.num_computed + want) // P) - len(seq.pages)
+        if need > self.kv.available():
+            victims = sorted((v for v in self._running.values()
+                              if v.key > seq.key and not v.busy), key=lambda v: v.key, reverse=True)
+            for victim in victims:
+                if self.kv.available() >= need:
+                    break
+                if victim.request_id in draft.parts:
+                    draft.drop(victim)
+                self._preempt(victim)
+                preempted.add(victim.request_id)
+                self._counts["preemptions"] += 1
+        if need > 0:
+            self.kv.grow(seq, min(need, self.kv.available()))
+        return max(0, min(want, len(seq.pages) * P - seq.num_computed))
+
+    def _launch(self, draft: Draft) -> BatchPlan:
+        batch_id = next(self._batch_ids)
+        chunks = {}
+        for rid, (seq, n) in draft.parts.items():
+            start = seq.num_computed
+            chunks[rid] = SeqChunk(rid, tuple(seq.tokens[start:start + n]), start, seq.num_cached,
+                                   tuple(seq.pages), start + n == len(seq.tokens),
+                                   seq.request.sampling, seq.request.seed, seq.num_generated)
+            seq.busy_batch = batch_id
+        if not self._inflight:  # the pipeline was idle: its idle time must not dilute the rate
+            self._throughput.started(self.clock())
+        self._inflight[batch_id] = chunks
+        self._counts["batches"] += 1
+        return BatchPlan(batch_id, self.kv.page_size, tuple(chunks.values()))
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free the pages of a running sequence and queue it to be prefilled again."""
+        self.kv.release(seq)
+        del self._running[seq.request_id]
+        seq.status = Status.WAITING
+        self._enqueue(seq)
+
+    def _enqueue(self, seq: Sequence) -> None:
+        bisect.insort(self._waiting, seq, key=lambda s: s.key)
+
+    def _holds(self, request_id: str, batch_id: int) -> bool:
+        seq = self._seqs.get(request_id)
+        return seq is not None and seq.busy_batch == batch_id
+
+    def _end(self, request_id: str, finish: Finish) -> Output | None:
+        seq = self._seqs.get(request_id)
+        if seq is None:
+            return None
+        self._finish(seq, finish)
+        return Output(request_id, None, "", finish)
+
+    def _finish(self, seq: Sequence, finish: Finish) -> None:
+        # Pages free at once even if a batch with this sequence is in flight: shards run batches
+        # in order, so that batch writes these pages before any later owner's batch does.
+        self.kv.release(seq)
+        if seq.status is Status.RUNNING:
+            del self._running[seq.request_id]
+        else:
+            self._waiting.remove(seq)
+        seq.status = Status.FINISHED
+        seq.busy_batch = None
+        del self._seqs[seq.request_id]
+        self._counts[f"finished_{finish.reason}"] += 1

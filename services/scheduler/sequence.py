@@ -1,0 +1,71 @@
+"""A request as the client sent it, and the scheduler's state of one sequence."""
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from .stop_rules import StopState
+
+PRIORITIES = {"high": 0, "normal": 1, "low": 2}  # lower rank runs first
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the service shell hands to submit(): token ids already rendered by the tokenizer."""
+
+    request_id: str
+    prompt: tuple[int, ...]
+    max_tokens: int
+    priority: str = "normal"
+    stop: tuple[str, ...] = ()
+    sampling: Any = None   # opaque here: travels with every batch chunk to the sampler
+    seed: int = 0
+
+
+class Status(Enum):
+    WAITING = "waiting"    # no KV pages; (re-)prefill from all its tokens when admitted
+    RUNNING = "running"    # holds pages; prefilling in chunks or decoding
+    FINISHED = "finished"
+
+
+class Sequence:
+    """Tokens (prompt + generated), KV progress and page table of one request."""
+
+    def __init__(self, request: Request, max_tokens: int, arrival: int, stop: StopState):
+        self.request = request
+        self.request_id = request.request_id
+        self.max_tokens = max_tokens
+        self.arrival = arrival
+        self.rank = PRIORITIES[request.priority]
+        self.stop = stop
+        self.tokens: list[int] = list(request.prompt)
+        self.prompt_len = len(self.tokens)
+        self.num_computed = 0          # tokens whose KV is on the shards
+        self.num_cached = 0            # of those, how many came from the prefix cache
+        self.pages: list[int] = []     # page table: page i holds positions [i*P, (i+1)*P)
+        self.page_keys: list[int] = []  # chain keys of the leading full, computed pages
+        self.status = Status.WAITING
+        self.busy_batch: int | None = None  # id of the in-flight micro-batch holding it
+        self.recoveries = 0
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """Scheduling order: priority, then arrival (FIFO within a priority)."""
+        return (self.rank, self.arrival)
+
+    @property
+    def busy(self) -> bool:
+        return self.busy_batch is not None
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def remaining(self) -> int:
+        """Tokens still to feed before the next token can be sampled."""
+        return len(self.tokens) - self.num_computed
+
+    def __repr__(self) -> str:
+        return (f"Sequence({self.request_id!r}, {self.status.value}, tokens={len(self.tokens)}, "
+                f"computed={self.num_computed}, pages={len(self.pages)}, busy={self.busy_batch})")

@@ -1,0 +1,58 @@
+"""Per-batch index arithmetic shared by every layer: where to write KV, what each query reads.
+
+Computed once per forward on the host (numpy), then moved to the array module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.shard.batch import ForwardBatch
+
+
+@dataclass
+class Prefill:
+    rows: slice           # the sequence's rows in the flattened token axis
+    start: int            # position of its first row
+    pages: object         # (n_pages,) int array on xp
+
+
+@dataclass
+class AttentionPlan:
+    write_pages: object   # (T,) page of each token's KV
+    write_slots: object   # (T,) slot inside that page
+    decode_rows: object   # (Sd,) rows of single-token sequences, attended together
+    decode_table: object  # (Sd, n_pages) their pages, padding pointed at page 0
+    decode_bias: object   # (Sd, n_pages * page_size) 0 for a real key, -inf past the context
+    prefills: list[Prefill]
+
+
+def plan_attention(batch: ForwardBatch, page_size: int, dtype, xp) -> AttentionPlan:
+    """Derive the KV write slots and the read layout of a validated batch."""
+    pos = batch.positions.astype(np.int64)
+    qlens = batch.query_lens.astype(np.int64)
+    table = batch.page_table.astype(np.int64)
+    cu = batch.cu_lens()
+    seq_of = np.repeat(np.arange(batch.num_seqs), qlens)
+    write_pages = table[seq_of, pos // page_size]
+    write_slots = pos % page_size
+
+    ctx = pos[cu[1:] - 1] + 1                                             # (S,) keys each sequence sees
+    dec = np.flatnonzero(qlens == 1)
+    n_pages = int((ctx[dec].max() + page_size - 1) // page_size) if dec.size else 0
+    dec_table = np.maximum(table[dec, :n_pages], 0)
+    keys = np.arange(n_pages * page_size)
+    dec_bias = np.where(keys[None, :] < ctx[dec, None], 0.0, -np.inf).astype(dtype)
+
+    prefills = []
+    for s in np.flatnonzero(qlens > 1):
+        start = int(pos[cu[s]])
+        used = (start + int(qlens[s]) - 1) // page_size + 1
+        prefills.append(Prefill(slice(int(cu[s]), int(cu[s + 1])), start, xp.asarray(table[s, :used])))
+    return AttentionPlan(
+        write_pages=xp.asarray(write_pages), write_slots=xp.asarray(write_slots),
+        decode_rows=xp.asarray(cu[dec]), decode_table=xp.asarray(dec_table),
+        decode_bias=xp.asarray(dec_bias), prefills=prefills,
+    )

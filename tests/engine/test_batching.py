@@ -1,0 +1,35 @@
+"""Batch invariance: a sequence's greedy tokens do not depend on what it is batched with."""
+
+import numpy as np
+import pytest
+
+from services.shard.local import Chunk, PageAllocator, build_batch
+from tests.engine.conftest import make_shard
+
+pytestmark = pytest.mark.slow
+STEPS = 8
+
+
+def greedy(shard, prompts: dict, steps: int) -> dict:
+    """Prefill all prompts in one batch, then decode them together; greedy tokens per sequence."""
+    pages = PageAllocator(shard.kv.num_pages, shard.kv.page_size)
+    seqs = list(prompts)
+    logits = shard.forward(build_batch([Chunk(s, prompts[s], 0) for s in seqs], pages))
+    out = {s: [int(np.argmax(l))] for s, l in zip(seqs, logits)}
+    for step in range(1, steps):
+        chunks = [Chunk(s, [out[s][-1]], len(prompts[s]) + step - 1) for s in seqs]
+        logits = shard.forward(build_batch(chunks, pages))
+        for s, l in zip(seqs, logits):
+            out[s].append(int(np.argmax(l)))
+    return out
+
+
+def test_greedy_alone_equals_greedy_among_16_others(real_weights, reference):
+    shard = make_shard(real_weights, num_pages=256)
+    target = reference["chats"][1]["prompt_ids"]
+    alone = greedy(shard, {"t": target}, STEPS)["t"]
+    rng = np.random.default_rng(7)
+    others = {f"o{i}": rng.integers(3, 49152, size=int(rng.integers(1, 60))).tolist() for i in range(16)}
+    crowd = greedy(shard, {**others, "t": target}, STEPS)["t"]
+    assert alone == crowd
+    assert alone == reference["chats"][1]["greedy_ids"][:STEPS]          # and it is llama.cpp's path

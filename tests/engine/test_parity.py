@@ -1,0 +1,44 @@
+"""The real model against llama.cpp's logits, and split across shards against itself."""
+
+import numpy as np
+import pytest
+
+from services.shard.local import Pipeline
+from tests.engine.conftest import make_shard
+from tests.engine.teacher import margins, teacher_forced
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def one_shard_logits(real_weights, reference):
+    return [teacher_forced(make_shard(real_weights).forward, chat) for chat in reference["chats"]]
+
+
+def test_teacher_forced_parity_with_llama_cpp(one_shard_logits, reference):
+    diffs = []
+    for chat, logits in zip(reference["chats"], one_shard_logits):
+        top5 = chat["greedy_steps_top5"]
+        ids = np.array([[t[0] for t in step] for step in top5])                  # (steps, 5)
+        ref = np.array([[t[1] for t in step] for step in top5])
+        sure = margins(chat) >= 1.0
+        assert sure.any()
+        np.testing.assert_array_equal(logits.argmax(1)[sure], ids[sure, 0])
+        d = np.abs(np.take_along_axis(logits, ids, 1) - ref)
+        assert d.mean() <= 0.35, d.mean()
+        diffs.append(d.ravel())
+    d = np.concatenate(diffs)
+    # llama.cpp quantizes activations to 8 bits inside its dot products; on one step of one chat
+    # that moves two of the 310 top-5 logits 1.04 and 1.36 from ours (see the report), so the
+    # 1.0 bound is held by 99% of them and a looser bound by all.
+    assert (d <= 1.0).mean() >= 0.99 and d.max() <= 1.5, (d.max(), (d > 1.0).sum())
+
+
+def test_three_shards_give_identical_logits(real_weights, model_path, reference, one_shard_logits):
+    seen = set()
+    shards = [make_shard(model_path, a, a + 10, trace=lambda name, a: seen.add(a.dtype)) for a in (0, 10, 20)]
+    pipe = Pipeline(shards)                                   # fp32 hand-off: the arrays themselves
+    for chat, want in zip(reference["chats"][:2], one_shard_logits):
+        np.testing.assert_array_equal(teacher_forced(pipe.forward, chat), want)
+    assert seen == {np.dtype(np.float32)}
+    assert all(s.kv.k.dtype == np.float32 for s in shards)

@@ -1,0 +1,48 @@
+"""The on-disk weight cache: built once per (file, range, dtype), loaded back by mmap, never half-written."""
+
+import os
+
+import numpy as np
+
+from services.modelstore.weight_cache import entry_path, file_identity, load_weights
+from services.modelstore.weights import read_weights
+from tests.engine.tiny_gguf import write_tiny_llama
+
+
+def test_cold_then_warm_gives_the_same_arrays(tiny_path, tmp_path):
+    cold = load_weights(tiny_path, 1, 3, root=tmp_path)
+    warm = load_weights(tiny_path, 1, 3, root=tmp_path)
+    assert cold.cold and not warm.cold and cold.path == warm.path
+    assert warm.config == cold.config
+    assert isinstance(warm.weights.wqkv, np.memmap)                  # mmap, not a read into memory
+    for name, a in cold.weights.arrays().items():
+        np.testing.assert_array_equal(getattr(warm.weights, name), a)
+    _, direct = read_weights(tiny_path, 1, 3)
+    np.testing.assert_array_equal(warm.weights.w_down, direct.w_down)
+    assert [p.name for p in cold.path.parent.iterdir()] == [cold.path.name]   # no temp dir left
+
+
+def test_key_covers_range_and_dtype(tiny_path, tmp_path):
+    paths = {entry_path(tiny_path, a, b, dt, tmp_path) for a, b, dt in
+             [(0, 1, "float32"), (0, 2, "float32"), (1, 2, "float32"), (0, 1, "float16")]}
+    assert len(paths) == 4
+    f16 = load_weights(tiny_path, 0, 1, "float16", root=tmp_path)
+    assert f16.weights.wqkv.dtype == np.float16 and f16.cold
+
+
+def test_a_rewritten_model_file_gets_a_new_entry(tmp_path):
+    path = write_tiny_llama(tmp_path / "m.gguf", seed=1)
+    before = file_identity(path)
+    first = load_weights(path, 0, 1, root=tmp_path / "c")
+    write_tiny_llama(path, seed=2)
+    os.utime(path, ns=(1, os.stat(path).st_mtime_ns + 1))            # even if the clock is coarse
+    assert file_identity(path) != before
+    second = load_weights(path, 0, 1, root=tmp_path / "c")
+    assert second.cold and not np.array_equal(second.weights.wqkv, first.weights.wqkv)
+
+
+def test_a_damaged_entry_is_rebuilt(tiny_path, tmp_path):
+    entry = load_weights(tiny_path, 0, 1, root=tmp_path).path
+    (entry / "wqkv.npy").write_bytes(b"not an array")
+    again = load_weights(tiny_path, 0, 1, root=tmp_path)
+    assert again.cold and again.weights.wqkv.shape == (1, 64, 128)
