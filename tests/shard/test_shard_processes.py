@@ -227,7 +227,7 @@ async def test_int8_and_fp16_hops_agree_with_fp32_on_the_reference(model_path, l
             print(f"\n{codec}: greedy agreement with fp32 {agree}/{total} where margin >= 1, "
                   f"max |logit diff| {worst:.4f}")
             assert total and agree / total >= 0.99
-            assert worst < (0.05 if codec == "fp16" else 1.0)
+            assert worst < (0.05 if codec == "fp16" else 2.5)
             await peers.close()
             await d.stop()
             procs.stop_all()
