@@ -179,6 +179,9 @@ def _check_batch(logits, params, histories, steps):
             raise BadBatch(f"histories[{b}] must be a 1-D array of token ids")
         if h.size and (h.min() < 0 or h.max() >= V):
             raise BadBatch(f"histories[{b}] holds token ids outside [0, {V})")
-        if not isinstance(s, (int, np.integer)) or not 0 <= s <= h.size:
-            raise BadBatch(f"steps[{b}]={s!r} must be an int in [0, len(histories[{b}])={h.size}]")
+        # Only penalties read the history; an unpenalized row may come without one.
+        limit = h.size if p.penalized else 1 << 62
+        if not isinstance(s, (int, np.integer)) or not 0 <= s <= limit:
+            raise BadBatch(f"steps[{b}]={s!r} must be an int in [0, len(histories[{b}])={h.size}]"
+                           if p.penalized else f"steps[{b}]={s!r} must be an int >= 0")
     return B, V

@@ -120,12 +120,13 @@ class ShardService(Service):
             raise ServiceError("bad_batch", str(e)) from None
 
     async def _run(self, fn, *args):
+        from kernels.sampling import BadBatch as BadSamplingBatch
         from kernels.sampling import BadLogits
         from kernels.sampling_params import BadSamplingParams
         from services.shard.batch import BadBatch
         try:
             return await asyncio.get_running_loop().run_in_executor(self._compute, fn, *args)
-        except BadBatch as e:
+        except (BadBatch, BadSamplingBatch) as e:
             raise ServiceError("bad_batch", str(e)) from None
         except BadSamplingParams as e:
             raise ServiceError("bad_sampling", str(e)) from None

@@ -189,8 +189,11 @@ def test_inconsistent_batch_raises_bad_batch():
     h = [np.zeros(3, np.int64)] * 2
     with pytest.raises(BadBatch):
         sample(x, p[:1], h, [0, 0])
+    pen = [SamplingParams(temperature=0, presence_penalty=0.5)] * 2
     with pytest.raises(BadBatch):
-        sample(x, p, h, [0, 4])  # more generated tokens than the history holds
+        sample(x, pen, h, [0, 4])  # penalties need the generated tokens the history lacks
+    # Without penalties nothing reads the history: a decode step may come without one.
+    assert sample(x, p, [np.zeros(0, np.int32)] * 2, [0, 4]).tokens.tolist() == [0, 0]
     with pytest.raises(BadBatch):
         sample(x, p, [np.array([1, 10])] * 2, [0, 0])  # id 10 is outside V = 10
     with pytest.raises(BadBatch):

@@ -1,0 +1,135 @@
+"""`llmbus generate "PROMPT"`: start a shard pipeline on this machine and stream one answer.
+
+One request, one sequence, driven step by step through real shard processes: the smallest
+whole path from text to text. The scheduler-driven stack (`llmbus up`) serves many at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("generate", help="run a shard pipeline here and answer one prompt")
+    p.add_argument("prompt")
+    p.add_argument("--model", type=Path, default=None, help="GGUF file (default: pulled)")
+    p.add_argument("--shards", type=int, default=2, help="shard processes to cut the model into")
+    p.add_argument("--codec", default="fp16", choices=("fp32", "fp16", "int8"))
+    p.add_argument("--system", default=None, help="system message (default: the template's)")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--logs", type=Path, default=None, help="folder for the shards' logs")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_generate(args))
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, OSError) as e:   # bad option values, a bad model file
+        print(f"llmbus generate: {e}", file=sys.stderr)
+        return 2
+
+
+async def _generate(args) -> int:
+    import numpy as np
+    import zmq.asyncio
+
+    import wire
+    from bus.config import BusConfig
+    from bus.directory import Directory
+    from bus.errors import BusError
+    from bus.peers import Peers
+    from kernels.sampling_params import SamplingParams
+    from services.modelstore.pull import pull
+    from services.tokenizer import Tokenizer
+    from services.tokenizer.gguf_meta import read_metadata
+    from wire.messages.shard import Forward, Sampling
+
+    from .local.children import Children, free_port, private_cluster
+    from .local.ranges import split_layers
+
+    model = args.model or pull(quiet=False)
+    meta = read_metadata(model)
+    arch = meta.get("general.architecture", "?")
+    n_layers = int(meta.get(f"{arch}.block_count", 0))
+    ranges = split_layers(n_layers, args.shards)
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=args.seed).resolved()
+    tok = Tokenizer.from_gguf(model)
+    messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
+               [{"role": "user", "content": args.prompt}]
+    ids = tok.encode_chat(messages)
+    page = 16
+    pages = (len(ids) + args.max_tokens + page - 1) // page + 1
+
+    cluster = private_cluster()
+    ports = [free_port() for _ in ranges]
+    peers_args = [a for p in ports for a in ("--peer", f"127.0.0.1:{p}")]
+    kids = Children(log_dir=args.logs)
+    ctx = zmq.asyncio.Context()
+    directory = Directory(ctx, BusConfig(cluster=cluster, mdns=False,
+                                         peers=tuple(f"127.0.0.1:{p}" for p in ports)), me="generate")
+    peers = Peers(ctx, directory, me="generate")
+    t0 = time.monotonic()
+    try:
+        for (a, b), port in zip(ranges, ports):
+            kids.start(f"shard-{a}", ["run", "shard", "--name", f"shard-{a}", "--cluster", cluster,
+                                      "--no-mdns", "--rpc-port", str(port), *peers_args,
+                                      "--model", str(model), "--layers", f"{a}:{b}",
+                                      "--codec", args.codec, "--pages", str(pages)])
+        await directory.start()
+        while len([e for e in directory.of_kind("shard") if e.state == "ready"]) < len(ranges):
+            if kids.dead():
+                print("llmbus generate: a shard exited while starting (see --logs)", file=sys.stderr)
+                return 1
+            if time.monotonic() - t0 > 300:
+                print(f"llmbus generate: shards not ready: {directory.explain()}", file=sys.stderr)
+                return 1
+            await asyncio.sleep(0.1)
+        print(f"[{len(ranges)} shards {ranges} ready in {time.monotonic() - t0:.1f}s]",
+              file=sys.stderr)
+
+        stream = tok.stream(skip_special=True)
+        history = list(ids)
+        feed, start = list(ids), 0
+        table = wire.Tensor(np.arange(pages, dtype=np.int32)[None, :])
+        t_first = time.monotonic()
+        for step in range(args.max_tokens):
+            body = Forward(
+                batch_id=step, first_layer=0,
+                positions=wire.Tensor(np.arange(start, start + len(feed), dtype=np.int32)),
+                query_lens=wire.Tensor(np.array([len(feed)], np.int32)), page_table=table,
+                tokens=wire.Tensor(np.asarray(feed, np.int32)),
+                sampling=[Sampling(temperature=params.temperature, top_p=params.top_p,
+                                   seed=params.seed, step=step)])
+            try:
+                reply = await peers.call(f"shard-{ranges[0][0]}", body, timeout=60)
+            except BusError as e:
+                print(f"\nllmbus generate: {e}", file=sys.stderr)
+                return 1
+            token = int(reply.tokens.array()[0])
+            if step == 0:
+                t_first = time.monotonic()
+            if token in tok.eot_ids:
+                break
+            print(stream.push(token), end="", flush=True)
+            history.append(token)
+            start += len(feed)
+            feed = [token]
+        print(stream.flush(), flush=True)
+        n = len(history) - len(ids)
+        rate = (n - 1) / (time.monotonic() - t_first) if n > 1 else 0.0
+        print(f"[{n} tokens, {rate:.1f} tokens/s after the first]", file=sys.stderr)
+        return 0
+    finally:
+        await peers.close()
+        await directory.stop()
+        ctx.term()
+        kids.stop()

@@ -1,0 +1,1 @@
+"""Running llmbus services as child processes on this machine (`llmbus generate`, later `up`)."""
