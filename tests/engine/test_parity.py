@@ -28,9 +28,11 @@ def test_teacher_forced_parity_with_llama_cpp(one_shard_logits, reference):
         assert d.mean() <= 0.35, d.mean()
         diffs.append(d.ravel())
     d = np.concatenate(diffs)
-    # llama.cpp quantizes activations to 8 bits inside its dot products; on one step of one chat
-    # that moves two of the 310 top-5 logits 1.04 and 1.36 from ours (see the report), so the
-    # 1.0 bound is held by 99% of them and a looser bound by all.
+    # llama.cpp rounds activations to 8 bits inside its dot products. Our fp32 forward is within
+    # 3e-5 of fp64, yet lands 1.04 and 1.36 from llama.cpp on two of 310 top-5 logits (chat 0,
+    # step 10). Rounding of exactly llama.cpp's size injected into our own forward moves the top-5
+    # 0.75-1.85 at worst, past 1.0 in 6 of 10 runs, most often at that step (bench/parity_probe.py
+    # noise): noise, not a bug. So 99% hold the 1.0 bound and all a looser one.
     assert (d <= 1.0).mean() >= 0.99 and d.max() <= 1.5, (d.max(), (d > 1.0).sum())
 
 
