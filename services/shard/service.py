@@ -13,7 +13,7 @@ import asyncio
 import resource
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -167,12 +167,9 @@ class ShardService(Service):
             raise ServiceError("bad_batch", "history_lens do not match the history tensor")
         cuts = np.cumsum([0] + list(lens))
         histories = [hist[cuts[i]:cuts[i + 1]] for i in range(n)]
-        try:
-            params = [SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                                     min_p=s.min_p, repetition_penalty=s.repetition_penalty,
-                                     presence_penalty=s.presence_penalty,
-                                     frequency_penalty=s.frequency_penalty, seed=s.seed,
-                                     top_logprobs=s.top_logprobs) for s in f.sampling]
+        try:  # the wire record carries SamplingParams' fields plus the step
+            params = [SamplingParams(**{k: v for k, v in asdict(s).items() if k != "step"})
+                      for s in f.sampling]
         except BadSamplingParams as e:
             raise ServiceError("bad_sampling", str(e)) from None
         steps = [s.step for s in f.sampling]
