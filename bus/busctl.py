@@ -43,15 +43,14 @@ def _jsonable(v: Any) -> Any:
 
 
 class Ctl:
-    def __init__(self, args: argparse.Namespace):
+    def __init__(self, args: argparse.Namespace, config):
         import zmq.asyncio
 
         from bus.directory import Directory
-        from bus.cli_args import bus_config
 
         self.args = args
         self.ctx = zmq.asyncio.Context()
-        self.config = bus_config(args)
+        self.config = config
         self.directory = Directory(self.ctx, self.config, me=f"busctl-{os.getpid()}")
 
     async def __aenter__(self):
@@ -221,19 +220,17 @@ def build_parser(env: dict) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bus.cli_args import bus_config
+
     args = build_parser(dict(os.environ)).parse_args(argv)
     try:
-        cfg_ok = True
-        from bus.cli_args import bus_config
-        bus_config(args)
+        config = bus_config(args)
     except ValueError as e:
-        cfg_ok = False
         print(f"busctl: {e}", file=sys.stderr)
-    if not cfg_ok:
         return 2
 
     async def go() -> int:
-        async with Ctl(args) as ctl:
+        async with Ctl(args, config) as ctl:
             return await args.func(ctl)
 
     try:

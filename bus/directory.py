@@ -11,7 +11,7 @@ import zmq
 import zmq.asyncio
 
 import wire
-from wire.messages.bus import Event, Heartbeat, Welcome
+from wire.messages.bus import Heartbeat, Welcome
 
 from .client import RpcClient
 from .config import BusConfig, parse_peer
@@ -163,9 +163,7 @@ class Directory:
             return None
         self.counters["handshakes"] += 1
         self.last_errors.pop(ep, None)
-        entry = PeerEntry(name=w.name, kind=w.kind, instance=w.instance, epoch=w.epoch,
-                          host=w.host, rpc_port=w.rpc_port, pub_port=w.pub_port, state=w.state,
-                          info=dict(w.info), source=source)
+        entry = PeerEntry.of(w, source)
         # A handshake proves who answers, once per epoch; after that only heartbeats keep a
         # peer alive (a process whose heartbeats stopped is dead even if its socket answers).
         if self._confirmed.get(ep) != w.epoch:
@@ -202,16 +200,10 @@ class Directory:
                 continue
             topic = bytes(frames[0].buffer)
             if isinstance(msg.body, Heartbeat):
-                hb = msg.body
-                self._observe(PeerEntry(
-                    name=hb.name, kind=hb.kind, instance=hb.instance, epoch=hb.epoch,
-                    host=hb.host, rpc_port=hb.rpc_port, pub_port=hb.pub_port, state=hb.state,
-                    load=hb.load, progress=hb.progress, info=dict(hb.info), source="heartbeat"))
+                self._observe(PeerEntry.of(msg.body, "heartbeat"))
             for cb in self.on_event:
                 cb(topic, msg)
 
     def subscribe(self, topic: bytes) -> None:
         self._sub.setsockopt(zmq.SUBSCRIBE, topic)
 
-
-__all__ = ["Directory", "Event", "HEARTBEAT_TOPIC"]

@@ -23,6 +23,14 @@ class PeerEntry:
     info: dict[str, Any] = field(default_factory=dict)
     source: str = ""                # "mdns", "static" or "heartbeat"
 
+    @classmethod
+    def of(cls, m: Any, source: str) -> "PeerEntry":
+        """From a bus.welcome or bus.heartbeat (which carry the same identity fields)."""
+        return cls(name=m.name, kind=m.kind, instance=m.instance, epoch=m.epoch, host=m.host,
+                   rpc_port=m.rpc_port, pub_port=m.pub_port, state=m.state,
+                   load=getattr(m, "load", 0.0), progress=getattr(m, "progress", 0),
+                   info=dict(m.info), source=source)
+
     @property
     def rpc_endpoint(self) -> str:
         return f"tcp://{self.host}:{self.rpc_port}"
