@@ -10,18 +10,39 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import zmq
 import zmq.asyncio
 
 import wire
-from wire.messages.bus import Error, Hello, Welcome
+from wire.messages.bus import Cancel, Error, Hello, StreamEnd, Welcome
 
 from .errors import CallTimeout, PeerRestarted, RemoteError
 from .sockets import make_socket
 
 _ids = itertools.count(1)
+
+
+class _StreamWaiter:
+    """Collects the replies of one streamed call; quacks like the Future a plain call waits on."""
+
+    def __init__(self):
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, msg: wire.Message) -> None:
+        if isinstance(msg.body, (StreamEnd, Error)):
+            self._done = True
+        self.queue.put_nowait(msg)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._done = True
+        self.queue.put_nowait(exc)
 
 
 class RpcClient:
@@ -61,6 +82,49 @@ class RpcClient:
         if isinstance(reply.body, Error):
             raise RemoteError(reply.body.code, reply.body.message, reply.body.retry_after, self.name)
         return reply.body
+
+    async def stream(self, body: Any, idle_timeout: float | None = None) -> AsyncIterator[Any]:
+        """Send a request to a streaming handler and yield each reply body as it comes.
+
+        Ends at the handler's end; raises RemoteError, PeerRestarted, PeerDead, or CallTimeout
+        when nothing came for `idle_timeout` seconds. Closing the generator early (use
+        `contextlib.aclosing`, or cancel the task) tells the service to stop the handler.
+        """
+        if self._closed:
+            raise RuntimeError("client is closed")
+        mid = next(_ids)
+        waiter = _StreamWaiter()
+        self._pending[mid] = (waiter, self.peer_epoch)
+        msg = wire.Message(body=body, id=mid, sender=self.sender, epoch=self.sender_epoch)
+        try:
+            await self._sock.send_multipart(wire.encode(msg), copy=False)
+            while True:
+                try:
+                    item = await asyncio.wait_for(waiter.queue.get(), idle_timeout)
+                except asyncio.TimeoutError:
+                    raise CallTimeout(f"{self.name}: {type(body).TYPE} stream silent for "
+                                      f"{idle_timeout:g}s") from None
+                if isinstance(item, BaseException):
+                    raise item
+                if isinstance(item.body, StreamEnd):
+                    return
+                if isinstance(item.body, Error):
+                    e = item.body
+                    raise RemoteError(e.code, e.message, e.retry_after, self.name)
+                yield item.body
+        finally:
+            self._pending.pop(mid, None)
+            if not waiter.done() and not self._closed:
+                self._send_cancel(mid)
+
+    def _send_cancel(self, mid: int) -> None:
+        cancel = wire.Message(body=Cancel(id=mid), id=next(_ids), sender=self.sender,
+                              epoch=self.sender_epoch)
+        try:  # best effort and never blocking: runs inside finally blocks
+            sent = self._sock.send_multipart(wire.encode(cancel), flags=zmq.NOBLOCK, copy=False)
+            sent.add_done_callback(lambda f: f.cancelled() or f.exception())
+        except zmq.ZMQError:
+            pass
 
     async def handshake(self, cluster: str, timeout: float = 2.0) -> Welcome:
         welcome = await self.call(Hello(cluster=cluster), timeout)

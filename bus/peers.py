@@ -3,6 +3,8 @@ follow the peer across restarts (new epoch, possibly a new endpoint)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import zmq.asyncio
@@ -44,6 +46,14 @@ class Peers:
     async def call(self, name: str, body: Any, timeout: float = 5.0) -> Any:
         c = await self.client(name, wait=timeout)
         return await c.call(body, timeout)
+
+    async def stream(self, name: str, body: Any, wait: float = 5.0,
+                     idle_timeout: float | None = None) -> AsyncIterator[Any]:
+        """A streamed call to `name` (see RpcClient.stream); PeerDead if its heartbeats stop."""
+        c = await self.client(name, wait=wait)
+        async with contextlib.aclosing(c.stream(body, idle_timeout)) as replies:
+            async for body in replies:
+                yield body
 
     @property
     def stale_dropped(self) -> int:

@@ -10,6 +10,13 @@ Handlers are found in a table by message type:
         @handles(ForwardBatch)
         async def forward(self, msg: wire.Message) -> ForwardResult: ...
 
+        @streams(Generate)                  # an async generator: each yield is one reply
+        async def generate(self, msg: wire.Message): yield Token(...); ...
+
+A streamed reply is the yielded bodies with the request's id, then `bus.stream_end` (or a
+`bus.error`). The caller stops it with `bus.cancel {id}`; a caller that vanished (its
+connection closed) stops it too: the handler sees CancelledError inside its `yield`.
+
 Lifecycle: starting -> ready -> draining -> stopped. SIGTERM and SIGINT drain: new requests
 are refused with `draining`, requests in flight finish (up to drain_timeout), then it stops.
 """
@@ -27,8 +34,8 @@ import zmq
 import zmq.asyncio
 
 import wire
-from wire.messages.bus import (Echo, EchoReply, Error, Event, Heartbeat, Hello, Probe,
-                               ProbeReply, Status, StatusReply, Welcome)
+from wire.messages.bus import (Cancel, Echo, EchoReply, Error, Event, Heartbeat, Hello, Probe,
+                               ProbeReply, Status, StatusReply, StreamEnd, Welcome)
 
 from .config import ServiceConfig
 from .directory import HEARTBEAT_TOPIC, Directory
@@ -52,6 +59,21 @@ def handles(msg_cls: type) -> Callable[[Handler], Handler]:
     return mark
 
 
+def streams(msg_cls: type) -> Callable[[Handler], Handler]:
+    """Mark an async generator method as the streaming handler of one message type."""
+
+    def mark(fn: Handler) -> Handler:
+        fn.__handles__ = msg_cls.TYPE
+        fn.__streams__ = True
+        return fn
+
+    return mark
+
+
+class _Gone(Exception):
+    """The caller of a stream is unreachable (its connection closed): stop producing."""
+
+
 class Service:
     kind = "service"
 
@@ -72,6 +94,7 @@ class Service:
         self.started_at = time.monotonic()
         self._handlers: dict[str, Handler] = self._handler_table()
         self._inflight: set[asyncio.Task] = set()
+        self._streams: dict[tuple[bytes, int], asyncio.Task] = {}  # (caller, id) -> its handler task
         self._tasks: list[asyncio.Task] = []
         self._stop = asyncio.Event()
         self._router = self._pub = None
@@ -198,9 +221,18 @@ class Service:
                 await self._send(ident, wire.Message(Error(code="bad_frame", message=str(e)[:500])))
                 continue
             self.counters["requests"] += 1
+            if isinstance(msg.body, Cancel):
+                self._cancel_stream(ident, msg.body.id)
+                continue
             task = asyncio.get_running_loop().create_task(self._serve(ident, msg))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+
+    def _cancel_stream(self, ident: bytes, mid: int) -> None:
+        task = self._streams.get((ident, mid))
+        if task is not None:
+            self.counters["streams_cancelled"] += 1
+            task.cancel()
 
     async def _serve(self, ident: bytes, msg: wire.Message) -> None:
         handler = self._handlers.get(msg.type)
@@ -211,7 +243,12 @@ class Service:
                 raise ServiceError("draining", f"{self.name} is shutting down", retry_after=1.0)
             if msg.deadline and time.time() > msg.deadline:
                 raise ServiceError("deadline_exceeded", "request arrived after its deadline")
-            body = await handler(self, msg)
+            if getattr(handler, "__streams__", False):
+                if not await self._stream(ident, msg, handler):
+                    return  # cancelled, or the caller is gone: nobody to answer
+                body = StreamEnd()
+            else:
+                body = await handler(self, msg)
             self.progress += 1
         except ServiceError as e:
             self.counters[f"errors.{e.code}"] += 1
@@ -226,11 +263,33 @@ class Service:
             body = Error(code="internal", message=f"{type(e).__name__}: {e}"[:500])
         await self._send(ident, msg.reply(body, self.name, self.epoch))
 
-    async def _send(self, ident: bytes, msg: wire.Message) -> None:
+    async def _stream(self, ident: bytes, msg: wire.Message, handler) -> bool:
+        """Send every body the generator yields; False when it was cancelled or the caller left."""
+        key = (ident, msg.id)
+        self._streams[key] = asyncio.current_task()
+        gen = handler(self, msg)
+        try:
+            async for body in gen:
+                if not await self._send(ident, msg.reply(body, self.name, self.epoch)):
+                    raise _Gone()
+                self.progress += 1
+            return True
+        except (asyncio.CancelledError, _Gone) as e:
+            # Closing the generator runs its finally blocks (a request frees its resources).
+            await gen.aclose()
+            self.counters["streams_gone" if isinstance(e, _Gone) else "streams_stopped"] += 1
+            return False
+        finally:
+            self._streams.pop(key, None)
+
+    async def _send(self, ident: bytes, msg: wire.Message) -> bool:
+        """Send to one caller; False when it is unreachable (ROUTER_MANDATORY says so)."""
         try:
             await self._router.send_multipart([ident] + wire.encode(msg), copy=False)
+            return True
         except zmq.ZMQError:
             self.counters["send_errors"] += 1
+            return False
 
     # ------------------------------------------------------------------ events
     def publish(self, topic: str, body: Any) -> None:

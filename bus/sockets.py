@@ -37,7 +37,9 @@ def make_socket(ctx: zmq.asyncio.Context, kind: int,
     sock = ctx.socket(kind)
     _apply(sock, limits)
     if kind == zmq.ROUTER:
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # a reply to a vanished client is dropped, not an error
+        # A send to a vanished caller fails (EHOSTUNREACH) instead of vanishing: a stream to a
+        # client that went away stops at its next message, and frees what it held.
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     return sock
 
 

@@ -90,6 +90,17 @@ class Error:
     retry_after: float | None = None
 
 
+@message("bus.cancel")
+class Cancel:
+    """One-way: stop the caller's own streaming call `id` (same connection); no reply."""
+    id: int
+
+
+@message("bus.stream_end")
+class StreamEnd:
+    """The last message of a streamed reply: the handler finished without error."""
+
+
 @message("bus.event")
 class Event:
     """A service event (started, stopped, killed, respawned, failed...) published on the bus."""
