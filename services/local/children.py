@@ -35,8 +35,11 @@ def _die_with_parent() -> None:
 class Children:
     log_dir: Path | None = None
     procs: list[subprocess.Popen] = field(default_factory=list)
+    by_name: dict[str, subprocess.Popen] = field(default_factory=dict)
+    specs: dict[str, list[str]] = field(default_factory=dict)
 
     def start(self, name: str, args: list[str]) -> subprocess.Popen:
+        """Start `llmbus ARGS` as child `name` (again, if it ran before)."""
         out = subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -44,11 +47,23 @@ class Children:
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
         p = subprocess.Popen([sys.executable, "-m", "services.cli", *args], stdout=out,
                              stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+        old = self.by_name.get(name)
+        if old is not None:
+            self.procs.remove(old)
         self.procs.append(p)
+        self.by_name[name] = p
+        self.specs[name] = list(args)
         return p
+
+    def respawn(self, name: str) -> subprocess.Popen:
+        return self.start(name, self.specs[name])
 
     def dead(self) -> list[subprocess.Popen]:
         return [p for p in self.procs if p.poll() is not None]
+
+    def exited(self) -> dict[str, int]:
+        """Children that exited, by name, with their exit status."""
+        return {n: p.returncode for n, p in self.by_name.items() if p.poll() is not None}
 
     def stop(self, timeout: float = 10.0) -> None:
         for p in self.procs:

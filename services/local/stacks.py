@@ -1,0 +1,57 @@
+"""Where a running `llmbus up` says it is, so that `llmbus chat` finds it with no arguments.
+
+One small JSON file per stack in the runtime folder; a file whose process is gone is stale and
+ignored (and removed when seen).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def runtime_dir(env: dict | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("LLMBUS_RUNTIME_DIR"):
+        return Path(env["LLMBUS_RUNTIME_DIR"])
+    if env.get("XDG_RUNTIME_DIR"):
+        return Path(env["XDG_RUNTIME_DIR"]) / "llmbus"
+    return Path.home() / ".cache" / "llmbus" / "run"
+
+
+def register(cluster: str, info: dict, env: dict | None = None) -> Path:
+    folder = runtime_dir(env)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{cluster}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"cluster": cluster, "pid": os.getpid(), **info}))
+    tmp.replace(path)   # readers never see half a file
+    return path
+
+
+def running(env: dict | None = None) -> list[dict]:
+    """Stacks whose parent process is alive, newest first."""
+    folder = runtime_dir(env)
+    found = []
+    for path in folder.glob("*.json") if folder.is_dir() else ():
+        try:
+            info = json.loads(path.read_text())
+            alive = _alive(int(info["pid"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if alive:
+            found.append((path.stat().st_mtime, info))
+        else:
+            path.unlink(missing_ok=True)
+    return [info for _, info in sorted(found, key=lambda x: x[0], reverse=True)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

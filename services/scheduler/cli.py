@@ -1,0 +1,29 @@
+"""`llmbus run scheduler`: options of the scheduler service (no numpy needed to parse them)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-id", default="",
+                   help="model identity to serve (default: the first tokenizer's)")
+    p.add_argument("--max-batch-tokens", type=int, default=512,
+                   help="token budget of one micro-batch (decodes + prefill chunks)")
+    p.add_argument("--max-batch-seqs", type=int, default=64)
+    p.add_argument("--inflight", type=int, default=0,
+                   help="micro-batches in the pipeline at once (0: stages + 1)")
+    p.add_argument("--max-queue", type=int, default=256,
+                   help="waiting requests; past it a request is refused with retry-after")
+    p.add_argument("--context", type=int, default=0,
+                   help="tokens per sequence (0: the model's, bounded by the KV pages)")
+
+
+def build(args: argparse.Namespace, config):
+    import logging
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from .service import SchedulerService, SchedulerServiceConfig
+    return SchedulerService(config, SchedulerServiceConfig(
+        model=args.model_id, max_batch_tokens=args.max_batch_tokens,
+        max_batch_seqs=args.max_batch_seqs, max_inflight=args.inflight,
+        max_queue=args.max_queue, context_length=args.context))

@@ -1,0 +1,46 @@
+"""A BatchPlan of the policy as the `shard.forward` message the first shard runs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+import wire
+from wire.messages.shard import Forward, Sampling
+
+from .batch_plan import BatchPlan
+
+
+def to_forward(plan: BatchPlan, sampling: Mapping[str, Sampling],
+               histories: Mapping[str, Sequence[int]]) -> Forward:
+    """`sampling[rid]` is the request's Sampling (step filled in here); a request is in
+    `histories` only when its penalties need the tokens it has seen."""
+    chunks = plan.chunks
+    width = max(len(c.page_table) for c in chunks)
+    table = np.full((len(chunks), width), -1, np.int32)
+    for i, c in enumerate(chunks):
+        table[i, :len(c.page_table)] = c.page_table
+    tokens = np.fromiter((t for c in chunks for t in c.token_ids), np.int32, plan.num_tokens)
+    positions = np.concatenate([np.arange(c.start, c.start + len(c.token_ids), dtype=np.int32)
+                                for c in chunks])
+    samplers = [c for c in chunks if c.sample]
+    rows = [Sampling(**{**_fields(sampling[c.request_id]), "step": c.step}) for c in samplers]
+    hist = [histories.get(c.request_id, ()) for c in samplers]
+    penalized = any(hist)
+    return Forward(
+        batch_id=plan.batch_id, first_layer=0,
+        positions=wire.Tensor(positions),
+        query_lens=wire.Tensor(np.array([len(c.token_ids) for c in chunks], np.int32)),
+        page_table=wire.Tensor(table),
+        tokens=wire.Tensor(tokens),
+        want_logits=None if len(samplers) == len(chunks) else
+        wire.Tensor(np.array([c.sample for c in chunks], np.bool_)),
+        sampling=rows,
+        history=wire.Tensor(np.fromiter((t for h in hist for t in h), np.int32))
+        if penalized else None,
+        history_lens=[len(h) for h in hist] if penalized else [])
+
+
+def _fields(s: Sampling) -> dict:
+    return {k: getattr(s, k) for k in s.__dataclass_fields__}

@@ -1,0 +1,62 @@
+"""Which shard processes form the pipeline of a model: a pure choice over directory entries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    epoch: int
+    start: int
+    end: int
+    num_pages: int
+    page_size: int
+
+
+def find_chain(entries: Iterable, model: str, prefer: Sequence[str] = ()) -> list[Stage] | None:
+    """Ready shards of `model` whose layer ranges run from 0 to the model's last layer, in order.
+
+    Where two shards hold the same range, the one named in `prefer` (the chain in use) stays, so
+    that a replica appearing does not look like a change of pipeline. None if there is a gap.
+    """
+    by_start: dict[int, list[Stage]] = {}
+    n_layers = None
+    for e in entries:
+        info = e.info
+        layers = info.get("layers")
+        if e.state != "ready" or info.get("model") != model or not layers or len(layers) != 2:
+            continue
+        n_layers = info.get("n_layers", n_layers)
+        by_start.setdefault(int(layers[0]), []).append(Stage(
+            e.name, e.epoch, int(layers[0]), int(layers[1]), int(info.get("num_pages", 0)),
+            int(info.get("page_size", 0))))
+    if n_layers is None:
+        return None
+    chain, at = [], 0
+    while at < n_layers:
+        options = by_start.get(at)
+        if not options:
+            return None
+        options.sort(key=lambda s: (s.name not in prefer, s.name))
+        chain.append(options[0])
+        at = options[0].end
+    return chain if at == n_layers else None
+
+
+def signature(chain: Sequence[Stage]) -> tuple[tuple[str, int], ...]:
+    """Names and epochs: when it changes, some shard restarted and its KV cache is gone."""
+    return tuple((s.name, s.epoch) for s in chain)
+
+
+def explain_missing(entries: Iterable, model: str) -> str:
+    """Say what is there, for an operator wondering why nothing runs."""
+    have = sorted((e.info.get("layers", [None])[0] or 0, e.name, e.state, e.info.get("model") == model)
+                  for e in entries)
+    if not have:
+        return "no shard is live on the bus"
+    return "shards seen: " + ", ".join(
+        f"{name} layers {e0}: {state}{'' if same else ' (another model)'}"
+        for e0, name, state, same in have)

@@ -1,0 +1,169 @@
+"""`llmbus up`: the whole stack on this machine, under one parent, until Ctrl-C or SIGTERM.
+
+Starts a tokenizer, N shard runners over contiguous layer ranges and a scheduler, each its own
+process that dies with this one. They find each other as static peers on loopback (no
+multicast needed). A child that crashes is started again (a few times a minute at most); the
+scheduler carries its requests through. `llmbus chat` finds the stack through a small file in
+the runtime folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+RESPAWNS_PER_MINUTE = 5
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("up", help="run tokenizer, scheduler and shards here until Ctrl-C")
+    p.add_argument("--model", type=Path, default=None, help="GGUF file (default: pulled)")
+    p.add_argument("--shards", type=int, default=2, help="shard processes to cut the model into")
+    p.add_argument("--codec", default="fp16", choices=("fp32", "fp16", "int8"),
+                   help="codec of activations between shards")
+    p.add_argument("--pages", type=int, default=1024, help="KV pages per shard (16 tokens each)")
+    p.add_argument("--max-queue", type=int, default=256, help="waiting requests before refusing")
+    p.add_argument("--cluster", default=None, help="bus cluster name (default: a private one)")
+    p.add_argument("--port", type=int, default=0, help="scheduler RPC port (default: any free)")
+    p.add_argument("--logs", type=Path, default=None,
+                   help="folder for the services' logs (default: in the runtime folder)")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_up(args))
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, OSError) as e:   # bad option values, a bad model file
+        print(f"llmbus up: {e}", file=sys.stderr)
+        return 2
+
+
+def say(text: str) -> None:
+    print(f"[llmbus up] {text}", file=sys.stderr, flush=True)
+
+
+async def _up(args) -> int:
+    import zmq.asyncio
+
+    from bus.config import BusConfig
+    from bus.directory import Directory
+    from services.modelstore.pull import pull
+    from services.tokenizer.gguf_meta import read_metadata
+
+    from .local.children import Children, free_port, private_cluster
+    from .local.ranges import split_layers
+    from .local.stacks import register, runtime_dir
+
+    model = (args.model or pull(quiet=False)).resolve()
+    if not model.is_file():
+        raise ValueError(f"no model file at {model}")
+    meta = read_metadata(model)
+    arch = meta.get("general.architecture", "?")
+    n_layers = int(meta.get(f"{arch}.block_count", 0))
+    ranges = split_layers(n_layers, args.shards)
+    cluster = args.cluster or private_cluster()
+    logs = args.logs or runtime_dir() / "logs" / cluster
+    sched_port = args.port or free_port()
+    ports = {"tokenizer-0": free_port(), "scheduler-0": sched_port,
+             **{f"shard-{a}": free_port() for a, _ in ranges}}
+    peers = [f"127.0.0.1:{p}" for p in ports.values()]
+    common = ["--cluster", cluster, "--no-mdns", *[a for p in peers for a in ("--peer", p)]]
+    specs = {
+        "tokenizer-0": ["run", "tokenizer", "--model", str(model)],
+        **{f"shard-{a}": ["run", "shard", "--model", str(model), "--layers", f"{a}:{b}",
+                          "--codec", args.codec, "--pages", str(args.pages)] for a, b in ranges},
+        "scheduler-0": ["run", "scheduler", "--max-queue", str(args.max_queue)],
+    }
+    kids = Children(log_dir=logs)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    ctx = zmq.asyncio.Context()
+    directory = Directory(ctx, BusConfig(cluster=cluster, mdns=False, peers=tuple(peers)), me="up")
+    stack_file = None
+    t0 = time.monotonic()
+    try:
+        for name, spec in specs.items():
+            kids.start(name, [*spec, "--name", name, "--rpc-port", str(ports[name]), *common])
+        await directory.start()
+        say(f"starting {len(specs)} services: model {model.name}, {len(ranges)} shards "
+            f"{[f'{a}:{b}' for a, b in ranges]}, logs in {logs}")
+        if not await _wait_ready(directory, kids, stop, logs):
+            return 0 if stop.is_set() else 1
+        endpoint = f"tcp://127.0.0.1:{sched_port}"
+        stack_file = register(cluster, {"scheduler": f"127.0.0.1:{sched_port}", "peers": peers,
+                                        "model": str(model), "shards": len(ranges),
+                                        "logs": str(logs)})
+        say(f"ready in {time.monotonic() - t0:.1f}s. Scheduler at {endpoint} (cluster {cluster}).")
+        print(f"llmbus is up: talk to it with `llmbus chat`; inspect it with "
+              f"`busctl --cluster {cluster} --no-mdns --peer 127.0.0.1:{sched_port} list`. "
+              f"Ctrl-C stops it.", flush=True)
+        return await _supervise(kids, stop, logs)
+    finally:
+        say("stopping")
+        await directory.stop()
+        ctx.term()
+        kids.stop()
+        if stack_file is not None:
+            stack_file.unlink(missing_ok=True)
+        say("stopped")
+
+
+async def _wait_ready(directory, kids, stop: asyncio.Event, logs: Path) -> bool:
+    """Until the scheduler is ready (it is ready once the tokenizer and every shard are)."""
+    last_report = time.monotonic()
+    while not stop.is_set():
+        sched = directory.get("scheduler-0")
+        if sched is not None and sched.state == "ready":
+            return True
+        failed = kids.exited()
+        if failed:
+            for name, rc in failed.items():
+                say(f"{name} exited with status {rc} while starting:\n{_tail(logs / f'{name}.log')}")
+            return False
+        if time.monotonic() - last_report > 10:
+            states = {e.name: e.state for e in directory.live()}
+            say(f"still starting: {states or 'no service answered yet'}")
+            last_report = time.monotonic()
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def _supervise(kids, stop: asyncio.Event, logs: Path) -> int:
+    """Start again a child that crashed; give up on one that keeps crashing."""
+    recent: dict[str, deque] = {}
+    while not stop.is_set():
+        for name, rc in kids.exited().items():
+            if stop.is_set() or rc == 0:  # 0: it was asked to stop (Ctrl-C reaches every child)
+                continue
+            times = recent.setdefault(name, deque())
+            now = time.monotonic()
+            while times and times[0] < now - 60:
+                times.popleft()
+            if len(times) >= RESPAWNS_PER_MINUTE:
+                say(f"{name} crashed {len(times) + 1} times within a minute; giving up:\n"
+                    f"{_tail(logs / f'{name}.log')}")
+                return 1
+            times.append(now)
+            say(f"{name} exited with status {rc}; starting it again")
+            kids.respawn(name)
+        try:
+            await asyncio.wait_for(stop.wait(), 0.5)
+        except asyncio.TimeoutError:
+            pass
+    return 0
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

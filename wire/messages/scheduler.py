@@ -1,0 +1,96 @@
+"""Messages of the scheduler: a generation request in, a stream of token events out.
+
+`scheduler.generate` is answered by a stream (bus `@streams`): one `Started`, then `Tokens`
+as they are sampled, then one `Done` saying why it ended. A refused request gets a typed
+`bus.error` instead (queue_full with retry_after, or the bad request's reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any
+
+from ..schema import message
+
+
+@message("scheduler.generate")
+class Generate:
+    """A request: exactly one of a chat (`messages`), a text `prompt`, or `prompt_ids`."""
+    messages: list[dict[str, Any]] | None = None   # rendered with the model's chat template
+    prompt: str | None = None                      # raw text, tokenized as is (a completion)
+    prompt_ids: list[int] | None = None            # token ids, used as they are
+    max_tokens: int | None = None                  # None: up to the end of the context
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None                        # None: the scheduler picks one
+    top_logprobs: int = 0
+    stop: list[str] = field(default_factory=list)  # never emitted; may span tokens
+    priority: str = "normal"                       # high, normal, low
+    request_id: str = ""                           # "": the scheduler names it
+    template: str | None = None                    # a named chat template instead of the model's
+
+    def check(self):
+        given = [n for n in ("messages", "prompt", "prompt_ids") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of messages, prompt, prompt_ids"
+                             + (f" (got {', '.join(given)})" if given else ""))
+
+
+@message("scheduler.started")
+class Started:
+    """First event of a stream: the request was admitted."""
+    request_id: str
+    prompt_tokens: int
+    max_tokens: int          # after clamping to the context
+    seed: int
+    note: str = ""           # why max_tokens was clamped, if it was
+
+
+@message("scheduler.tokens")
+class Tokens:
+    """Newly sampled tokens of one request and the text they completed (may be "")."""
+    request_id: str
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    top_ids: list[list[int]] = field(default_factory=list)        # when top_logprobs > 0
+    top_logprobs: list[list[float]] = field(default_factory=list)
+
+
+@message("scheduler.done")
+class Done:
+    """Last event of a stream: why it ended (stop, length, repeated_line_loop, cancelled, failed)."""
+    request_id: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    stop_string: str | None = None
+    detail: str = ""
+
+
+@message("scheduler.cancel")
+class CancelRequest:
+    """End a request by id now, from any caller; its pages are freed at once."""
+    request_id: str
+
+
+@message("scheduler.cancelled")
+class Cancelled:
+    request_id: str
+    found: bool
+
+
+@message("scheduler.stats")
+class StatsRequest:
+    pass
+
+
+@message("scheduler.stats_reply")
+class Stats:
+    stats: dict[str, float]
+    pipeline: list[str]             # shard names from the first layer to the last
