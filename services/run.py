@@ -15,6 +15,7 @@ from bus.cli_args import add_bus_arguments, bus_config
 KINDS = {
     "echo": "services.echo",
     "shard": "services.shard.cli",
+    "tokenizer": "services.tokenizer.cli",
 }
 
 
