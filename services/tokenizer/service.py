@@ -1,0 +1,182 @@
+"""The tokenizer service: one model's Tokenizer behind the `tokenizer.*` messages.
+
+Bad input is answered with a typed `bus.error` (bad_messages, unknown_template, template_error,
+bad_token_id, text_too_long, vocab_too_large) and the service keeps serving. Work on text runs
+in one worker thread so that requests keep being read while a long prompt is tokenized.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import wire
+from bus.config import ServiceConfig
+from bus.errors import ServiceError
+from bus.service import Service, handles
+from services.tokenizer import errors
+from wire.limits import MAX_HEADER_BYTES
+from wire.messages.tokenizer import (Decode, Encode, Ids, InfoRequest, Prompt, Render, Text,
+                                     TokenizerInfo, VocabRequest, VocabTable)
+
+# Half the largest message a request can arrive in: big enough for any real prompt, small
+# enough that this typed error, not the frame decoder's, is what a caller meets first.
+MAX_TEXT_BYTES = 1 << 19
+# Room left in a reply header for the envelope around a vocabulary page.
+_HEADER_ROOM = 4096
+
+_CODES: dict[type, str] = {
+    errors.BadMessages: "bad_messages",
+    errors.UnknownTemplate: "unknown_template",
+    errors.TemplateError: "template_error",
+    errors.BadTokenId: "bad_token_id",
+}
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    model: Path
+    max_text_bytes: int = MAX_TEXT_BYTES
+
+    def __post_init__(self):
+        if not 0 < self.max_text_bytes <= MAX_HEADER_BYTES:
+            raise ValueError(f"max_text_bytes must be within 1..{MAX_HEADER_BYTES}")
+
+
+def openai_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI's newer clients send role "developer" for what templates know as "system"."""
+    return [{**m, "role": "system"} if m.get("role") == "developer" else m for m in messages]
+
+
+class TokenizerService(Service):
+    kind = "tokenizer"
+
+    def __init__(self, config: ServiceConfig, tok: TokenizerConfig, ctx=None):
+        super().__init__(config, ctx)
+        self.tok_config = tok
+        self.tokenizer = None
+        self.model_id = ""
+        self._info: TokenizerInfo | None = None
+        self._tables: dict[bool, list[bytes]] = {}   # skip_special -> bytes of every id
+        # One worker: the Tokenizer serializes its callers anyway, and a long encode must not
+        # hold the event loop (heartbeats, other requests) while it runs.
+        self._work = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+
+    # ------------------------------------------------------------------ lifecycle
+    async def on_start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._work, self._load)
+
+    def _load(self) -> None:
+        from services.modelstore.weight_cache import file_identity
+        from services.tokenizer.gguf_meta import read_metadata
+        from services.tokenizer.token_bytes import token_bytes_table
+        from services.tokenizer.tokenizer import Tokenizer
+        from services.tokenizer.vocab import vocab_from_metadata
+
+        path = self.tok_config.model
+        meta = read_metadata(path)    # once: the tokenizer and the context length both come from it
+        tok = Tokenizer(vocab_from_metadata(meta))
+        arch = meta.get("general.architecture", "")
+        templates = tok.templates
+        self.model_id = file_identity(path)
+        self._tables = {True: tok.token_bytes, False: token_bytes_table(tok.vocab, special=True)}
+        self._info = TokenizerInfo(
+            model=self.model_id, vocab_size=tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id,
+            eot_ids=sorted(tok.eot_ids), special_ids=sorted(tok.special_ids),
+            context_length=int(meta.get(f"{arch}.context_length", 0)),
+            templates=[templates.default_name]
+            + [n for n in templates.names if n != templates.default_name])
+        self.tokenizer = tok
+
+    async def on_stop(self) -> None:
+        self._work.shutdown(wait=True)
+
+    def info(self) -> dict:
+        if self._info is None:
+            return {}
+        return {"model": self.model_id, "vocab_size": self._info.vocab_size}
+
+    # ------------------------------------------------------------------ handlers
+    @handles(InfoRequest)
+    async def get_info(self, msg: wire.Message) -> TokenizerInfo:
+        self._ready()
+        return self._info
+
+    @handles(VocabRequest)
+    async def vocab(self, msg: wire.Message) -> VocabTable:
+        self._ready()
+        req: VocabRequest = msg.body
+        table = self._tables[req.skip_special]
+        n = len(table)
+        if req.start > n:
+            raise ServiceError("bad_token_id", f"start {req.start} is past the vocabulary of {n}")
+        end = n if req.count == 0 else min(n, req.start + req.count)
+        page = table[req.start:end]
+        size = sum(len(b) for b in page) + 5 * len(page)   # msgpack bin: at most 5 bytes a header
+        if size > MAX_HEADER_BYTES - _HEADER_ROOM:
+            fit = max(1, (MAX_HEADER_BYTES - _HEADER_ROOM) * len(page) // (2 * size))
+            raise ServiceError("vocab_too_large",
+                               f"ids {req.start}..{end} take about {size} bytes, over the "
+                               f"{MAX_HEADER_BYTES} one message carries; ask in pages with "
+                               f"start and count (count={fit} fits)")
+        return VocabTable(token_bytes=page, start=req.start)
+
+    @handles(Encode)
+    async def encode(self, msg: wire.Message) -> Ids:
+        tok = self._ready()
+        req: Encode = msg.body
+        self._check_length(req.text, "text")
+        ids = await self._run(tok.encode, req.text, req.parse_special,
+                              add_special=req.add_special)
+        return Ids(ids=ids)
+
+    @handles(Render)
+    async def render(self, msg: wire.Message) -> Prompt:
+        self._ready()
+        req: Render = msg.body
+        text, ids = await self._run(self._prompt, openai_roles(req.messages),
+                                    req.add_generation_prompt, req.template)
+        return Prompt(text=text, ids=ids)
+
+    def _prompt(self, messages, add_generation_prompt: bool, template: str | None):
+        tok = self.tokenizer
+        text = tok.render_chat(messages, add_generation_prompt, template)
+        self._check_length(text, "the rendered chat")
+        # Tokenizer.encode_chat's rule, applied to the text rendered once (a template that
+        # reads the clock could render differently twice): BOS only if the GGUF asks for it
+        # and the template did not write it.
+        bos = "" if tok.bos_id is None else tok.vocab.tokens[tok.bos_id]
+        add_bos = tok.add_bos_default and not (bos and text.startswith(bos))
+        return text, tok.encode(text, parse_special=True, add_bos=add_bos)
+
+    @handles(Decode)
+    async def decode(self, msg: wire.Message) -> Text:
+        tok = self._ready()
+        req: Decode = msg.body
+        return Text(text=await self._run(tok.decode, req.ids, req.skip_special))
+
+    # ------------------------------------------------------------------ helpers
+    def _ready(self):
+        if self.tokenizer is None:
+            raise ServiceError("loading", f"{self.name} is still loading", retry_after=0.5)
+        return self.tokenizer
+
+    def _check_length(self, text: str, what: str) -> None:
+        limit = self.tok_config.max_text_bytes
+        # Cheap bound first: a str of n code points is at most 4n bytes of UTF-8.
+        if len(text) * 4 <= limit:
+            return
+        n = len(text.encode("utf-8", "surrogatepass"))
+        if n > limit:
+            raise ServiceError("text_too_long", f"{what} is {n} bytes of UTF-8, over the limit "
+                                                f"of {limit}: send it in shorter pieces")
+
+    async def _run(self, fn: Callable, *args, **kw):
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._work, lambda: fn(*args, **kw))
+        except errors.TokenizerError as e:
+            raise ServiceError(_CODES.get(type(e), "bad_request"), str(e)) from None

@@ -1,0 +1,84 @@
+"""Messages of the tokenizer service: one model's vocabulary, text <-> ids, chat prompts.
+
+The scheduler asks once for `tokenizer.info` and `tokenizer.vocab` (it detokenizes streams
+itself from the token bytes), then per request `tokenizer.render` or `tokenizer.encode`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..schema import message
+
+
+@message("tokenizer.info")
+class InfoRequest:
+    pass
+
+
+@message("tokenizer.info_reply")
+class TokenizerInfo:
+    model: str              # services.modelstore.weight_cache.file_identity of the GGUF
+    vocab_size: int
+    bos_id: int | None
+    eos_id: int | None
+    eot_ids: list[int]      # ids that end a turn (EOS, EOT, <|im_end|>...), sorted
+    special_ids: list[int]  # control tokens, sorted
+    context_length: int     # GGUF "{arch}.context_length", 0 if absent
+    templates: list[str]    # chat templates by name, the default first
+
+
+@message("tokenizer.vocab")
+class VocabRequest:
+    """The bytes of every token id; `start`/`count` page it (count 0: to the end) for
+    vocabularies whose table does not fit in one message."""
+    skip_special: bool = True
+    start: int = 0
+    count: int = 0
+
+    def check(self):
+        if self.start < 0 or self.count < 0:
+            raise ValueError("start and count must be >= 0")
+
+
+@message("tokenizer.vocab_reply")
+class VocabTable:
+    token_bytes: list[bytes]   # bytes of ids start.. (control tokens b"" when skip_special)
+    start: int = 0
+
+
+@message("tokenizer.encode")
+class Encode:
+    text: str
+    parse_special: bool = False   # read control tokens written in the text (<|im_start|>)
+    add_special: bool = False     # add BOS/EOS as the GGUF asks
+
+
+@message("tokenizer.ids")
+class Ids:
+    ids: list[int]
+
+
+@message("tokenizer.render")
+class Render:
+    """An OpenAI-style chat (content a string or text parts; role developer = system)."""
+    messages: list[dict[str, Any]]
+    add_generation_prompt: bool = True
+    template: str | None = None   # a name from TokenizerInfo.templates; None: the default
+
+
+@message("tokenizer.prompt")
+class Prompt:
+    text: str
+    ids: list[int]
+
+
+@message("tokenizer.decode")
+class Decode:
+    ids: list[int]
+    skip_special: bool = True
+
+
+@message("tokenizer.text")
+class Text:
+    text: str
