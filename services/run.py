@@ -15,11 +15,8 @@ from bus.cli_args import add_bus_arguments, bus_config
 KINDS = {
     "echo": "services.echo",
     "shard": "services.shard.cli",
-<<<<<<< HEAD
-    "scheduler": "services.scheduler.cli",
-=======
     "tokenizer": "services.tokenizer.cli",
->>>>>>> tokenizer-svc
+    "scheduler": "services.scheduler.cli",
 }
 
 
