@@ -87,7 +87,9 @@ class Tokenizer:
             raise TokenizerError(f"text to encode must be a string, got {type(text).__name__}")
         with self._lock:
             self._hf.encode_special_tokens = not parse_special
-            ids = self._hf.encode(text, add_special_tokens=False).ids
+            # encode_batch releases the GIL while it works (encode does not): a long text does
+            # not stall the service's event loop and its heartbeats.
+            ids = self._hf.encode_batch([text], add_special_tokens=False)[0].ids
         if add_bos or (add_special and self.add_bos_default):
             ids.insert(0, self._required(self.vocab.bos_id, "BOS"))
         if add_eos or (add_special and self.add_eos_default):

@@ -14,8 +14,6 @@ CHECK = ("import sys; from services.cli import build_parser; build_parser(); "
          "print(sorted(m for m in ('numpy', 'tokenizers', 'jinja2') if m in sys.modules))")
 
 
-@pytest.mark.xfail(strict=True, reason="services/tokenizer/__init__.py imports the Tokenizer "
-                   "eagerly; importing services.tokenizer.cli loads numpy (make __init__ lazy)")
 def test_building_the_llmbus_parser_loads_no_numpy():
     r = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env(), capture_output=True,
                        text=True, timeout=60)
