@@ -118,6 +118,14 @@ def decode(frames: Sequence[Any]) -> Message:
         raise BadFrame("schema", "sender must be a short string")
     if not (_is_int(epoch) and 0 <= epoch < 1 << 64):
         raise BadFrame("schema", "epoch must be an unsigned 64-bit integer")
+    try:
+        return _body(header, bufs, mid, sender, epoch, deadline)
+    except BadFrame as e:
+        e.msg_id = mid  # the header is sound: the error reply can name the call it answers
+        raise
+
+
+def _body(header: dict, bufs: list, mid: int, sender: str, epoch: int, deadline: Any) -> Message:
     if (not isinstance(deadline, (int, float)) or isinstance(deadline, bool)
             or not 0 <= deadline < math.inf):  # NaN fails this too
         raise BadFrame("schema", "deadline must be a finite non-negative number")

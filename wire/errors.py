@@ -5,9 +5,12 @@ class BadFrame(ValueError):
     """A message could not be decoded: truncated, oversized, wrong schema, unknown type...
 
     `reason` is a short machine-friendly tag (counted by services), the message says what.
+    `msg_id` is the message's id when the header was readable, so the error reply reaches the
+    caller waiting on it; 0 otherwise.
     """
 
-    def __init__(self, reason: str, detail: str = ""):
+    def __init__(self, reason: str, detail: str = "", msg_id: int = 0):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+        self.msg_id = msg_id

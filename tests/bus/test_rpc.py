@@ -208,3 +208,10 @@ async def test_wrong_cluster_is_refused_with_a_reason(service):
         assert "belongs to cluster 'rpc-test'" in d.explain()
     finally:
         await d.stop()
+
+
+async def test_a_call_whose_body_breaks_the_schema_gets_bad_frame_not_a_timeout(client):
+    from wire.messages.bus import Probe
+    with pytest.raises(RemoteError) as e:
+        await client.call(Probe(target="x", timeout=100.0), timeout=2.0)  # check(): at most 60
+    assert e.value.code == "bad_frame" and "timeout must be within" in e.value.message

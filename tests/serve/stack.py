@@ -1,0 +1,116 @@
+"""A real `llmbus up` for end-to-end tests, and a client that collects one request's events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zmq.asyncio
+
+from bus.client import RpcClient
+from wire.messages.scheduler import Done, Generate, Started, Tokens
+
+from ..bus.procs import ROOT, cli, env
+
+
+class Stack:
+    """`llmbus up ARGS` in its own runtime folder; stop() sends SIGTERM as systemd or a user would."""
+
+    def __init__(self, runtime: Path, *args: str, ready_timeout: float = 240):
+        self.runtime = runtime
+        e = env()
+        e["LLMBUS_RUNTIME_DIR"] = str(runtime)
+        self.proc = subprocess.Popen(cli("up", *args), cwd=ROOT, env=e, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.output: list[str] = []
+        # A thread reads the output: select() on a buffered pipe misses lines already buffered.
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + ready_timeout
+        while not any("llmbus is up" in line for line in list(self.output)):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("llmbus up did not come up:\n" + "".join(self.output))
+            time.sleep(0.1)
+        (self.file,) = runtime.glob("*.json")
+        self.info = json.loads(self.file.read_text())
+        self.endpoint = "tcp://" + self.info["scheduler"]
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.output.append(line)
+
+    def drain_output(self) -> str:
+        return "".join(self.output)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self._reader.join(5)
+        return rc
+
+
+@dataclass
+class Result:
+    started: Started | None = None
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    done: Done | None = None
+    events: list = field(default_factory=list)
+
+
+async def generate(endpoint: str, body: Generate, client: RpcClient | None = None,
+                   stop_after_tokens: int | None = None) -> Result:
+    """Run one request to its end (or close the stream after `stop_after_tokens` tokens)."""
+    own = client is None
+    client = client or RpcClient(zmq.asyncio.Context.instance(), endpoint)
+    res = Result()
+    try:
+        async with contextlib.aclosing(client.stream(body, idle_timeout=120)) as events:
+            async for ev in events:
+                res.events.append(ev)
+                if isinstance(ev, Started):
+                    res.started = ev
+                elif isinstance(ev, Tokens):
+                    res.text += ev.text
+                    res.token_ids += ev.token_ids
+                    if stop_after_tokens is not None and len(res.token_ids) >= stop_after_tokens:
+                        break
+                elif isinstance(ev, Done):
+                    res.done = ev
+    finally:
+        if own:
+            await client.close()
+    return res
+
+
+async def call(endpoint: str, body, timeout: float = 10.0):
+    c = RpcClient(zmq.asyncio.Context.instance(), endpoint)
+    try:
+        return await c.call(body, timeout)
+    finally:
+        await c.close()
+
+
+async def wait_for(cond, timeout: float = 10.0, every: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
+        await asyncio.sleep(every)
