@@ -24,6 +24,7 @@ are refused with `draining`, requests in flight finish (up to drain_timeout), th
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import time
@@ -345,7 +346,7 @@ class Service:
                            epoch=self.epoch, state=self.state, load=self.load,
                            progress=self.progress, uptime=time.monotonic() - self.started_at,
                            counters=counters,
-                           info={**self.info(), "host": socket.gethostname(),
+                           info={**self.info(), "host": socket.gethostname(), "pid": os.getpid(),
                                  "peers": [e.name for e in self.directory.live()] if self.directory else []})
 
     @handles(Echo)

@@ -207,10 +207,8 @@ async def test_a_shard_killed_mid_answer_is_carried_through(stack):
 
 
 async def _pid_of(stack, name: str) -> int:
-    import subprocess
-    out = subprocess.run(["pgrep", "-f", f"--name {name} "], capture_output=True, text=True).stdout
-    pids = [int(p) for p in out.split()]
-    mine = [p for p in pids if os.path.exists(f"/proc/{p}") and
-            f"--cluster {stack.info['cluster']}" in open(f"/proc/{p}/cmdline").read().replace("\0", " ")]
-    assert len(mine) == 1, (name, pids)
-    return mine[0]
+    for peer in stack.info["peers"]:
+        reply = await call(f"tcp://{peer}", Status())
+        if reply.name == name:
+            return reply.info["pid"]
+    raise AssertionError(f"no {name} among {stack.info['peers']}")
