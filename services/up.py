@@ -32,10 +32,24 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=int, default=0, help="scheduler RPC port (default: any free)")
     p.add_argument("--logs", type=Path, default=None,
                    help="folder for the services' logs (default: in the runtime folder)")
+    p.add_argument("-d", "--detach", action="store_true",
+                   help="run in the background once ready; `llmbus down` stops it")
     p.set_defaults(func=main)
+    down = sub.add_parser("down", help="stop a stack started with `llmbus up --detach`")
+    down.add_argument("--cluster", default=None, help="which stack (default: the newest)")
+    down.add_argument("--all", action="store_true", help="every stack running on this machine")
+    down.set_defaults(func=_down)
+
+
+def _down(args: argparse.Namespace) -> int:
+    from .detach import stop_stacks
+    return stop_stacks(args)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.detach:
+        from .detach import detach
+        return detach(args)
     try:
         return asyncio.run(_up(args))
     except KeyboardInterrupt:

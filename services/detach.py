@@ -1,0 +1,80 @@
+"""`llmbus up --detach` and `llmbus down`: a stack in the background, found again by its file."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from .local.children import private_cluster
+from .local.stacks import running, runtime_dir
+
+
+def detach(args: argparse.Namespace, ready_timeout: float = 900.0) -> int:
+    """Start `llmbus up` in its own session, wait until it is ready, print where it is."""
+    cluster = args.cluster or private_cluster()
+    argv = [a for a in args.argv if a not in ("-d", "--detach")]
+    if args.cluster is None:
+        argv += ["--cluster", cluster]
+    logs = runtime_dir() / "logs" / cluster
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / "up.log", "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "services.cli", *argv], stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + ready_timeout
+    while True:
+        stack = next((s for s in running() if s["cluster"] == cluster), None)
+        if stack is not None:
+            print(f"llmbus is up in the background (pid {proc.pid}, cluster {cluster}, scheduler "
+                  f"{stack['scheduler']}): talk to it with `llmbus chat`, stop it with "
+                  f"`llmbus down`. Logs in {logs}.", flush=True)
+            return 0
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                proc.terminate()
+            tail = (logs / "up.log").read_text(errors="replace").splitlines()[-15:]
+            print("llmbus up --detach: the stack did not come up:\n" + "\n".join(tail),
+                  file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+
+
+def stop_stacks(args: argparse.Namespace, timeout: float = 60.0) -> int:
+    """SIGTERM the `llmbus up` of one stack (or all) and wait until it has stopped."""
+    stacks = running()
+    if args.cluster is not None:
+        stacks = [s for s in stacks if s["cluster"] == args.cluster]
+    elif not args.all:
+        stacks = stacks[:1]
+    if not stacks:
+        print("llmbus down: no llmbus stack is running on this machine"
+              + (f" with cluster {args.cluster}" if args.cluster else ""), file=sys.stderr)
+        return 1
+    for s in stacks:
+        os.kill(s["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for s in stacks:
+        while _alive(s["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(s["pid"]):
+            print(f"llmbus down: {s['cluster']} (pid {s['pid']}) did not stop within {timeout:g}s",
+                  file=sys.stderr)
+            return 1
+        print(f"stopped {s['cluster']}")
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (our own child, not yet reaped) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,48 @@
+"""`llmbus up --detach` returns once the stack serves; `llmbus down` stops it and its children."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from wire.messages.bus import Status
+from wire.messages.scheduler import Generate
+
+from ..bus.procs import ROOT, cli, env
+from .stack import call, generate
+
+pytestmark = pytest.mark.slow
+
+
+def run(runtime, *args, timeout=300):
+    e = env()
+    e["LLMBUS_RUNTIME_DIR"] = str(runtime)
+    return subprocess.run(cli(*args), cwd=ROOT, env=e, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+async def test_detached_stack_serves_until_down(tmp_path, model_path):
+    up = run(tmp_path, "up", "--detach", "--shards", "1", "--model", str(model_path))
+    assert up.returncode == 0, up.stderr
+    assert "llmbus down" in up.stdout
+    (file,) = tmp_path.glob("*.json")
+    info = json.loads(file.read_text())
+    try:
+        res = await generate("tcp://" + info["scheduler"], Generate(
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+            temperature=0.0, max_tokens=20))
+        assert "Paris" in res.text
+        pids = [(await call(f"tcp://{p}", Status())).info["pid"] for p in info["peers"]]
+    finally:
+        down = run(tmp_path, "down", timeout=90)
+    assert down.returncode == 0, down.stderr
+    assert f"stopped {info['cluster']}" in down.stdout
+    assert not list(tmp_path.glob("*.json"))
+    for pid in [info["pid"], *pids]:
+        assert not os.path.exists(f"/proc/{pid}") or \
+            open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", pid
+    again = run(tmp_path, "down")
+    assert again.returncode == 1 and "no llmbus stack is running" in again.stderr
