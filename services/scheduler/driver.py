@@ -80,24 +80,32 @@ class Driver:
             self._recover(f"pipeline changed to {[n for n, _ in sig]}")
         self._seen, self.pipeline = sig, chain
         while (plan := self.policy.schedule()) is not None:
-            task = asyncio.get_running_loop().create_task(self._run_batch(plan, chain[0].name, sig))
+            # Built now, while every planned request still has its stream (a cancel may come
+            # before the task first runs).
+            body = to_forward(plan, {c.request_id: self.requests[c.request_id].sampling
+                                     for c in plan.chunks if c.sample},
+                              {c.request_id: h for c in plan.chunks if c.sample
+                               and (h := self.requests[c.request_id].history) is not None})
+            task = asyncio.get_running_loop().create_task(
+                self._run_batch(plan, body, chain[0].name, sig))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
 
     def _poll_later(self, delay: float) -> None:
         asyncio.get_running_loop().call_later(delay, self.wake.set)
 
-    async def _run_batch(self, plan: BatchPlan, first: str, sig: tuple) -> None:
+    async def _run_batch(self, plan: BatchPlan, body, first: str, sig: tuple) -> None:
         try:
-            body = to_forward(plan, {c.request_id: self.requests[c.request_id].sampling
-                                     for c in plan.chunks if c.sample},
-                              {c.request_id: h for c in plan.chunks if c.sample
-                               and (h := self.requests[c.request_id].history) is not None})
             reply = await self._call(first, body, self.batch_timeout)
         except BusError as e:
             self._batch_failed(plan, sig, e)
         else:
-            self._batch_done(plan, reply)
+            try:
+                self._batch_done(plan, reply)
+            except Exception as e:  # a malformed reply: the batch runs again, nothing is lost
+                log.exception("batch %d: bad reply", plan.batch_id)
+                self.counters["bad_replies"] += 1
+                self._batch_failed(plan, sig, BusError(f"bad reply: {e}"))
         finally:
             self.wake.set()
 
@@ -109,6 +117,11 @@ class Driver:
         logprobs = reply.logprobs.array()
         top_ids = reply.top_ids.array() if reply.top_ids is not None else None
         top_lps = reply.top_logprobs.array() if reply.top_logprobs is not None else None
+        n = sum(c.sample for c in plan.chunks)
+        if tokens.shape != (n,) or logprobs.shape != (n,) or \
+                (top_ids is not None and (top_ids.shape[0] != n or top_lps.shape != top_ids.shape)):
+            # Checked before any decoder is fed, so that running the batch again loses nothing.
+            raise ValueError(f"{n} sampled rows expected, got tokens {tokens.shape}")
         samples, tops = {}, {}
         for row, chunk in enumerate(c for c in plan.chunks if c.sample):
             stream = self.requests.get(chunk.request_id)
