@@ -8,6 +8,7 @@ one answer streamed to stdout.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .options import (DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, HELP,
@@ -50,8 +51,14 @@ def main(args: argparse.Namespace) -> int:
     session = Session(Conversation(options), cluster=args.cluster, scheduler=args.scheduler,
                       out=sys.stdout, err=sys.stderr)
     try:
-        if args.question is not None:
-            return one_shot(session, args.question)
-        return interactive(session)
-    finally:
-        session.close()
+        try:
+            if args.question is not None:
+                return one_shot(session, args.question)
+            return interactive(session)
+        finally:
+            session.close()
+    except KeyboardInterrupt:   # outside an answer and the prompt: starting or closing
+        return 130
+    except BrokenPipeError:     # `llmbus chat "..." | head`: the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 141

@@ -1,10 +1,10 @@
 """Answers from a stack's scheduler, streamed as they are sampled.
 
 The scheduler is followed by its heartbeats (a `Directory` of that one static peer), so a
-stack that dies mid-answer ends the stream with a clear error instead of a hang. The link is
-made once per stack and kept for the session: between answers the event loop sleeps at the
-prompt, and when it wakes the directory expires what it heard before and waits for a fresh
-heartbeat before a request goes out.
+stack that dies mid-answer ends the stream with a clear error instead of a hang. Each answer
+gets a fresh directory: between answers the event loop sleeps at the prompt, and heartbeats
+queued meanwhile would vouch for a scheduler that may have died since. The last answer's
+directory is closed when the next one starts (its timers ran out at the prompt: no wait).
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ class Answer:
 
 @dataclass
 class _Link:
-    """The scheduler of one stack, as the bus knows it."""
-    target: Target
+    """The scheduler of one stack, as the bus knows it for one answer."""
     name: str
     directory: Directory
     peers: Peers
@@ -61,6 +60,7 @@ class ChatClient:
         self.ctx = ctx
         self.me = f"chat-{os.getpid()}"
         self._link: _Link | None = None
+        self._known: tuple[Target, str, str] | None = None   # target, scheduler name, cluster
 
     async def ask(self, target: Target, request: Generate,
                   on_text: Callable[[str], None]) -> Answer:
@@ -69,6 +69,7 @@ class ChatClient:
         Raises StackGone, Refused (typed refusals) or ChatError (a failed answer). Cancelling
         the calling task stops the stream, which tells the scheduler to drop the request.
         """
+        await self._drop()
         link = await self._connect(target)
         answer = Answer()
         try:
@@ -91,15 +92,19 @@ class ChatClient:
             raise StackGone("the stack stopped in the middle of the answer")
         except RemoteError as e:
             raise refusal(e) from None
-        except (PeerDead, ServiceNotFound, CallTimeout) as e:
-            await self._drop()
-            raise StackGone(f"the llmbus stack at {target.scheduler} stopped answering "
-                            f"({type(e).__name__}); is `llmbus up` still running?") from None
+        except PeerDead:
+            self._known = None
+            raise StackGone(f"the llmbus stack at {target.scheduler} stopped (its scheduler went "
+                            f"silent): is `llmbus up` still running?") from None
+        except (ServiceNotFound, CallTimeout):
+            self._known = None
+            raise StackGone(f"the llmbus stack at {target.scheduler} does not answer: is "
+                            f"`llmbus up` still running?") from None
         except PeerRestarted:
             raise StackGone("the scheduler restarted in the middle of the answer; ask again") from None
 
     async def cancel(self, request_id: str) -> bool:
-        """End `request_id` on the scheduler and wait until it says so; False if it cannot."""
+        """End `request_id` (of the last answer) on the scheduler and wait until it says so."""
         if self._link is None:
             return False
         try:
@@ -118,14 +123,13 @@ class ChatClient:
             await link.close()
 
     async def _connect(self, target: Target) -> _Link:
-        if self._link is not None and self._link.target == target:
-            return self._link
-        await self._drop()
-        name, cluster = await self._hello(target)
+        if self._known is None or self._known[0] != target:
+            self._known = (target, *await self._hello(target))
+        _, name, cluster = self._known
         directory = Directory(self.ctx, BusConfig(
             cluster=cluster, mdns=False, peers=(target.scheduler,),
             heartbeat_interval=LOOK_EVERY, heartbeat_misses=DEAD_AFTER_MISSES), me=self.me)
-        self._link = _Link(target, name, directory, Peers(self.ctx, directory, me=self.me))
+        self._link = _Link(name, directory, Peers(self.ctx, directory, me=self.me))
         await directory.start()
         return self._link
 

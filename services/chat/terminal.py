@@ -16,8 +16,8 @@ from services.local.stacks import running
 
 from .client import Answer, ChatClient
 from .conversation import Conversation, parse_line
-from .options import HELP
 from .errors import ChatError
+from .options import HELP
 from .target import Target, pick
 
 OK, FAILED, STOPPED = "ok", "failed", "stopped"
