@@ -30,9 +30,12 @@ def add_parser(sub) -> None:
                    help="system message sent first (default: none, the chat template's applies)")
     p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
                    help="sampling temperature; 0 is greedy (default: %(default)s)")
-    p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P, help="nucleus sampling; 1 is off (default: %(default)s)")
-    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="top-k sampling; 0 is off (default: %(default)s)")
-    p.add_argument("--min-p", type=float, default=DEFAULT_MIN_P, help="min-p sampling; 0 is off (default: %(default)s)")
+    p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P,
+                   help="nucleus sampling; 1 is off (default: %(default)s)")
+    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
+                   help="top-k sampling; 0 is off (default: %(default)s)")
+    p.add_argument("--min-p", type=float, default=DEFAULT_MIN_P,
+                   help="min-p sampling; 0 is off (default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="longest answer in tokens (default: until the model stops or the "
                         "context is full)")

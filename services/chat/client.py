@@ -101,15 +101,16 @@ class ChatClient:
             raise StackGone(f"the llmbus stack at {target.scheduler} does not answer: is "
                             f"`llmbus up` still running?") from None
         except PeerRestarted:
-            raise StackGone("the scheduler restarted in the middle of the answer; ask again") from None
+            raise StackGone("the scheduler restarted in the middle of the answer: ask again") \
+                from None
 
     async def cancel(self, request_id: str) -> bool:
         """End `request_id` (of the last answer) on the scheduler and wait until it says so."""
         if self._link is None:
             return False
         try:
-            reply = await self._link.peers.call(self._link.name, CancelRequest(request_id=request_id),
-                                                timeout=HANDSHAKE_TIMEOUT)
+            reply = await self._link.peers.call(
+                self._link.name, CancelRequest(request_id=request_id), timeout=HANDSHAKE_TIMEOUT)
             return reply.found
         except BusError:
             return False

@@ -30,7 +30,10 @@ class Target:
 def pick(stacks: list[dict], cluster: str | None = None, scheduler: str | None = None) -> Target:
     """The stack to use: `scheduler` as given, else the newest one (of `cluster`, if given)."""
     if scheduler is not None:
-        parse_peer(scheduler)  # ValueError names the expected form
+        try:
+            parse_peer(scheduler)
+        except ValueError:
+            raise ValueError(f"--scheduler {scheduler!r}: expected HOST:PORT") from None
         return Target(scheduler=scheduler, cluster=cluster)
     if cluster is not None:
         stacks = [s for s in stacks if s.get("cluster") == cluster]

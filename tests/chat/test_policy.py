@@ -41,7 +41,8 @@ def test_the_request_carries_the_options_and_a_fresh_id_to_cancel_it_by():
     o = ChatOptions(temperature=0.0, top_p=0.5, top_k=7, min_p=0.1, max_tokens=9, seed=3)
     conv = Conversation(o)
     a, b = conv.request("q"), conv.request("q")
-    assert (a.temperature, a.top_p, a.top_k, a.min_p, a.max_tokens, a.seed) == (0.0, 0.5, 7, 0.1, 9, 3)
+    assert (a.temperature, a.top_p, a.top_k, a.min_p, a.max_tokens, a.seed) == \
+        (0.0, 0.5, 7, 0.1, 9, 3)
     assert a.messages == [{"role": "user", "content": "q"}] and a.prompt is None
     assert a.request_id.startswith("chat-") and a.request_id != b.request_id
 
@@ -80,7 +81,7 @@ def test_no_stack_says_how_to_start_one():
 
 
 def test_a_malformed_scheduler_address_names_the_expected_form():
-    with pytest.raises(ValueError, match="HOST:RPC_PORT"):
+    with pytest.raises(ValueError, match="--scheduler 'localhost': expected HOST:PORT"):
         pick(STACKS, scheduler="localhost")
 
 
