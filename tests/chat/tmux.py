@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import time
-import uuid
+from pathlib import Path
 
-TMUX = "/usr/bin/tmux"
+TMUX = shutil.which("tmux") or "/usr/bin/tmux"
 PROMPT = ">"
 
 
 class Tmux:
-    def __init__(self, cwd: str, width: int = 120, height: int = 40):
-        self.socket = f"llmbus-test-{uuid.uuid4().hex[:8]}"  # never touch anyone else's server
+    def __init__(self, socket: Path, cwd: str, width: int = 120, height: int = 40):
+        self.socket = str(socket)   # a server of our own: never touch anyone else's sessions
         self.cwd, self.width, self.height = cwd, width, height
         self.name = "chat"
 
     def _tmux(self, *args: str) -> str:
-        return subprocess.run([TMUX, "-L", self.socket, *args], check=True, capture_output=True,
+        return subprocess.run([TMUX, "-S", self.socket, *args], check=True, capture_output=True,
                               text=True, timeout=10).stdout
 
     def start(self, argv: list[str], env: dict[str, str]) -> None:
@@ -51,7 +52,8 @@ class Tmux:
             time.sleep(0.1)
 
     def close(self) -> None:
-        subprocess.run([TMUX, "-L", self.socket, "kill-server"], capture_output=True, timeout=10)
+        subprocess.run([TMUX, "-S", self.socket, "kill-server"], capture_output=True, timeout=10)
+        Path(self.socket).unlink(missing_ok=True)
 
 
 def is_prompt(line: str) -> bool:
