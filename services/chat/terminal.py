@@ -1,0 +1,164 @@
+"""The terminal side of `llmbus chat`: the prompt, streaming an answer, Ctrl-C, one-shot runs.
+
+One event loop lives for the whole session and runs only while an answer streams, so that
+`input()` (and readline's line editing) owns the terminal at the prompt. While an answer
+streams, Ctrl-C cancels it and waits until the scheduler has dropped the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from typing import TextIO
+
+from services.local.stacks import running
+
+from .client import Answer, ChatClient
+from .conversation import Conversation, parse_line
+from .errors import ChatError
+from .options import HELP
+from .target import Target, pick
+
+OK, FAILED, STOPPED = "ok", "failed", "stopped"
+
+
+class Session:
+    """The event loop, the bus context and the stack in use, for the life of one `llmbus chat`."""
+
+    def __init__(self, conversation: Conversation, cluster: str | None = None,
+                 scheduler: str | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr):
+        import zmq.asyncio
+        self.conv = conversation
+        self.cluster, self.scheduler = cluster, scheduler
+        self.out, self.err = out, err
+        self.loop = asyncio.new_event_loop()
+        self.ctx = zmq.asyncio.Context()
+        self.client = ChatClient(self.ctx)
+        self.target: Target | None = None
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.client.close())
+        self.ctx.destroy(linger=0)
+        self.loop.close()
+
+    def say(self, line: str) -> None:
+        print(line, file=self.err, flush=True)
+
+    def find(self) -> Target:
+        """The stack to ask now: found again each turn, so a restarted `llmbus up` is picked up."""
+        target = pick(running(), self.cluster, self.scheduler)
+        if self.target is not None and target.scheduler != self.target.scheduler:
+            self.say(f"[now talking to {target.describe()}]")
+        self.target = target
+        return target
+
+    def ask(self, question: str) -> str:
+        """Stream one answer to stdout; OK, FAILED (said on stderr) or STOPPED (Ctrl-C)."""
+        try:
+            target = self.find()
+        except (ChatError, ValueError) as e:
+            self.say(f"llmbus chat: {e}")
+            return FAILED
+        request = self.conv.request(question)
+        shown: list[str] = []
+
+        def show(text: str) -> None:
+            shown.append(text)
+            self.out.write(text)
+            self.out.flush()
+
+        task = self.loop.create_task(self.client.ask(target, request, show))
+        stopped = False
+
+        def on_sigint() -> None:
+            nonlocal stopped
+            stopped = True
+            task.cancel()
+
+        self.loop.add_signal_handler(signal.SIGINT, on_sigint)
+        try:
+            answer = self.loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if not stopped:
+                raise
+            # Leaving the stream already tells the scheduler; this waits until it is done.
+            self.loop.run_until_complete(self.client.cancel(request.request_id))
+            self._end_line(shown)
+            self.say("[stopped]")
+            self.conv.answered(question, "".join(shown))
+            return STOPPED
+        except ChatError as e:
+            self._end_line(shown)
+            self.say(f"llmbus chat: {e}")
+            return FAILED
+        finally:
+            self.loop.remove_signal_handler(signal.SIGINT)
+        self._end_line(shown)
+        self.conv.answered(question, answer.text)
+        return self._finish(answer)
+
+    def _finish(self, answer: Answer) -> str:
+        if answer.finish_reason == "length":
+            if self.conv.options.max_tokens is not None and not answer.note:
+                self.say(f"[stopped at --max-tokens {answer.max_tokens}]")
+            else:
+                self.say(f"[the context is full{': ' + answer.note if answer.note else ''}; "
+                         f"/reset starts over]")
+        elif answer.finish_reason == "repeated_line_loop":
+            self.say("[stopped: the answer kept repeating a line]")
+        elif answer.finish_reason == "cancelled":
+            self.say("llmbus chat: the request was cancelled on the scheduler")
+            return FAILED
+        return OK
+
+    def _end_line(self, shown: list[str]) -> None:
+        if shown and not "".join(shown).endswith("\n"):
+            self.out.write("\n")
+        self.out.flush()
+
+
+def one_shot(session: Session, question: str) -> int:
+    """`llmbus chat "QUESTION"`: 0 when answered, 1 on an error, 130 when stopped with Ctrl-C."""
+    outcome = session.ask(question)
+    return {OK: 0, FAILED: 1, STOPPED: 130}[outcome]
+
+
+def interactive(session: Session) -> int:
+    """The prompt loop; returns the exit status (0 at /exit, Ctrl-D or Ctrl-C at the prompt)."""
+    try:
+        target = session.find()
+    except (ChatError, ValueError) as e:
+        session.say(f"llmbus chat: {e}")
+        return 1
+    _line_editing()
+    session.say(f"llmbus chat with {target.describe()}. {HELP}.")
+    while True:
+        try:
+            line = input("> ")
+        except (EOFError, KeyboardInterrupt):
+            session.out.write("\n")
+            return 0
+        cmd = parse_line(line)
+        if cmd.kind == "exit":
+            return 0
+        if cmd.kind == "reset":
+            session.conv.reset()
+            session.say("[conversation cleared]")
+        elif cmd.kind == "help":
+            session.say(HELP)
+        elif cmd.kind == "unknown":
+            session.say(f"unknown command {cmd.text}: {HELP}")
+        elif cmd.kind == "ask":
+            session.ask(cmd.text)
+            session.out.write("\n")
+
+
+def _line_editing() -> None:
+    # Importing readline is what makes input() edit lines and recall history.
+    if sys.stdin.isatty():
+        try:
+            import readline  # noqa: F401
+        except ImportError:
+            pass
+

@@ -1,0 +1,183 @@
+"""`llmbus chat` as a person uses it, against one real `llmbus up --shards 2` stack: one-shot
+answers, a chat in a real terminal (tmux) with history, /reset, Ctrl-C and /exit, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from services.local.stacks import running
+
+from ..bus.procs import ROOT, cli, env
+from .tmux import TMUX, Tmux, after_question, is_prompt
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Stack:
+    env: dict          # the environment that finds this stack (LLMBUS_RUNTIME_DIR set)
+    info: dict         # its stack file
+
+
+@pytest.fixture(scope="module")
+def stack(model_path, tmp_path_factory):
+    runtime = tmp_path_factory.mktemp("runtime")
+    e = {**env(), "LLMBUS_RUNTIME_DIR": str(runtime)}
+    log = open(runtime / "up.log", "w")
+    up = subprocess.Popen(cli("up", "--shards", "2", "--model", str(model_path)), cwd=ROOT,
+                          env=e, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (found := running(e)):
+            if up.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"llmbus up did not come up:\n{(runtime / 'up.log').read_text()}")
+            time.sleep(0.2)
+        yield Stack(e, found[0])
+    finally:
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(30)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait()
+        log.close()
+
+
+def chat(stack_env: dict, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(cli("chat", *args), cwd=ROOT, env=stack_env, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def scheduler_stats(address: str) -> dict[str, float]:
+    import zmq.asyncio
+
+    from bus.client import RpcClient
+    from wire.messages.scheduler import StatsRequest
+
+    async def ask():
+        async with RpcClient(zmq.asyncio.Context.instance(), f"tcp://{address}") as c:
+            return (await c.call(StatsRequest(), timeout=5)).stats
+    return asyncio.run(ask())
+
+
+# ---------------------------------------------------------------- one question
+
+def test_one_question_is_answered_on_stdout(stack):
+    r = chat(stack.env, "--temperature", "0", "What is the capital of France?")
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+    assert r.stderr == ""
+
+
+def test_the_same_seed_gives_the_same_answer(stack):
+    args = ("--temperature", "0.8", "--max-tokens", "24", "Tell me a joke.")
+    first = chat(stack.env, "--seed", "1234", *args)
+    again = chat(stack.env, "--seed", "1234", *args)
+    other = chat(stack.env, "--seed", "99", *args)
+    assert first.returncode == again.returncode == other.returncode == 0, first.stderr
+    assert first.stdout.strip() and first.stdout == again.stdout
+    assert other.stdout != first.stdout   # the seed, not greedy decoding, made them equal
+
+
+@pytest.mark.parametrize("option, value, code", [
+    ("--temperature", "-1", "bad_sampling"), ("--top-p", "0", "bad_sampling"),
+    ("--max-tokens", "0", "bad_max_tokens")])
+def test_a_bad_option_value_gets_the_schedulers_typed_error_in_one_line(stack, option, value, code):
+    r = chat(stack.env, option, value, "hi")
+    assert r.returncode == 1
+    assert r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"llmbus chat: {code}: "), r.stderr
+    assert option.lstrip("-").replace("-", "_") in lines[0]
+
+
+def test_without_a_stack_it_says_how_to_start_one(tmp_path):
+    e = {**env(), "LLMBUS_RUNTIME_DIR": str(tmp_path)}
+    for args in (["What is 2+2?"], []):   # one question, and interactive
+        r = chat(e, *args, timeout=30)
+        assert r.returncode == 1
+        assert r.stderr.strip() == ("llmbus chat: no llmbus stack is running on this machine: "
+                                    "start one with `llmbus up`")
+
+
+def test_a_scheduler_address_where_nothing_answers_is_one_clear_line(stack, tmp_path):
+    from services.local.children import free_port
+    r = chat(stack.env, "--scheduler", f"127.0.0.1:{free_port()}", "hi", timeout=30)
+    assert r.returncode == 1
+    assert len(r.stderr.splitlines()) == 1 and "nothing answers at 127.0.0.1:" in r.stderr
+
+
+# ---------------------------------------------------------------- in a terminal
+
+@pytest.fixture
+def terminal(tmp_path):
+    if not Path(TMUX).exists():
+        pytest.skip("tmux is not installed: the terminal tests need a real terminal")
+    t = Tmux(tmp_path / "tmux.sock", cwd=str(ROOT))
+    yield t
+    t.close()
+
+
+def start_chat(terminal: Tmux, stack: Stack, *args: str) -> None:
+    terminal.start([sys.executable, "-m", "services.cli", "chat", *args],
+                   {k: stack.env[k] for k in ("LLMBUS_RUNTIME_DIR", "PYTHONPATH",
+                                              "OPENBLAS_NUM_THREADS")})
+    terminal.wait_for(lambda s: any(line.startswith("llmbus chat with") for line in s)
+                      and is_prompt(_last(s)), "banner and prompt")
+
+
+def ask(terminal: Tmux, question: str, timeout: float = 30) -> str:
+    terminal.type_line(question)
+    lines = terminal.wait_for(lambda s: after_question(s, question)[1], f"answer to {question!r}",
+                              timeout)
+    return "\n".join(after_question(lines, question)[0])
+
+
+def _last(lines: list[str]) -> str:
+    shown = [line for line in lines if line]
+    return shown[-1] if shown else ""
+
+
+def exited(status: int):
+    return lambda s: f"EXITED {status}" in s
+
+
+def test_a_chat_remembers_the_conversation_until_reset(stack, terminal):
+    start_chat(terminal, stack, "--temperature", "0", "--max-tokens", "40")
+    assert "Lyon" in ask(terminal, "Let's talk about the city of Lyon.")
+    assert "Lyon" in ask(terminal, "Which city are we talking about?")   # from the history
+    terminal.type_line("/reset")
+    terminal.wait_for(lambda s: "[conversation cleared]" in s, "reset")
+    assert "Lyon" not in ask(terminal, "Which city are we talking about?")
+    terminal.type_line("/exit")
+    terminal.wait_for(exited(0), "exit after /exit")
+
+
+def test_ctrl_c_stops_the_answer_on_the_scheduler_and_the_chat_goes_on(stack, terminal):
+    start_chat(terminal, stack, "--temperature", "0", "--max-tokens", "2000")
+    story = "Tell me a very long story about a dragon."
+    terminal.type_line(story)
+    terminal.wait_for(lambda s: len("".join(after_question(s, story)[0])) > 40, "the story")
+    terminal.key("C-c")
+    lines = terminal.wait_for(lambda s: after_question(s, story)[1], "the prompt after Ctrl-C")
+    assert "[stopped]" in after_question(lines, story)[0]
+    stats = scheduler_stats(stack.info["scheduler"])
+    assert stats["running"] == 0 and stats["waiting"] == 0, stats
+    assert stats["finished_cancelled"] >= 1, stats
+    assert "Paris" in ask(terminal, "What is the capital of France?")
+    terminal.key("C-c")   # at the prompt: quits
+    terminal.wait_for(exited(0), "exit after Ctrl-C at the prompt")
+
+
+def test_ctrl_d_at_the_prompt_quits(stack, terminal):
+    start_chat(terminal, stack)
+    terminal.key("C-d")
+    terminal.wait_for(exited(0), "exit after Ctrl-D")
