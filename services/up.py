@@ -125,7 +125,7 @@ async def _up(args) -> int:
         say("stopping")
         await directory.stop()
         ctx.term()
-        kids.stop()
+        kids.stop(first=("scheduler-0",))
         if stack_file is not None:
             stack_file.unlink(missing_ok=True)
         say("stopped")

@@ -65,7 +65,18 @@ class Children:
         """Children that exited, by name, with their exit status."""
         return {n: p.returncode for n, p in self.by_name.items() if p.poll() is not None}
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, first: tuple[str, ...] = ()) -> None:
+        """SIGTERM every child and wait; the children named in `first` stop (and drain) before
+        the others, e.g. a scheduler that needs its shards to finish what is in flight."""
+        for name in first:
+            p = self.by_name.get(name)
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout + 5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
         for p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)

@@ -95,6 +95,14 @@ class SchedulerService(Service):
                  [s.name for s in chain], num_pages, page_size, ctx)
 
     async def on_stop(self) -> None:
+        # Past the drain timeout: what is still running ends with a reason, not a silent close.
+        if self.policy is not None:
+            for rid in list(self.requests):
+                out = self.policy.fail(rid, "the scheduler stopped before this request finished")
+                if out is not None:
+                    self.requests[rid].deliver(Event(out))
+            if self._inflight:
+                await asyncio.wait(self._inflight, timeout=1.0)
         if self.driver is not None:
             await self.driver.stop()
 
