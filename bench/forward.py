@@ -160,7 +160,7 @@ def main() -> None:
     print(f"roofline for our float32 weights: {best_bw / r['weights_bytes']:.1f} tok/s; "
           f"single-stream is {r['single'] / (best_bw / r['weights_bytes']):.0%} of it")
     busiest = max(load_start[0], load_before[0], os.getloadavg()[0])
-    if busiest + args.threads > (os.cpu_count() or 1) + 0.5:
+    if busiest > (os.cpu_count() or 1) + 0.25:          # our own threads count in it too
         print(f"warning: load average reached {busiest:.2f} on {os.cpu_count()} cpus: other processes "
               f"competed with these {args.threads} thread(s); spinning thread pools (OpenBLAS, llama.cpp's "
               "OpenMP) can collapse when oversubscribed, so treat these figures as noisy")
