@@ -21,16 +21,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="codec of the activations this shard sends on")
     p.add_argument("--pages", type=int, default=1024, help="KV pages")
     p.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="where the layers run: cpu (numpy, float32) or cuda (cupy, float16 weights)")
 
 
 def build(args: argparse.Namespace, config):
+    from kernels.xp import ArrayModuleUnavailable
     from services.modelstore.pull import pull
-    from .service import ShardConfig, ShardService
+    from .service import ShardConfig, ShardService, array_module
 
+    if args.device == "cuda":   # fail before loading anything or joining the bus
+        try:
+            array_module("cuda")
+        except ArrayModuleUnavailable as e:
+            raise SystemExit(f"llmbus run shard: --device cuda: {e}") from None
     model = args.model or pull()
     if not model.exists():
         raise SystemExit(f"llmbus run shard: no model file at {model}")
     start, end = args.layers
     shard = ShardConfig(model=model, start=start, end=end, codec=args.codec,
-                        num_pages=args.pages, page_size=args.page_size)
+                        num_pages=args.pages, page_size=args.page_size, device=args.device)
     return ShardService(config, shard)

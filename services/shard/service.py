@@ -25,6 +25,15 @@ from bus.service import Service, handles
 from wire.messages.shard import Forward, Sampled
 
 
+DEVICES = ("cpu", "cuda")
+
+
+def array_module(device: str):
+    """numpy for "cpu"; cupy for "cuda", or ArrayModuleUnavailable naming why there is none."""
+    from kernels.xp import get_xp
+    return get_xp("cupy" if device == "cuda" else "numpy")
+
+
 @dataclass(frozen=True)
 class ShardConfig:
     model: Path
@@ -33,9 +42,12 @@ class ShardConfig:
     codec: str = "fp16"          # how this shard's activations travel to the next
     num_pages: int = 1024
     page_size: int = 16
-    dtype: str = "float32"
+    dtype: str = "float32"       # of the host weight cache; a cuda shard computes in float16
+    device: str = "cpu"          # "cpu" (numpy) or "cuda" (cupy, imported only then)
 
     def __post_init__(self):
+        if self.device not in DEVICES:
+            raise ValueError(f"device {self.device!r}: one of {', '.join(DEVICES)}")
         if self.codec not in wire.ACTIVATION_CODECS:
             raise ValueError(f"codec {self.codec!r}: one of {', '.join(wire.ACTIVATION_CODECS)}")
         if not 0 <= self.start < self.end:
@@ -65,11 +77,17 @@ class ShardService(Service):
         from services.shard.model import ShardModel
 
         s = self.shard
+        xp = array_module(s.device)
         loaded = load_weights(s.model, s.start, s.end, s.dtype)
+        weights, dtype = loaded.weights, np.dtype(s.dtype)
+        if s.device == "cuda":   # fp16 halves what the GPU reads per token; the engine keeps fp32 I/O
+            weights, dtype = weights.to(xp, xp.float16), np.dtype(np.float16)
         kv = PagedKVCache.for_model(loaded.config, s.start, s.end,
                                     KVConfig(num_pages=s.num_pages, page_size=s.page_size),
-                                    dtype=np.dtype(s.dtype))
-        model = ShardModel(loaded.config, loaded.weights, kv)
+                                    dtype=dtype, xp=xp)
+        # ShardModel hands back host float32 (hidden states or logits) whatever xp computes,
+        # so the codec and the sampler below always see numpy arrays.
+        model = ShardModel(loaded.config, weights, kv, xp=xp)
         self.model_id = file_identity(s.model)
         self.kv_bytes = kv.k.nbytes + kv.v.nbytes
         return loaded, model
@@ -82,7 +100,7 @@ class ShardService(Service):
             return {"layers": [self.shard.start, self.shard.end]}
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         return {"layers": [self.shard.start, self.shard.end], "n_layers": self.model.config.n_layers,
-                "model": self.model_id, "codec": self.shard.codec,
+                "model": self.model_id, "codec": self.shard.codec, "device": self.shard.device,
                 "num_pages": self.shard.num_pages, "page_size": self.shard.page_size,
                 "load_s": round(self.loaded.seconds, 3), "cold_load": self.loaded.cold,
                 "kv_mb": round(self.kv_bytes / 2**20, 1), "max_rss_mb": round(rss_mb, 1)}
