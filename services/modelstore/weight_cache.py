@@ -6,15 +6,12 @@ GGUF parsing: GGUFReader alone takes ~2.4 s on the default model because of its 
 A directory is built under a temporary name and renamed into place, so readers only ever see
 complete entries.
 
-File identity is size + mtime_ns + sha256 of the first and last MiB, not a full sha256: hashing
-a multi-GB GGUF costs seconds to minutes, which a respawn cannot afford. The head holds the
-metadata and tensor table (architecture, shapes, types, offsets), the tail the last weights,
-and any rewrite or re-download of the file changes its mtime.
+Entries are keyed by `file_identity` (services/modelstore/identity.py): size, mtime and the
+hash of the file's edges, so any rewrite or re-download of the file misses the cache.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from services.modelstore.gguf_config import ModelConfig
+from services.modelstore.identity import file_identity  # noqa: F401  (part of this module's API)
 from services.modelstore.pull import cache_dir
 from services.modelstore.weights import ShardWeights, read_weights
 
 LAYOUT_VERSION = 1   # bump when the stored arrays change meaning or shape
-_EDGE = 1 << 20
 
 
 @dataclass
@@ -40,18 +37,6 @@ class LoadedWeights:
     cold: bool          # True when the GGUF was read and dequantized (and the cache written)
     seconds: float
     path: Path          # the cache entry
-
-
-def file_identity(path: Path) -> str:
-    """Cheap stable identity of a model file (see the module docstring for why not a full hash)."""
-    st = os.stat(path)
-    h = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}:".encode())
-    with open(path, "rb") as f:
-        h.update(f.read(_EDGE))
-        if st.st_size > _EDGE:
-            f.seek(max(_EDGE, st.st_size - _EDGE))
-            h.update(f.read(_EDGE))
-    return h.hexdigest()[:32]
 
 
 def entry_path(model: Path, start: int, end: int, dtype: str, root: Path | None = None) -> Path:

@@ -72,7 +72,8 @@ class ShardService(Service):
             self._compute, self._load)
 
     def _load(self):
-        from services.modelstore.weight_cache import file_identity, load_weights
+        from services.modelstore.identity import model_identity
+        from services.modelstore.weight_cache import load_weights
         from services.shard.kv_cache import KVConfig, PagedKVCache
         from services.shard.model import ShardModel
 
@@ -88,7 +89,7 @@ class ShardService(Service):
         # ShardModel hands back host float32 (hidden states or logits) whatever xp computes,
         # so the codec and the sampler below always see numpy arrays.
         model = ShardModel(loaded.config, weights, kv, xp=xp)
-        self.model_id = file_identity(s.model)
+        self.model_id = model_identity(s.model)
         self.kv_bytes = kv.k.nbytes + kv.v.nbytes
         return loaded, model
 

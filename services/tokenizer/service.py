@@ -70,7 +70,7 @@ class TokenizerService(Service):
         await asyncio.get_running_loop().run_in_executor(self._work, self._load)
 
     def _load(self) -> None:
-        from services.modelstore.weight_cache import file_identity
+        from services.modelstore.identity import model_identity
         from services.tokenizer.gguf_meta import read_metadata
         from services.tokenizer.token_bytes import token_bytes_table
         from services.tokenizer.tokenizer import Tokenizer
@@ -81,7 +81,7 @@ class TokenizerService(Service):
         tok = Tokenizer(vocab_from_metadata(meta))
         arch = meta.get("general.architecture", "")
         templates = tok.templates
-        self.model_id = file_identity(path)
+        self.model_id = model_identity(path)
         self._tables = {True: tok.token_bytes, False: token_bytes_table(tok.vocab, special=True)}
         self._info = TokenizerInfo(
             model=self.model_id, vocab_size=tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id,

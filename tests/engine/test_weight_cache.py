@@ -46,3 +46,19 @@ def test_a_damaged_entry_is_rebuilt(tiny_path, tmp_path):
     (entry / "wqkv.npy").write_bytes(b"not an array")
     again = load_weights(tiny_path, 0, 1, root=tmp_path)
     assert again.cold and again.weights.wqkv.shape == (1, 64, 128)
+
+
+def test_a_copy_of_the_model_has_the_same_bus_identity_but_its_own_cache_key(tmp_path, model_path):
+    import os
+    import shutil
+
+    from services.modelstore.identity import model_identity
+    copy = tmp_path / "copy.gguf"
+    shutil.copyfile(model_path, copy)
+    os.utime(copy, ns=(1, 1))  # another machine's copy: same bytes, another mtime
+    assert model_identity(copy) == model_identity(model_path)
+    assert file_identity(copy) != file_identity(model_path)
+    with open(copy, "r+b") as f:  # one byte changed in the tail: another model
+        f.seek(-10, 2)
+        f.write(b"\x01")
+    assert model_identity(copy) != model_identity(model_path)

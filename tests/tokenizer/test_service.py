@@ -60,11 +60,11 @@ async def _until_ready(client: RpcClient, proc: subprocess.Popen, timeout: float
 
 
 async def test_info_describes_the_model(svc, smollm, model_path):
-    from services.modelstore.weight_cache import file_identity
+    from services.modelstore.identity import model_identity
     client = svc[0]
     info = await client.call(InfoRequest())
     assert isinstance(info, TokenizerInfo)
-    assert info.model == file_identity(model_path)
+    assert info.model == model_identity(model_path)
     assert (info.vocab_size, info.bos_id, info.eos_id) == (49152, smollm.bos_id, smollm.eos_id)
     assert info.eot_ids == sorted(smollm.eot_ids) and smollm.eos_id in info.eot_ids
     assert info.special_ids == sorted(smollm.special_ids)

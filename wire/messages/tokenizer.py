@@ -18,7 +18,7 @@ class InfoRequest:
 
 @message("tokenizer.info_reply")
 class TokenizerInfo:
-    model: str              # services.modelstore.weight_cache.file_identity of the GGUF
+    model: str              # services.modelstore.identity.model_identity of the GGUF
     vocab_size: int
     bos_id: int | None
     eos_id: int | None
