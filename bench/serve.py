@@ -41,7 +41,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="shard-process counts to measure, one stack each (default 3,1)")
     ap.add_argument("--concurrency", type=_ints, default=[1, 8, 32],
                     help="closed-loop client counts (default 1,8,32)")
-    ap.add_argument("--max-tokens", type=int, default=None, help="tokens per request (default 64)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="tokens per request (default 32)")
     ap.add_argument("--requests-per-client", type=int, default=None,
                     help="requests each client sends per level (default 2)")
     ap.add_argument("--min-prompt", type=int, default=20, help="shortest prompt, tokens")
@@ -52,11 +52,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--pages", type=int, default=None, help="KV pages per shard (llmbus up's default)")
     ap.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp even if importable")
-    ap.add_argument("--llamacpp-threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--llamacpp-threads", type=int, default=1,
+                    help="llama.cpp compute threads (default 1: like one shard's compute "
+                         "thread, and its spinning thread barriers collapse on a shared machine)")
     args = ap.parse_args(argv)
     quick = args.quick
     args.workload = Workload(
-        max_tokens=args.max_tokens or (16 if quick else 64),
+        max_tokens=args.max_tokens or (16 if quick else 32),
         requests_per_client=args.requests_per_client or (1 if quick else 2),
         min_prompt=args.min_prompt, max_prompt=args.max_prompt, seed=args.seed)
     return args
@@ -105,22 +107,59 @@ def bench_stack(shards: int, args, tok, prompts: dict) -> dict[int, Summary]:
 
 
 def bench_llamacpp(args, prompts: dict, eog: frozenset[int]) -> dict[int, Summary]:
+    """llama.cpp in a child process, so that a crash in native code is reported, not fatal.
+
+    A SIGILL is retried once without llama.cpp's extra buffer types (AMX kernels fault on a VM
+    that advertises AMX without granting its tile state).
+    """
+    import multiprocessing as mp
+    import queue as queues
+    import signal
+
+    spawn = mp.get_context("spawn")
+    for extra_bufts in (True, False):
+        queue = spawn.Queue()
+        child = spawn.Process(target=_llamacpp_child, args=(args, prompts, eog, extra_bufts, queue))
+        child.start()
+        results: dict[int, Summary] = {}
+        while child.is_alive() or not queue.empty():
+            try:
+                c, s = queue.get(timeout=0.5)
+            except queues.Empty:
+                continue
+            if c is None:
+                break
+            results[c] = s
+        child.join()
+        if child.exitcode == -signal.SIGILL and extra_bufts:
+            print("# llama.cpp died of SIGILL (illegal instruction); again without its extra "
+                  "buffer types (AMX/repacked weights)", flush=True)
+            continue
+        if child.exitcode != 0:
+            print(f"error: llama.cpp exited with status {child.exitcode}", file=sys.stderr,
+                  flush=True)
+        return results
+    return {}
+
+
+def _llamacpp_child(args, prompts: dict, eog: frozenset[int], extra_bufts: bool, queue) -> None:
     from bench.serve_llamacpp import LlamaCppEngine
 
-    results: dict[int, Summary] = {}
     engine = LlamaCppEngine(args.model, max_seqs=max(args.concurrency),
                             seq_ctx=args.max_prompt + args.workload.max_tokens + 64,
-                            threads=args.llamacpp_threads, eog=eog)
+                            threads=args.llamacpp_threads, eog=eog, extra_bufts=extra_bufts)
     try:
-        print(f"# llama.cpp {engine.version}: {args.llamacpp_threads} threads, batched decode "
-              f"(one context, up to {max(args.concurrency)} sequences)", flush=True)
+        print(f"# llama.cpp {engine.version}: {args.llamacpp_threads} thread(s), batched decode "
+              f"(one context, up to {max(args.concurrency)} sequences)"
+              + ("" if extra_bufts else ", no extra buffer types"), flush=True)
         engine.run(prompts[min(args.concurrency)][:1], 1, Workload(max_tokens=8))   # warm-up
         for c in args.concurrency:
-            s = results[c] = summarize(c, engine.run(prompts[c], c, args.workload))
+            s = summarize(c, engine.run(prompts[c], c, args.workload))
             print(row("llama.cpp", s, _finish_note(s).lstrip(", ")), flush=True)
+            queue.put((c, s))
     finally:
         engine.close()
-    return results
+        queue.put((None, None))
 
 
 def _finish_note(s: Summary) -> str:

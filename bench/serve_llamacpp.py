@@ -38,7 +38,7 @@ class _Slot:
 
 class LlamaCppEngine:
     def __init__(self, model: Path, max_seqs: int, seq_ctx: int, threads: int,
-                 eog: frozenset[int]):
+                 eog: frozenset[int], extra_bufts: bool = True):
         import llama_cpp
         from llama_cpp import llama_cpp as L
 
@@ -50,7 +50,11 @@ class LlamaCppEngine:
         self._quiet = L.llama_log_callback(lambda level, text, data: None)
         L.llama_log_set(self._quiet, ctypes.c_void_p(0))
         L.llama_backend_init()
-        self.model = L.llama_model_load_from_file(str(model).encode(), L.llama_model_default_params())
+        mp = L.llama_model_default_params()
+        # False keeps weights out of llama.cpp's extra buffer types (AMX, repacked layouts):
+        # on a VM that advertises AMX but does not grant its tile state, AMX kernels SIGILL.
+        mp.use_extra_bufts = extra_bufts
+        self.model = L.llama_model_load_from_file(str(model).encode(), mp)
         if not self.model:
             raise LlamaCppFailed(f"llama.cpp could not load {model}")
         cp = L.llama_context_default_params()

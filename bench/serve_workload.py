@@ -32,7 +32,7 @@ _ASKS = (
 @dataclass(frozen=True)
 class Workload:
     """What every engine is asked: closed-loop clients, each sending requests_per_client."""
-    max_tokens: int = 64
+    max_tokens: int = 32
     requests_per_client: int = 2
     min_prompt: int = 20      # prompt tokens, chat template included
     max_prompt: int = 300
