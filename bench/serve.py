@@ -197,6 +197,7 @@ def verdict(results: dict[str, dict[int, Summary]], args) -> list[str]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from bench.serve_stack import StackFailed
+    from services.tokenizer.errors import TokenizerError
     from services.tokenizer.tokenizer import Tokenizer
 
     if not args.model.is_file():
@@ -208,7 +209,11 @@ def main(argv=None) -> int:
           f"{args.concurrency}, {w.requests_per_client} requests/client, max_tokens {w.max_tokens}, "
           f"greedy, prompts {w.min_prompt}-{w.max_prompt} tokens (seed {w.seed})")
     print(f"# load average at start (1/5/15 min): {load()} on {os.cpu_count()} cores", flush=True)
-    tok = Tokenizer.from_gguf(args.model)
+    try:
+        tok = Tokenizer.from_gguf(args.model)
+    except (TokenizerError, OSError) as e:
+        print(f"cannot read the tokenizer of {args.model}: {e}", file=sys.stderr)
+        return 2
     prompts = {c: make_prompts(tok, c * w.requests_per_client, w, salt=c) for c in args.concurrency}
     results: dict[str, dict[int, Summary]] = {}
     print(HEADER, flush=True)
