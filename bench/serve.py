@@ -1,0 +1,245 @@
+"""Serving benchmark: throughput, TTFT and inter-token latency of the whole stack under load.
+
+Starts `llmbus up` with 3 shard processes, then with 1 (one at a time, SIGTERM between), drives
+each with closed-loop clients at several concurrencies, and does the same with llama.cpp when
+`llama_cpp` (llama-cpp-python) is importable. Prints the pipeline's cost (3-shard / 1-shard
+throughput) and where the stack stands against the targets of issue 4.
+
+Run from the repository root:
+    OPENBLAS_NUM_THREADS=1 python3 -m bench.serve            # a few minutes
+    OPENBLAS_NUM_THREADS=1 python3 -m bench.serve --quick    # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+from bench.serve_workload import Summary, Workload, make_prompts, summarize
+
+DEFAULT_MODEL = Path.home() / ".cache/llmbus/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+PIPELINE_TARGET = 0.85   # 3-shard throughput at the top concurrency, as a share of 1-shard
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not vals or any(v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shards-list", type=_ints, default=[3, 1],
+                    help="shard-process counts to measure, one stack each (default 3,1)")
+    ap.add_argument("--concurrency", type=_ints, default=[1, 8, 32],
+                    help="closed-loop client counts (default 1,8,32)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="tokens per request (default 32)")
+    ap.add_argument("--requests-per-client", type=int, default=None,
+                    help="requests each client sends per level (default 2)")
+    ap.add_argument("--min-prompt", type=int, default=20, help="shortest prompt, tokens")
+    ap.add_argument("--max-prompt", type=int, default=300, help="longest prompt, tokens")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 16 tokens, 1 request per client")
+    ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--pages", type=int, default=None, help="KV pages per shard (llmbus up's default)")
+    ap.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp even if importable")
+    ap.add_argument("--llamacpp-threads", type=int, default=1,
+                    help="llama.cpp compute threads (default 1: like one shard's compute "
+                         "thread, and its spinning thread barriers collapse on a shared machine)")
+    args = ap.parse_args(argv)
+    quick = args.quick
+    args.workload = Workload(
+        max_tokens=args.max_tokens or (16 if quick else 32),
+        requests_per_client=args.requests_per_client or (1 if quick else 2),
+        min_prompt=args.min_prompt, max_prompt=args.max_prompt, seed=args.seed)
+    return args
+
+
+def load() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+HEADER = (f"{'engine':16s} {'C':>3s} {'reqs':>4s} {'err':>3s} {'tok/s':>7s} {'TTFT p50':>9s} "
+          f"{'p99':>7s} {'ITL p50':>8s} {'p99':>7s} {'prompt':>6s} {'compl':>5s}  notes")
+
+
+def row(engine: str, s: Summary, notes: str = "") -> str:
+    ms = 1e3
+    return (f"{engine:16s} {s.concurrency:3d} {s.requests:4d} {s.errors:3d} {s.tokens_per_s:7.1f} "
+            f"{s.ttft_p50 * ms:7.0f}ms {s.ttft_p99 * ms:5.0f}ms {s.itl_p50 * ms:6.1f}ms "
+            f"{s.itl_p99 * ms:5.0f}ms {s.mean_prompt:6.0f} {s.mean_completion:5.1f}  {notes}")
+
+
+def bench_stack(shards: int, args, tok, prompts: dict) -> dict[int, Summary]:
+    from bench.serve_client import run_level, scheduler_stats, stats_delta
+    from bench.serve_stack import LocalStack
+
+    engine = f"llmbus {shards}-shard"
+    results: dict[int, Summary] = {}
+    with LocalStack(shards, model=args.model, pages=args.pages,
+                    max_queue=max(256, 2 * max(args.concurrency))) as stack:
+        print(f"# {engine}: up in {stack.ready_s:.1f}s at {stack.scheduler}", flush=True)
+        warm = make_prompts(tok, 2, Workload(max_tokens=8, requests_per_client=1), salt=-1)
+        asyncio.run(run_level(stack.scheduler, warm, 2, Workload(max_tokens=8)))
+        for c in args.concurrency:
+            before = asyncio.run(scheduler_stats(stack.scheduler))
+            timings = asyncio.run(run_level(stack.scheduler, prompts[c], c, args.workload))
+            d = stats_delta(before, asyncio.run(scheduler_stats(stack.scheduler)))
+            s = results[c] = summarize(c, timings)
+            notes = (f"{d['batches']:.0f} batches, {d['tokens_per_batch']:.1f} tok/batch"
+                     + (f", {d['preemptions']:.0f} preempted" if d["preemptions"] else "")
+                     + _finish_note(s))
+            print(row(engine, s, notes), flush=True)
+            for t in timings:
+                if t.error:
+                    print(f"  error: {t.error}", flush=True)
+                    break
+    return results
+
+
+def bench_llamacpp(args, prompts: dict, eog: frozenset[int]) -> dict[int, Summary]:
+    """llama.cpp in a child process, so that a crash in native code is reported, not fatal.
+
+    A SIGILL is retried once without llama.cpp's extra buffer types (AMX kernels fault on a VM
+    that advertises AMX without granting its tile state).
+    """
+    import multiprocessing as mp
+    import queue as queues
+    import signal
+
+    spawn = mp.get_context("spawn")
+    for extra_bufts in (True, False):
+        queue = spawn.Queue()
+        child = spawn.Process(target=_llamacpp_child, args=(args, prompts, eog, extra_bufts, queue))
+        child.start()
+        results: dict[int, Summary] = {}
+        while child.is_alive() or not queue.empty():
+            try:
+                c, s = queue.get(timeout=0.5)
+            except queues.Empty:
+                continue
+            if c is None:
+                break
+            results[c] = s
+        child.join()
+        if child.exitcode == -signal.SIGILL and extra_bufts:
+            print("# llama.cpp died of SIGILL (illegal instruction); again without its extra "
+                  "buffer types (AMX/repacked weights)", flush=True)
+            continue
+        if child.exitcode != 0:
+            print(f"error: llama.cpp exited with status {child.exitcode}", file=sys.stderr,
+                  flush=True)
+        return results
+    return {}
+
+
+def _llamacpp_child(args, prompts: dict, eog: frozenset[int], extra_bufts: bool, queue) -> None:
+    from bench.serve_llamacpp import LlamaCppEngine
+
+    engine = LlamaCppEngine(args.model, max_seqs=max(args.concurrency),
+                            seq_ctx=args.max_prompt + args.workload.max_tokens + 64,
+                            threads=args.llamacpp_threads, eog=eog, extra_bufts=extra_bufts)
+    try:
+        print(f"# llama.cpp {engine.version}: {args.llamacpp_threads} thread(s), batched decode "
+              f"(one context, up to {max(args.concurrency)} sequences)"
+              + ("" if extra_bufts else ", no extra buffer types"), flush=True)
+        engine.run(prompts[min(args.concurrency)][:1], 1, Workload(max_tokens=8))   # warm-up
+        for c in args.concurrency:
+            s = summarize(c, engine.run(prompts[c], c, args.workload))
+            print(row("llama.cpp", s, _finish_note(s).lstrip(", ")), flush=True)
+            queue.put((c, s))
+    finally:
+        engine.close()
+        queue.put((None, None))
+
+
+def _finish_note(s: Summary) -> str:
+    other = {k: v for k, v in s.finishes.items() if k != "length"}
+    return (", ends: " + " ".join(f"{k}={v}" for k, v in sorted(other.items()))) if other else ""
+
+
+def verdict(results: dict[str, dict[int, Summary]], args) -> list[str]:
+    """The pipeline's cost at each concurrency and the two targets of issue 4."""
+    out = []
+    many, one = max(args.shards_list), min(args.shards_list)
+    a, b = results.get(f"llmbus {many}-shard", {}), results.get(f"llmbus {one}-shard", {})
+    top = max(args.concurrency)
+    if many != one and a and b:
+        ratios = [f"C={c}: {a[c].tokens_per_s / b[c].tokens_per_s:.2f}"
+                  for c in args.concurrency if c in a and c in b and b[c].tokens_per_s]
+        out.append(f"pipeline cost ({many}-shard / {one}-shard throughput): " + ", ".join(ratios))
+        if top in a and top in b:
+            r = a[top].tokens_per_s / b[top].tokens_per_s
+            out.append(f"target 1: {many}-shard keeps >= {PIPELINE_TARGET:.0%} of {one}-shard "
+                       f"throughput at C={top}: {'MET' if r >= PIPELINE_TARGET else 'NOT MET'} "
+                       f"({r:.0%}: {a[top].tokens_per_s:.1f} vs {b[top].tokens_per_s:.1f} tok/s)")
+    lc = results.get("llama.cpp", {})
+    if top in a and top in lc:
+        r = a[top].tokens_per_s / lc[top].tokens_per_s
+        out.append(f"target 2: {many}-shard beats llama.cpp at C={top}: "
+                   f"{'MET' if r > 1 else 'NOT MET'} ({r:.2f}x: {a[top].tokens_per_s:.1f} vs "
+                   f"{lc[top].tokens_per_s:.1f} tok/s)")
+    elif top in a:
+        out.append("target 2 (beat llama.cpp at C=%d): not measured (%s)"
+                   % (top, "--no-llamacpp" if args.no_llamacpp else "llama_cpp not importable"))
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from bench.serve_stack import StackFailed
+    from services.tokenizer.errors import TokenizerError
+    from services.tokenizer.tokenizer import Tokenizer
+
+    if not args.model.is_file():
+        print(f"no model at {args.model} (run `llmbus pull` or pass --model)", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    w = args.workload
+    print(f"# serve bench: model {args.model.name}, shards {args.shards_list}, concurrency "
+          f"{args.concurrency}, {w.requests_per_client} requests/client, max_tokens {w.max_tokens}, "
+          f"greedy, prompts {w.min_prompt}-{w.max_prompt} tokens (seed {w.seed})")
+    print(f"# load average at start (1/5/15 min): {load()} on {os.cpu_count()} cores", flush=True)
+    try:
+        tok = Tokenizer.from_gguf(args.model)
+    except (TokenizerError, OSError) as e:
+        print(f"cannot read the tokenizer of {args.model}: {e}", file=sys.stderr)
+        return 2
+    prompts = {c: make_prompts(tok, c * w.requests_per_client, w, salt=c) for c in args.concurrency}
+    results: dict[str, dict[int, Summary]] = {}
+    print(HEADER, flush=True)
+    failed = False
+    for n in args.shards_list:
+        try:
+            results[f"llmbus {n}-shard"] = bench_stack(n, args, tok, prompts)
+        except StackFailed as e:
+            print(f"error: the {n}-shard stack failed: {e}", file=sys.stderr, flush=True)
+            failed = True
+    if not args.no_llamacpp and _llamacpp_importable():
+        results["llama.cpp"] = bench_llamacpp(args, prompts, tok.eot_ids)
+    print()
+    for line in verdict(results, args):
+        print(line)
+    print(f"# load average at end: {load()}; took {time.monotonic() - t0:.0f}s")
+    return 1 if failed else 0
+
+
+def _llamacpp_importable() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
