@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -28,6 +29,12 @@ def add_parser(sub) -> None:
                    help="codec of activations between shards")
     p.add_argument("--pages", type=int, default=1024, help="KV pages per shard (16 tokens each)")
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests before refusing")
+    p.add_argument("--inflight", type=int, default=0,
+                   help="micro-batches in the pipeline at once (0: one per two cores, at most "
+                        "one more than the shards: processes on one machine share its memory "
+                        "bandwidth, so more batches in flight only split the batch)")
+    p.add_argument("--max-batch-tokens", type=int, default=512,
+                   help="token budget of one micro-batch (decodes + prefill chunks)")
     p.add_argument("--cluster", default=None, help="bus cluster name (default: a private one)")
     p.add_argument("--port", type=int, default=0, help="scheduler RPC port (default: any free)")
     p.add_argument("--logs", type=Path, default=None,
@@ -72,7 +79,7 @@ async def _up(args) -> int:
     from services.tokenizer.gguf_meta import read_metadata
 
     from .local.children import Children, free_port, private_cluster
-    from .local.ranges import split_layers
+    from .local.ranges import head_cost_in_layers, split_layers
     from .local.stacks import register, runtime_dir
 
     model = (args.model or pull(quiet=False)).resolve()
@@ -81,7 +88,8 @@ async def _up(args) -> int:
     meta = read_metadata(model)
     arch = meta.get("general.architecture", "?")
     n_layers = int(meta.get(f"{arch}.block_count", 0))
-    ranges = split_layers(n_layers, args.shards)
+    ranges = split_layers(n_layers, args.shards, head_cost_in_layers(meta))
+    inflight = args.inflight or max(1, min(len(ranges) + 1, (os.cpu_count() or 2) // 2))
     cluster = args.cluster or private_cluster()
     logs = args.logs or runtime_dir() / "logs" / cluster
     sched_port = args.port or free_port()
@@ -93,7 +101,8 @@ async def _up(args) -> int:
         "tokenizer-0": ["run", "tokenizer", "--model", str(model)],
         **{f"shard-{a}": ["run", "shard", "--model", str(model), "--layers", f"{a}:{b}",
                           "--codec", args.codec, "--pages", str(args.pages)] for a, b in ranges},
-        "scheduler-0": ["run", "scheduler", "--max-queue", str(args.max_queue)],
+        "scheduler-0": ["run", "scheduler", "--max-queue", str(args.max_queue),
+                        "--inflight", str(inflight), "--max-batch-tokens", str(args.max_batch_tokens)],
     }
     kids = Children(log_dir=logs)
     stop = asyncio.Event()
@@ -109,7 +118,8 @@ async def _up(args) -> int:
             kids.start(name, [*spec, "--name", name, "--rpc-port", str(ports[name]), *common])
         await directory.start()
         say(f"starting {len(specs)} services: model {model.name}, {len(ranges)} shards "
-            f"{[f'{a}:{b}' for a, b in ranges]}, logs in {logs}")
+            f"{[f'{a}:{b}' for a, b in ranges]}, {inflight} micro-batch(es) in flight, "
+            f"logs in {logs}")
         if not await _wait_ready(directory, kids, stop, logs):
             return 0 if stop.is_set() else 1
         endpoint = f"tcp://127.0.0.1:{sched_port}"
