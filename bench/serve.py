@@ -21,7 +21,6 @@ from pathlib import Path
 
 from bench.serve_workload import Summary, Workload, make_prompts, summarize
 
-DEFAULT_MODEL = Path.home() / ".cache/llmbus/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 PIPELINE_TARGET = 0.85   # 3-shard throughput at the top concurrency, as a share of 1-shard
 
 
@@ -49,7 +48,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 16 tokens, 1 request per client")
-    ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--model", type=Path, default=None,
+                    help="GGUF file (default: the default model, pulled if missing)")
     ap.add_argument("--pages", type=int, default=None, help="KV pages per shard (llmbus up's default)")
     ap.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp even if importable")
     ap.add_argument("--llamacpp-threads", type=int, default=1,
@@ -200,6 +200,9 @@ def main(argv=None) -> int:
     from services.tokenizer.errors import TokenizerError
     from services.tokenizer.tokenizer import Tokenizer
 
+    if args.model is None:
+        from services.modelstore.pull import pull
+        args.model = pull()
     if not args.model.is_file():
         print(f"no model at {args.model} (run `llmbus pull` or pass --model)", file=sys.stderr)
         return 2
