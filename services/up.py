@@ -128,7 +128,7 @@ async def _up(args) -> int:
                                         "logs": str(logs)})
         say(f"ready in {time.monotonic() - t0:.1f}s. Scheduler at {endpoint} (cluster {cluster}).")
         print(f"llmbus is up: talk to it with `llmbus chat`; inspect it with "
-              f"`busctl --cluster {cluster} --no-mdns --peer 127.0.0.1:{sched_port} list`. "
+              f"`LLMBUS_CLUSTER={cluster} LLMBUS_MDNS=0 LLMBUS_PEERS={','.join(peers)} busctl list`. "
               f"Ctrl-C stops it.", flush=True)
         return await _supervise(kids, stop, logs)
     finally:

@@ -90,6 +90,7 @@ class SchedulerService(Service):
             vocab_size=info.vocab_size, eos_ids=frozenset(info.eot_ids)))
         self.driver = Driver(self.policy, self.requests, self._forward, self._chain,
                              self.sched.batch_timeout)
+        self.driver.pipeline = chain
         self._tasks.append(asyncio.get_running_loop().create_task(self.driver.run()))
         log.info("serving %s over %s (%d pages of %d tokens, context %d)", self.model,
                  [s.name for s in chain], num_pages, page_size, ctx)
