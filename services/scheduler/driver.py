@@ -42,6 +42,7 @@ class Driver:
         self.batch_timeout = batch_timeout
         self.wake = asyncio.Event()
         self.counters: Counter[str] = Counter()
+        self.timing: Counter[str] = Counter()      # summed milliseconds
         self.pipeline: list[Stage] = []
         self._seen: tuple | None = None          # signature the KV on the shards belongs to
         self._failed: tuple | None = None        # signature a batch last failed against
@@ -96,7 +97,12 @@ class Driver:
 
     async def _run_batch(self, plan: BatchPlan, body, first: str, sig: tuple) -> None:
         try:
+            t0 = time.perf_counter()
             reply = await self._call(first, body, self.batch_timeout)
+            # Where a batch's time goes: compute per shard against the whole round trip.
+            self.timing["batch_ms"] += (time.perf_counter() - t0) * 1e3
+            for shard, ms in reply.hop_ms.items():
+                self.timing[f"compute_ms.{shard}"] += ms
         except BusError as e:
             self._batch_failed(plan, sig, e)
         else:

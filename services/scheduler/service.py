@@ -229,6 +229,7 @@ class SchedulerService(Service):
                                retry_after=1.0)
         s = {k: float(v) for k, v in self.policy.stats().items()}
         s.update({f"driver.{k}": float(v) for k, v in self.driver.counters.items()})
+        s.update({f"driver.{k}": round(float(v), 3) for k, v in self.driver.timing.items()})
         return Stats(stats=s, pipeline=[st.name for st in self.driver.pipeline])
 
 
