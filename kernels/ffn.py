@@ -18,6 +18,6 @@ def swiglu(xp, gate_up):
     return silu(xp, gate) * up
 
 
-def feed_forward(xp, x, w_gate_up, w_down):
-    """x (T, D) @ w_gate_up (D, 2F) -> swiglu -> @ w_down (F, D); weights pre-transposed."""
-    return matmul(swiglu(xp, matmul(x, w_gate_up)), w_down)           # (T, D)
+def feed_forward(xp, x, w_gate_up, w_down, split: bool = False):
+    """x (T, D) -> swiglu(x . w_gate_up (2F, D)) . w_down (D, F); weights (out, in), see matmul."""
+    return matmul(xp, swiglu(xp, matmul(xp, x, w_gate_up, split)), w_down, split)   # (T, D)

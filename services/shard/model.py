@@ -42,11 +42,19 @@ class ShardModel:
         self.dtype = w["wqkv"].dtype
         if kv.dtype != self.dtype:
             raise ValueError(f"KV cache dtype {kv.dtype} differs from weights dtype {self.dtype}")
+        # The cache stores matrices (in, out); kernels.matmul wants (out, in) rows (why: its docstring).
+        for k in ("wqkv", "wo", "w_gate_up", "w_down"):
+            w[k] = xp.ascontiguousarray(w[k].swapaxes(-1, -2))
         self.layers = [tuple(w[k][i] for k in ("attn_norm", "wqkv", "wo", "ffn_norm", "w_gate_up", "w_down"))
                        for i in range(n)]
-        self.token_embd, self.output_norm, self.output = w.get("token_embd"), w.get("output_norm"), w.get("output")
-        if (self.first and self.token_embd is None) or (self.last and self.output is None):
+        self.token_embd, self.output_norm, output = w.get("token_embd"), w.get("output_norm"), w.get("output")
+        if (self.first and self.token_embd is None) or (self.last and output is None):
             raise ValueError("weights lack the embeddings or output head their range needs")
+        self.output = None                                                   # (V, D)
+        if self.last:
+            tied = config.tied_output and self.token_embd is not None
+            self.output = self.token_embd if tied else xp.ascontiguousarray(output.T)
+        self.split = xp is np           # OpenBLAS's small-matrix path (kernels.matmul); cuBLAS needs no help
         self.scale = self.dtype.type(1.0 / np.sqrt(config.head_dim))
 
     def forward(self, batch: ForwardBatch) -> np.ndarray:
@@ -66,7 +74,7 @@ class ShardModel:
         if not self.last:
             return to_numpy(h).astype(np.float32, copy=False)
         x = rms_norm(xp, h[xp.asarray(batch.logit_rows())], self.output_norm, c.norm_eps)
-        logits = matmul(x, self.output)                                         # (S_sample, V)
+        logits = matmul(xp, x, self.output, self.split)                  # (S_sample, V)
         self._trace("logits", logits)
         return to_numpy(logits).astype(np.float32, copy=False)
 
@@ -76,7 +84,7 @@ class ShardModel:
         t = h.shape[0]
         nq, nkv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
         x = rms_norm(xp, h, attn_norm, c.norm_eps)
-        qkv = matmul(x, wqkv)                                                   # (T, (H + 2 KVH) * Dh)
+        qkv = matmul(xp, x, wqkv, self.split)                             # (T, (H + 2 KVH) * Dh)
         q = apply_rope(xp, qkv[:, :nq].reshape(t, c.n_heads, c.head_dim), cos, sin)
         k = apply_rope(xp, qkv[:, nq:nq + nkv].reshape(t, c.n_kv_heads, c.head_dim), cos, sin)
         v = qkv[:, nq + nkv:].reshape(t, c.n_kv_heads, c.head_dim)
@@ -88,9 +96,9 @@ class ShardModel:
                                                    plan.decode_bias, self.scale)
         for p in plan.prefills:
             attn[p.rows] = attend_prefill(xp, q[p.rows], kc, vc, p.pages, p.start, self.scale)
-        h += matmul(attn.reshape(t, nq), wo)                                    # (T, D)
+        h += matmul(xp, attn.reshape(t, nq), wo, self.split)              # (T, D)
         self._trace("attn", attn)
-        h += feed_forward(xp, rms_norm(xp, h, ffn_norm, c.norm_eps), w_gate_up, w_down)
+        h += feed_forward(xp, rms_norm(xp, h, ffn_norm, c.norm_eps), w_gate_up, w_down, self.split)
         self._trace("h", h)
         return h
 

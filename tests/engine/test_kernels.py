@@ -8,6 +8,7 @@ import pytest
 
 from kernels.attention import attend_decode, attend_prefill, write_kv
 from kernels.ffn import feed_forward, silu, swiglu
+from kernels.matmul import matmul, small_block
 from kernels.norm import rms_norm
 from kernels.rope import apply_rope, rope_tables
 from kernels.softmax import softmax
@@ -48,7 +49,19 @@ def test_swiglu(dtype):
     assert out.dtype == dtype and silu(np, g).dtype == dtype
     g64 = g.astype(np.float64)
     np.testing.assert_allclose(out, g64 / (1 + np.exp(-g64)) * u, rtol=1e-2 if dtype == np.float16 else 1e-5, atol=1e-3)
-    assert feed_forward(np, r(4, 6, dtype=dtype), r(6, 16, dtype=dtype), r(8, 6, dtype=dtype)).dtype == dtype
+    assert feed_forward(np, r(4, 6, dtype=dtype), r(16, 6, dtype=dtype), r(6, 8, dtype=dtype)).dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("t", [1, 3, 8, 16, 40, 120])
+def test_matmul_split_into_row_blocks_is_the_same_product(dtype, t):
+    x, w = r(t, 576, dtype=dtype), r(1000, 576, dtype=dtype)            # 1000 rows: the last block is short
+    want = x.astype(np.float64) @ w.astype(np.float64).T
+    for split in (False, True):
+        y = matmul(np, x, w, split)
+        assert y.dtype == dtype and y.shape == (t, 1000)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-3)
+    assert (small_block(t, 576) is None) == (t in (1, 120))             # the path the test meant to cover
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
