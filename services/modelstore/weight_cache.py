@@ -27,7 +27,7 @@ from services.modelstore.identity import file_identity  # noqa: F401  (part of t
 from services.modelstore.pull import cache_dir
 from services.modelstore.weights import ShardWeights, read_weights
 
-LAYOUT_VERSION = 1   # bump when the stored arrays change meaning or shape
+LAYOUT_VERSION = 2   # bump when the stored arrays change meaning or shape
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Read and dequantize the weights of a layer range [start, end) from a llama GGUF file.
 
-Matrices are stored the way the forward consumes them: float (in, out), contiguous, so a
-projection is `x @ W`; q|k|v and gate|up are fused into one matrix each, and each kind is
-stacked over the range's layers (one array per kind, not per layer).
+Matrices are stored the way the forward consumes them: float (out, in), contiguous, as GGUF
+lays them out (kernels.matmul says why that is the fast layout); q|k|v and gate|up are fused
+into one matrix each, and each kind is stacked over the range's layers (one array per kind).
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ class ShardWeights:
     start: int
     end: int
     attn_norm: np.ndarray           # (L, D)
-    wqkv: np.ndarray                # (L, D, (H + 2*KVH) * Dh)
-    wo: np.ndarray                  # (L, H*Dh, D)
+    wqkv: np.ndarray                # (L, (H + 2*KVH) * Dh, D)
+    wo: np.ndarray                  # (L, D, H*Dh)
     ffn_norm: np.ndarray            # (L, D)
-    w_gate_up: np.ndarray           # (L, D, 2F)
-    w_down: np.ndarray              # (L, F, D)
+    w_gate_up: np.ndarray           # (L, 2F, D)
+    w_down: np.ndarray              # (L, D, F)
     token_embd: np.ndarray | None = None   # (V, D), first shard
     output_norm: np.ndarray | None = None  # (D,), last shard
-    output: np.ndarray | None = None       # (D, V), last shard
+    output: np.ndarray | None = None       # (V, D), last shard
 
     ARRAYS = ("attn_norm", "wqkv", "wo", "ffn_norm", "w_gate_up", "w_down",
               "token_embd", "output_norm", "output")
@@ -91,21 +91,19 @@ def read_weights(path: Path, start: int, end: int, dtype=np.float32) -> tuple[Mo
     tensors = {t.name: t for t in reader.tensors}
     n = end - start
 
-    def layers(*names: str, transpose: bool = True) -> np.ndarray:
-        """Stack over the range one (fused along out) matrix per layer, as (in, out) if transposed."""
-        mats = []
-        for i in range(start, end):
-            m = np.concatenate([_matrix(tensors, f"blk.{i}.{name}.weight", dtype) for name in names])
-            mats.append(m.T if transpose else m)
-        return np.ascontiguousarray(np.stack(mats))
+    def layers(*names: str) -> np.ndarray:
+        """Stack over the range one matrix per layer, (out, in) as GGUF stores it, fused along out."""
+        return np.ascontiguousarray(np.stack([
+            np.concatenate([_matrix(tensors, f"blk.{i}.{name}.weight", dtype) for name in names])
+            for i in range(start, end)]))
 
     c = config
     w = ShardWeights(
         start=start, end=end,
-        attn_norm=layers("attn_norm", transpose=False),
+        attn_norm=layers("attn_norm"),
         wqkv=layers("attn_q", "attn_k", "attn_v"),
         wo=layers("attn_output"),
-        ffn_norm=layers("ffn_norm", transpose=False),
+        ffn_norm=layers("ffn_norm"),
         w_gate_up=layers("ffn_gate", "ffn_up"),
         w_down=layers("ffn_down"),
     )
@@ -116,6 +114,6 @@ def read_weights(path: Path, start: int, end: int, dtype=np.float32) -> tuple[Mo
     if end == c.n_layers:
         w.output_norm = _matrix(tensors, "output_norm.weight", dtype)
         head = embd if c.tied_output else _matrix(tensors, "output.weight", dtype)
-        w.output = np.ascontiguousarray(head.T)                            # (D, V)
+        w.output = np.ascontiguousarray(head)                              # (V, D)
     return config, w
 

@@ -42,18 +42,11 @@ class ShardModel:
         self.dtype = w["wqkv"].dtype
         if kv.dtype != self.dtype:
             raise ValueError(f"KV cache dtype {kv.dtype} differs from weights dtype {self.dtype}")
-        # The cache stores matrices (in, out); kernels.matmul wants (out, in) rows (why: its docstring).
-        for k in ("wqkv", "wo", "w_gate_up", "w_down"):
-            w[k] = xp.ascontiguousarray(w[k].swapaxes(-1, -2))
         self.layers = [tuple(w[k][i] for k in ("attn_norm", "wqkv", "wo", "ffn_norm", "w_gate_up", "w_down"))
-                       for i in range(n)]
-        self.token_embd, self.output_norm, output = w.get("token_embd"), w.get("output_norm"), w.get("output")
-        if (self.first and self.token_embd is None) or (self.last and output is None):
+                       for i in range(n)]                         # matrices (out, in), see kernels.matmul
+        self.token_embd, self.output_norm, self.output = w.get("token_embd"), w.get("output_norm"), w.get("output")
+        if (self.first and self.token_embd is None) or (self.last and self.output is None):
             raise ValueError("weights lack the embeddings or output head their range needs")
-        self.output = None                                                   # (V, D)
-        if self.last:
-            tied = config.tied_output and self.token_embd is not None
-            self.output = self.token_embd if tied else xp.ascontiguousarray(output.T)
         self.split = xp is np           # OpenBLAS's small-matrix path (kernels.matmul); cuBLAS needs no help
         self.scale = self.dtype.type(1.0 / np.sqrt(config.head_dim))
 

@@ -20,17 +20,17 @@ def test_config_from_metadata(tiny_path):
 def test_a_middle_range_reads_only_its_layers(tiny_path):
     config, w = read_weights(tiny_path, 1, 2)
     assert w.token_embd is None and w.output is None and w.output_norm is None
-    assert w.wqkv.shape == (1, 64, config.qkv_dim) and w.w_gate_up.shape == (1, 64, 2 * 96)
+    assert w.wqkv.shape == (1, config.qkv_dim, 64) and w.w_gate_up.shape == (1, 2 * 96, 64)
     _, full = read_weights(tiny_path, 0, 3)
     np.testing.assert_array_equal(w.wqkv[0], full.wqkv[1])
-    assert full.token_embd.shape == (101, 64) and full.output.shape == (64, 101)
+    assert full.token_embd.shape == (101, 64) and full.output.shape == (101, 64)
 
 
 def test_tied_head_is_the_embedding(tmp_path):
     path = write_tiny_llama(tmp_path / "tied.gguf", tied=True)
     config, w = read_weights(path, 0, 3)
     assert config.tied_output
-    np.testing.assert_array_equal(w.output, w.token_embd.T)
+    np.testing.assert_array_equal(w.output, w.token_embd)
 
 
 @pytest.mark.parametrize("qtype", [QT.F32, QT.F16, QT.Q4_0, QT.Q8_0, QT.Q5_1])

@@ -45,7 +45,7 @@ def test_a_damaged_entry_is_rebuilt(tiny_path, tmp_path):
     entry = load_weights(tiny_path, 0, 1, root=tmp_path).path
     (entry / "wqkv.npy").write_bytes(b"not an array")
     again = load_weights(tiny_path, 0, 1, root=tmp_path)
-    assert again.cold and again.weights.wqkv.shape == (1, 64, 128)
+    assert again.cold and again.weights.wqkv.shape == (1, 128, 64)
 
 
 def test_a_copy_of_the_model_has_the_same_bus_identity_but_its_own_cache_key(tmp_path, model_path):
