@@ -10,7 +10,7 @@ import sys
 import time
 
 from .local.children import private_cluster
-from .local.stacks import running, runtime_dir
+from .local.stacks import alive, running, runtime_dir
 
 
 def detach(args: argparse.Namespace, ready_timeout: float = 900.0) -> int:
@@ -57,24 +57,11 @@ def stop_stacks(args: argparse.Namespace, timeout: float = 60.0) -> int:
         os.kill(s["pid"], signal.SIGTERM)
     deadline = time.monotonic() + timeout
     for s in stacks:
-        while _alive(s["pid"]) and time.monotonic() < deadline:
+        while alive(s["pid"]) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _alive(s["pid"]):
+        if alive(s["pid"]):
             print(f"llmbus down: {s['cluster']} (pid {s['pid']}) did not stop within {timeout:g}s",
                   file=sys.stderr)
             return 1
         print(f"stopped {s['cluster']}")
     return 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (our own child, not yet reaped) counts as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False

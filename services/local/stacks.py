@@ -37,21 +37,26 @@ def running(env: dict | None = None) -> list[dict]:
     for path in folder.glob("*.json") if folder.is_dir() else ():
         try:
             info = json.loads(path.read_text())
-            alive = _alive(int(info["pid"]))
+            is_alive = alive(int(info["pid"]))
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if alive:
+        if is_alive:
             found.append((path.stat().st_mtime, info))
         else:
             path.unlink(missing_ok=True)
     return [info for _, info in sorted(found, key=lambda x: x[0], reverse=True)]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """The process runs (a zombie, exited but not yet reaped by its parent, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True  # no /proc: kill(0) is all we know

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -25,7 +26,7 @@ def to_forward(plan: BatchPlan, sampling: Mapping[str, Sampling],
     positions = np.concatenate([np.arange(c.start, c.start + len(c.token_ids), dtype=np.int32)
                                 for c in chunks])
     samplers = [c for c in chunks if c.sample]
-    rows = [Sampling(**{**_fields(sampling[c.request_id]), "step": c.step}) for c in samplers]
+    rows = [dataclasses.replace(sampling[c.request_id], step=c.step) for c in samplers]
     hist = [histories.get(c.request_id, ()) for c in samplers]
     penalized = any(hist)
     return Forward(
@@ -40,7 +41,3 @@ def to_forward(plan: BatchPlan, sampling: Mapping[str, Sampling],
         history=wire.Tensor(np.fromiter((t for h in hist for t in h), np.int32))
         if penalized else None,
         history_lens=[len(h) for h in hist] if penalized else [])
-
-
-def _fields(s: Sampling) -> dict:
-    return {k: getattr(s, k) for k in s.__dataclass_fields__}

@@ -10,6 +10,7 @@ the bus handlers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass
@@ -152,7 +153,7 @@ class SchedulerService(Service):
             raise ServiceError("duplicate_request_id", f"request {rid!r} is already running")
         params = _sampling(req)
         prompt = await self._prompt_ids(req)
-        stream = RequestStream(rid, prompt, Sampling(**_fields(params), step=0), params.penalized,
+        stream = RequestStream(rid, prompt, Sampling(**dataclasses.asdict(params), step=0), params.penalized,
                                IncrementalDecoder(self.token_bytes))
         max_tokens = req.max_tokens if req.max_tokens is not None else self.policy.config.context_length
         try:
@@ -234,16 +235,10 @@ class SchedulerService(Service):
 
 
 def _sampling(req: Generate):
+    """The request's sampling parameters (Generate carries every SamplingParams field), checked."""
     from kernels.sampling_params import BadSamplingParams, SamplingParams
     try:
-        return SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
-                              min_p=req.min_p, repetition_penalty=req.repetition_penalty,
-                              presence_penalty=req.presence_penalty,
-                              frequency_penalty=req.frequency_penalty, seed=req.seed,
-                              top_logprobs=req.top_logprobs).resolved()
+        return SamplingParams(**{f.name: getattr(req, f.name)
+                                 for f in dataclasses.fields(SamplingParams)}).resolved()
     except BadSamplingParams as e:
         raise ServiceError("bad_sampling", str(e)) from None
-
-
-def _fields(params) -> dict:
-    return {k: getattr(params, k) for k in params.__dataclass_fields__}
