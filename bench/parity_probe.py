@@ -74,7 +74,7 @@ def norm(x, w, eps):
 
 
 def forward(cfg, w, tokens, flags):
-    mm = (lambda x, m: q8(x) @ m) if "q8act" in flags else (lambda x, m: x @ m)
+    mm = (lambda x, m: q8(x) @ m.T) if "q8act" in flags else (lambda x, m: x @ m.T)
     kvr = (lambda a: a.astype(np.float16).astype(F)) if "kvf16" in flags else (lambda a: a)
     n = len(tokens)
     H, KV, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -100,7 +100,7 @@ def forward(cfg, w, tokens, flags):
         g, u = gu[:, :cfg.ffn_dim], gu[:, cfg.ffn_dim:]
         x = x + mm(g / (F(1) + np.exp(-g)) * u, w.w_down[i])
     h = norm(x, w.output_norm, cfg.norm_eps)
-    return (q8(h) if "q8head" in flags else h) @ w.output
+    return (q8(h) if "q8head" in flags else h) @ w.output.T
 
 
 def top5(loaded, ref, flags):
