@@ -2,9 +2,11 @@
 
     python3 bench/forward.py [--threads 1] [--model PATH]
 
-Prints single-stream decode tokens/s, aggregate decode tokens/s at batch 1..32, prefill
-tokens/s at 256 and 1024 tokens, resident memory of the weights, the memory-bandwidth roofline
-for the weights as stored in the GGUF, and llama.cpp's figures with our ratio to them
+Prints, for each weight format a CPU shard can hold (GGUF's quantized blocks through the
+native kernel, and dequantized float32 through OpenBLAS), single-stream decode tokens/s,
+aggregate decode tokens/s at batch 1..32, prefill tokens/s at 256 and 1024 tokens and resident
+memory of the weights; the memory-bandwidth roofline for the weights as stored in the GGUF; and
+llama.cpp's figures with our ratio to them
 (bench/llamacpp_figures.py; install with `pip install .[bench]`). On a CPU whose CPUID shows AMX
 but whose VM does not allow it, a native llama.cpp build dies with SIGILL (tileloadd): build it
 with CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 
 BATCHES = (1, 4, 8, 16, 32)
+FORMATS = ("quantized", "float32")     # the first is what a CPU shard runs by default
 PREFILLS = (256, 1024)
 CONTEXT = 64          # tokens already in each sequence's cache before decode is timed
 
@@ -48,6 +51,7 @@ from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
 from services.shard.local import Chunk, PageAllocator, build_batch  # noqa: E402
 from services.shard.model import ShardModel  # noqa: E402
 from bench.llamacpp_figures import figures as llama_cpp_figures  # noqa: E402
+from kernels.qmatmul import available as qmatmul_available  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -101,10 +105,10 @@ def prefill_rate(model: ShardModel, n: int, runs: int = 2) -> float:
     return n / best
 
 
-def ours(path: Path, n_layers: int, steps: int, root: Path | None) -> dict:
+def ours(path: Path, n_layers: int, steps: int, root: Path | None, fmt: str) -> dict:
     rss0 = rss_bytes()
     t = time.perf_counter()
-    loaded = load_weights(path, 0, n_layers, root=root)
+    loaded = load_weights(path, 0, n_layers, fmt, root=root)
     load_s = time.perf_counter() - t
     cfg = loaded.config
     kv = PagedKVCache.for_model(cfg, 0, cfg.n_layers, KVConfig(num_pages=512, page_size=16))
@@ -127,38 +131,50 @@ def main() -> None:
     config, reader = read_config(path)
     stored = sum(int(t.n_bytes) for t in reader.tensors)
     bw = read_bandwidth()
-    with tempfile.TemporaryDirectory() as tmp:
-        r = ours(path, config.n_layers, args.steps, Path(tmp) if args.cold else None)
+    runs = {}
+    for fmt in FORMATS:
+        with tempfile.TemporaryDirectory() as tmp:
+            runs[fmt] = ours(path, config.n_layers, args.steps, Path(tmp) if args.cold else None, fmt)
+    r = runs[FORMATS[0]]
     load_before = os.getloadavg()
     ref = llama_cpp_figures(path, prompt, context=CONTEXT, steps=args.steps, threads=args.threads,
                             batches=BATCHES, prefills=PREFILLS)
     best_bw = max(bw.values())
     roof = best_bw / stored
 
-    def line(name, value, unit, key=None):
-        extra = ""
-        if isinstance(ref, dict) and key is not None and ref.get(key):
-            extra = f"   llama.cpp {ref[key]:8.1f} {unit}   ratio {value / ref[key]:.2f}x"
-        print(f"{name:<34}{value:9.1f} {unit}{extra}")
+    def line(name, key, unit, pick):
+        vals = [pick(runs[f]) for f in FORMATS]
+        cells = "".join(f"{v:11.1f}" for v in vals)
+        if isinstance(ref, dict) and ref.get(key):
+            cells += f"{ref[key]:11.1f}" + "".join(f"{v / ref[key]:9.2f}x" for v in vals)
+        print(f"{name:<28}{cells}   {unit}")
 
-    print(f"model {path.name}, {args.threads} thread(s), numpy {np.__version__}, "
+    print(f"model {path.name}, {args.threads} thread(s), numpy {np.__version__}, native kernel "
+          f"{'built' if qmatmul_available() else 'NOT built (quantized runs the numpy fallback)'}, "
           f"llama-cpp-python {ref['version'] if isinstance(ref, dict) else '-'}, {os.cpu_count()} cpus, "
           f"1-min load average {load_start[0]:.2f} at start, {load_before[0]:.2f} before llama.cpp, "
           f"{os.getloadavg()[0]:.2f} at the end")
-    print(f"weights load ({'cold: dequantize + write cache' if r['cold'] else 'warm: mmap'}) "
-          f"{r['load_s']:.3f} s, first forward {r['first_forward_s']:.3f} s")
-    line("single-stream decode", r["single"], "tok/s", "single")
-    for b, v in r["batch"].items():
-        line(f"aggregate decode, batch {b}", v, "tok/s", f"batch{b}")
-    for n, v in r["prefill"].items():
-        line(f"prefill {n} tokens", v, "tok/s", f"prefill{n}")
-    print(f"weights in memory: {r['weights_bytes'] / 2**20:.0f} MiB float32, RSS growth "
-          f"{r['rss_weights'] / 2**20:.0f} MiB (stored in GGUF: {stored / 2**20:.1f} MiB)")
+    for f in FORMATS:
+        x = runs[f]
+        print(f"{f}: weights load ({'cold: read GGUF + write cache' if x['cold'] else 'warm: mmap'}) "
+              f"{x['load_s']:.3f} s, first forward {x['first_forward_s']:.3f} s, weights "
+              f"{x['weights_bytes'] / 2**20:.0f} MiB, RSS growth {x['rss_weights'] / 2**20:.0f} MiB")
+    head = "".join(f"{f:>11}" for f in FORMATS)
+    if isinstance(ref, dict):
+        head += f"{'llama.cpp':>11}" + "".join(f"{'ratio ' + f[:5]:>10}" for f in FORMATS)
+    print(f"{'':<28}{head}")
+    line("single-stream decode", "single", "tok/s", lambda x: x["single"])
+    for b in BATCHES:
+        line(f"aggregate decode, batch {b}", f"batch{b}", "tok/s", lambda x, b=b: x["batch"][b])
+    for n in PREFILLS:
+        line(f"prefill {n} tokens", f"prefill{n}", "tok/s", lambda x, n=n: x["prefill"][n])
+    print(f"stored in GGUF: {stored / 2**20:.1f} MiB")
     print("read bandwidth: " + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in bw.items()))
     print(f"roofline for weights as stored: {roof:.1f} tok/s ({best_bw / 1e9:.1f} GB/s / {stored / 1e6:.1f} MB); "
-          f"single-stream is {r['single'] / roof:.0%} of it")
-    print(f"roofline for our float32 weights: {best_bw / r['weights_bytes']:.1f} tok/s; "
-          f"single-stream is {r['single'] / (best_bw / r['weights_bytes']):.0%} of it")
+          + ", ".join(f"{f} single-stream is {runs[f]['single'] / roof:.0%} of it" for f in FORMATS))
+    fl = runs["float32"]
+    print(f"roofline for float32 weights: {best_bw / fl['weights_bytes']:.1f} tok/s; "
+          f"float32 single-stream is {fl['single'] / (best_bw / fl['weights_bytes']):.0%} of it")
     busiest = max(load_start[0], load_before[0], os.getloadavg()[0])
     if busiest > (os.cpu_count() or 1) + 0.25:          # our own threads count in it too
         print(f"warning: load average reached {busiest:.2f} on {os.cpu_count()} cpus: other processes "
@@ -168,7 +184,7 @@ def main() -> None:
         print(ref)
     else:
         b16 = r["batch"][16] / ref["batch16"]
-        print(f"target: aggregate decode at batch 16 >= 1.5x llama.cpp: {b16:.2f}x "
+        print(f"target ({FORMATS[0]}): aggregate decode at batch 16 >= 1.5x llama.cpp: {b16:.2f}x "
               f"({'met' if b16 >= 1.5 else 'not met'}); single-stream >= 80% of the stored-weight "
               f"roofline: {r['single'] / roof:.0%} ({'met' if r['single'] >= 0.8 * roof else 'not met'}); "
               f"llama.cpp single-stream is {ref['single'] / roof:.0%} of it")

@@ -7,9 +7,15 @@ costs ~3x a gemv over the same weight; its unpacked small-matrix kernel, which i
 calls of at most 100^3 multiply-adds, does not pack. So `split` cuts w into row blocks under that
 size, and hands x.T contiguous (a no-transpose call: the transposed-operand variant is also
 limited to 1200 outputs per call and is slow at in = 1536). Gain at T = 4: 2x; at T = 16: 1.2x.
+
+A weight kept in GGUF's quantized blocks (kernels.qmatrix.QMatrix, CPU only) goes to the native
+kernel instead (kernels.qmatmul), which reads the blocks themselves.
 """
 
 from __future__ import annotations
+
+from kernels.qmatmul import qmatmul
+from kernels.qmatrix import QMatrix
 
 SMALL_CALL = 950_000   # multiply-adds per BLAS call: under OpenBLAS's small-matrix limit of 1e6
 MIN_BLOCK = 16         # fewer rows per call and the Python loop costs more than it saves
@@ -25,6 +31,8 @@ def small_block(t: int, k: int) -> int | None:
 
 def matmul(xp, x, w, split: bool = False):
     """x (T, in) . w (out, in) -> (T, out) in x's dtype; split: small-matrix BLAS calls (numpy on CPU)."""
+    if isinstance(w, QMatrix):
+        return qmatmul(x, w)
     n = w.shape[0]
     block = small_block(x.shape[0], x.shape[1]) if split else None
     if block is None or block >= n:
@@ -34,3 +42,10 @@ def matmul(xp, x, w, split: bool = False):
     for a in range(0, n, block):
         xp.matmul(w[a:a + block], xt, out=out[a:a + block])
     return out.T
+
+
+def embed(xp, table, ids):
+    """Rows `ids` of an embedding table (V, D) float or QMatrix -> (T, D), a fresh array."""
+    if isinstance(table, QMatrix):
+        return table.dequantize(rows=ids)
+    return table[xp.asarray(ids)]

@@ -1,10 +1,12 @@
-"""On-disk cache of dequantized layer ranges, so a respawned shard serves again in well under 2 s.
+"""On-disk cache of a shard's layer range, so a respawned shard serves again in well under 2 s.
 
-Layout: <cache_dir>/weights/<file identity>/<start>-<end>-<dtype>-v<LAYOUT>/ holding
-config.json and one .npy per array, loaded back with np.load(mmap_mode="r") (no copy, no
+Layout: <cache_dir>/weights/<file identity>/<start>-<end>-<format>-v<LAYOUT>/ holding
+manifest.json and one .npy per array, loaded back with np.load(mmap_mode="r") (no copy, no
 GGUF parsing: GGUFReader alone takes ~2.4 s on the default model because of its vocabulary).
-A directory is built under a temporary name and renamed into place, so readers only ever see
-complete entries.
+The format is a float dtype ("float32", "float16": dequantized) or "quantized" (GGUF's blocks
+where the native kernel has their kind; the manifest names each array's kind). A tied output
+head is stored once. A directory is built under a temporary name and renamed into place, so
+readers only ever see complete entries.
 
 Entries are keyed by `file_identity` (services/modelstore/identity.py): size, mtime and the
 hash of the file's edges, so any rewrite or re-download of the file misses the cache.
@@ -22,12 +24,15 @@ from pathlib import Path
 
 import numpy as np
 
+from kernels.qmatrix import QMatrix
 from services.modelstore.gguf_config import ModelConfig
 from services.modelstore.identity import file_identity  # noqa: F401  (part of this module's API)
 from services.modelstore.pull import cache_dir
+from services.modelstore.quantized import QStack
 from services.modelstore.weights import ShardWeights, read_weights
 
 LAYOUT_VERSION = 2   # bump when the stored arrays change meaning or shape
+QUANTIZED = "quantized"
 
 
 @dataclass
@@ -41,12 +46,15 @@ class LoadedWeights:
 
 def entry_path(model: Path, start: int, end: int, dtype: str, root: Path | None = None) -> Path:
     root = (root or cache_dir()) / "weights"
-    return root / file_identity(model) / f"{start}-{end}-{np.dtype(dtype).name}-v{LAYOUT_VERSION}"
+    fmt = QUANTIZED if dtype == QUANTIZED else np.dtype(dtype).name
+    return root / file_identity(model) / f"{start}-{end}-{fmt}-v{LAYOUT_VERSION}"
 
 
 def load_weights(model: Path, start: int, end: int, dtype: str = "float32",
                  root: Path | None = None) -> LoadedWeights:
-    """Weights of layers [start, end) from the cache, building the entry first if it is missing."""
+    """Weights of layers [start, end) from the cache, building the entry first if it is missing.
+
+    dtype: a float dtype to dequantize to, or "quantized" (see the module's docstring)."""
     t0 = time.perf_counter()
     entry = entry_path(Path(model), start, end, dtype, root)
     if entry.is_dir():
@@ -55,7 +63,10 @@ def load_weights(model: Path, start: int, end: int, dtype: str = "float32",
             return LoadedWeights(config, weights, False, time.perf_counter() - t0, entry)
         except (OSError, ValueError, KeyError):
             shutil.rmtree(entry, ignore_errors=True)   # damaged entry: rebuild it below
-    config, weights = read_weights(Path(model), start, end, np.dtype(dtype))
+    if dtype == QUANTIZED:
+        config, weights = read_weights(Path(model), start, end, np.float32, quantized=True)
+    else:
+        config, weights = read_weights(Path(model), start, end, np.dtype(dtype))
     _write_entry(entry, config, weights)
     return LoadedWeights(config, weights, True, time.perf_counter() - t0, entry)
 
@@ -63,7 +74,17 @@ def load_weights(model: Path, start: int, end: int, dtype: str = "float32",
 def _read_entry(entry: Path, start: int, end: int) -> tuple[ModelConfig, ShardWeights]:
     manifest = json.loads((entry / "manifest.json").read_text())
     config = ModelConfig.from_json(manifest["config"])
-    arrays = {name: np.load(entry / f"{name}.npy", mmap_mode="r") for name in manifest["arrays"]}
+    quant = manifest.get("quantized", {})
+    arrays = {}
+    for name in manifest["arrays"]:
+        a = np.load(entry / f"{name}.npy", mmap_mode="r")
+        if name in quant:
+            kind, cols = quant[name]
+            a = a.view(np.ndarray)         # a plain view: np.memmap's subclass slows every slice of it
+            a = QStack(kind, a, cols) if a.ndim == 3 else QMatrix(kind, a, cols)
+        arrays[name] = a
+    for name, same in manifest.get("aliases", {}).items():
+        arrays[name] = arrays[same]
     return config, ShardWeights(start=start, end=end, **arrays)
 
 
@@ -72,10 +93,18 @@ def _write_entry(entry: Path, config: ModelConfig, weights: ShardWeights) -> Non
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
     try:
         arrays = weights.arrays()
+        aliases = {}
+        if weights.output is not None and weights.output is weights.token_embd:
+            aliases["output"] = "token_embd"                  # a tied head: stored once
+            del arrays["output"]
+        quant = {}
         for name, a in arrays.items():
+            if isinstance(a, (QStack, QMatrix)):
+                quant[name] = [a.kind, a.cols]
+                a = a.data
             np.save(tmp / f"{name}.npy", a)
-        (tmp / "manifest.json").write_text(json.dumps({"config": config.to_json(),
-                                                       "arrays": sorted(arrays)}))
+        (tmp / "manifest.json").write_text(json.dumps({"config": config.to_json(), "arrays": sorted(arrays),
+                                                       "quantized": quant, "aliases": aliases}))
         try:
             os.rename(tmp, entry)
         except OSError:

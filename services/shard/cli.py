@@ -23,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                    help="where the layers run: cpu (numpy, float32) or cuda (cupy, float16 weights)")
+    p.add_argument("--weights", default="auto", choices=("auto", "quantized", "float32"),
+                   help="how a cpu shard holds its matrices: GGUF's quantized blocks through the native "
+                        "kernel, or dequantized float32 (auto: quantized when the native kernel is built)")
 
 
 def build(args: argparse.Namespace, config):
@@ -40,5 +43,6 @@ def build(args: argparse.Namespace, config):
         raise SystemExit(f"llmbus run shard: no model file at {model}")
     start, end = args.layers
     shard = ShardConfig(model=model, start=start, end=end, codec=args.codec,
-                        num_pages=args.pages, page_size=args.page_size, device=args.device)
+                        num_pages=args.pages, page_size=args.page_size, device=args.device,
+                        weights=args.weights)
     return ShardService(config, shard)

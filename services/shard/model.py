@@ -13,7 +13,7 @@ import numpy as np
 
 from kernels.attention import attend_decode, attend_prefill, write_kv
 from kernels.ffn import feed_forward
-from kernels.matmul import matmul
+from kernels.matmul import embed, matmul
 from kernels.norm import rms_norm
 from kernels.rope import apply_rope, rope_tables
 from kernels.xp import to_numpy
@@ -39,11 +39,11 @@ class ShardModel:
         self.first, self.last = self.start == 0, self.end == config.n_layers
         # Plain ndarray views: np.memmap (a warm cache load) as a subclass slows every op down.
         w = {k: (a.view(np.ndarray) if isinstance(a, np.memmap) else a) for k, a in weights.arrays().items()}
-        self.dtype = w["wqkv"].dtype
+        self.dtype = np.dtype(w["wqkv"].dtype)              # float32 too for GGUF blocks (QStack)
         if kv.dtype != self.dtype:
             raise ValueError(f"KV cache dtype {kv.dtype} differs from weights dtype {self.dtype}")
         self.layers = [tuple(w[k][i] for k in ("attn_norm", "wqkv", "wo", "ffn_norm", "w_gate_up", "w_down"))
-                       for i in range(n)]                         # matrices (out, in), see kernels.matmul
+                       for i in range(n)]     # matrices (out, in), float or QMatrix: see kernels.matmul
         self.token_embd, self.output_norm, self.output = w.get("token_embd"), w.get("output_norm"), w.get("output")
         if (self.first and self.token_embd is None) or (self.last and self.output is None):
             raise ValueError("weights lack the embeddings or output head their range needs")
@@ -58,7 +58,7 @@ class ShardModel:
         plan = plan_attention(batch, self.kv.page_size, self.dtype, xp)
         cos, sin = rope_tables(xp, batch.positions, c.rope_dims, c.rope_base, self.dtype)
         if self.first:
-            h = self.token_embd[xp.asarray(batch.tokens)]                 # (T, D), a fresh copy
+            h = embed(xp, self.token_embd, batch.tokens)                   # (T, D), a fresh copy
         else:
             h = xp.array(batch.hidden, dtype=self.dtype)                   # copy: h is updated in place
         self._trace("embed" if self.first else "hidden_in", h)

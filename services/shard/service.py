@@ -26,6 +26,19 @@ from wire.messages.shard import Forward, Sampled
 
 
 DEVICES = ("cpu", "cuda")
+# "quantized": GGUF's blocks through the native kernel (kernels.qmatmul), 6x fewer bytes a step;
+# "float32": dequantized, numpy/OpenBLAS; "auto": quantized where the native kernel was built.
+WEIGHT_FORMATS = ("auto", "quantized", "float32")
+
+
+def weight_format(device: str, requested: str) -> str:
+    """The format a shard loads: a cuda shard dequantizes (to fp16 on the device) whatever it is asked."""
+    if device == "cuda":
+        return "float32"
+    if requested == "auto":
+        from kernels.qmatmul import available
+        return "quantized" if available() else "float32"
+    return requested
 
 
 def array_module(device: str):
@@ -42,12 +55,14 @@ class ShardConfig:
     codec: str = "fp16"          # how this shard's activations travel to the next
     num_pages: int = 1024
     page_size: int = 16
-    dtype: str = "float32"       # of the host weight cache; a cuda shard computes in float16
+    weights: str = "auto"        # how a cpu shard holds its matrices: WEIGHT_FORMATS
     device: str = "cpu"          # "cpu" (numpy) or "cuda" (cupy, imported only then)
 
     def __post_init__(self):
         if self.device not in DEVICES:
             raise ValueError(f"device {self.device!r}: one of {', '.join(DEVICES)}")
+        if self.weights not in WEIGHT_FORMATS:
+            raise ValueError(f"weights {self.weights!r}: one of {', '.join(WEIGHT_FORMATS)}")
         if self.codec not in wire.ACTIVATION_CODECS:
             raise ValueError(f"codec {self.codec!r}: one of {', '.join(wire.ACTIVATION_CODECS)}")
         if not 0 <= self.start < self.end:
@@ -79,8 +94,9 @@ class ShardService(Service):
 
         s = self.shard
         xp = array_module(s.device)
-        loaded = load_weights(s.model, s.start, s.end, s.dtype)
-        weights, dtype = loaded.weights, np.dtype(s.dtype)
+        self.weight_format = weight_format(s.device, s.weights)
+        loaded = load_weights(s.model, s.start, s.end, self.weight_format)
+        weights, dtype = loaded.weights, np.dtype(np.float32)
         if s.device == "cuda":   # fp16 halves what the GPU reads per token; the engine keeps fp32 I/O
             weights, dtype = weights.to(xp, xp.float16), np.dtype(np.float16)
         kv = PagedKVCache.for_model(loaded.config, s.start, s.end,
@@ -102,6 +118,7 @@ class ShardService(Service):
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         return {"layers": [self.shard.start, self.shard.end], "n_layers": self.model.config.n_layers,
                 "model": self.model_id, "codec": self.shard.codec, "device": self.shard.device,
+                "weights": self.weight_format, "weights_mb": round(self.loaded.weights.nbytes() / 2**20, 1),
                 "num_pages": self.shard.num_pages, "page_size": self.shard.page_size,
                 "load_s": round(self.loaded.seconds, 3), "cold_load": self.loaded.cold,
                 "kv_mb": round(self.kv_bytes / 2**20, 1), "max_rss_mb": round(rss_mb, 1)}

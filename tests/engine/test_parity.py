@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from services.modelstore.weight_cache import load_weights
 from services.shard.local import Pipeline
 from tests.engine.conftest import make_shard
 from tests.engine.teacher import margins, teacher_forced
@@ -15,9 +16,25 @@ def one_shard_logits(real_weights, reference):
     return [teacher_forced(make_shard(real_weights).forward, chat) for chat in reference["chats"]]
 
 
-def test_teacher_forced_parity_with_llama_cpp(one_shard_logits, reference):
+@pytest.fixture(scope="module")
+def quantized_logits(model_path, reference):
+    """The same through GGUF's blocks and the native kernel, what a CPU shard runs by default."""
+    loaded = load_weights(model_path, 0, 30, "quantized")
+    return [teacher_forced(make_shard(loaded).forward, chat) for chat in reference["chats"]]
+
+
+def test_quantized_weights_give_the_float_logits(quantized_logits, one_shard_logits):
+    for q, f in zip(quantized_logits, one_shard_logits):
+        assert q.dtype == np.float32
+        np.testing.assert_array_equal(q.argmax(1), f.argmax(1))
+        np.testing.assert_allclose(q, f, atol=2e-3)          # fp32 summation order, nothing more
+
+
+@pytest.mark.parametrize("weights", ["float32", "quantized"])
+def test_teacher_forced_parity_with_llama_cpp(weights, request, reference):
+    logits = request.getfixturevalue("one_shard_logits" if weights == "float32" else "quantized_logits")
     diffs = []
-    for chat, logits in zip(reference["chats"], one_shard_logits):
+    for chat, logits in zip(reference["chats"], logits):
         top5 = chat["greedy_steps_top5"]
         ids = np.array([[t[0] for t in step] for step in top5])                  # (steps, 5)
         ref = np.array([[t[1] for t in step] for step in top5])

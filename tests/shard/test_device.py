@@ -34,6 +34,19 @@ def test_unknown_device_is_refused_by_the_cli_and_the_config(tmp_path):
     assert ShardConfig(model=tmp_path / "m.gguf", start=0, end=10).device == "cpu"
 
 
+def test_weight_formats(tmp_path):
+    from kernels.qmatmul import available
+    from services.shard.service import weight_format
+    with pytest.raises(ValueError, match="weights 'int4'"):
+        ShardConfig(model=tmp_path / "m.gguf", start=0, end=10, weights="int4")
+    assert weight_format("cpu", "auto") == ("quantized" if available() else "float32")
+    assert weight_format("cpu", "float32") == "float32"
+    assert weight_format("cuda", "quantized") == "float32"      # dequantized, then fp16 on the device
+    r = subprocess.run(cli("run", "shard", "--layers", "0:10", "--weights", "int4"),
+                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--weights" in r.stderr
+
+
 @pytest.mark.skipif(_cuda_reason() is None, reason="this host has cupy and a CUDA device")
 def test_cuda_without_cupy_or_gpu_exits_at_start_naming_the_cause(tmp_path):
     # No model is read and no socket bound: the check comes before both.

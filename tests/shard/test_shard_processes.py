@@ -97,11 +97,12 @@ async def _ready(d: Directory, n: int, timeout: float = 240.0):
 
 @pytest.fixture(scope="module")
 def local_model(model_path):
-    """The whole model in this process: the ground truth for the pipeline."""
+    """The whole model in this process, in the format the shard processes choose: the ground truth."""
     from services.modelstore.weight_cache import load_weights
     from services.shard.kv_cache import KVConfig, PagedKVCache
     from services.shard.model import ShardModel
-    loaded = load_weights(model_path, 0, 30)
+    from services.shard.service import weight_format
+    loaded = load_weights(model_path, 0, 30, weight_format("cpu", "auto"))
     kv = PagedKVCache.for_model(loaded.config, 0, 30, KVConfig(num_pages=PAGES, page_size=PAGE))
     return ShardModel(loaded.config, loaded.weights, kv)
 
@@ -123,7 +124,9 @@ def local_logits(model, chat, steps):
 
 
 async def test_three_processes_with_fp32_give_the_logits_of_one_in_process_model(pipeline, local_model):
-    _, _, _, drive, _ = pipeline
+    _, _, d, drive, _ = pipeline
+    from services.shard.service import weight_format
+    assert {d.get(n).info["weights"] for n in ("shard-0", "shard-10", "shard-20")} == {weight_format("cpu", "auto")}
     for chat in REFERENCE["chats"][:2]:
         replies = await drive.teacher_forced(chat, steps=6)
         expected = local_logits(local_model, chat, steps=6)

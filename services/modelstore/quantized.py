@@ -1,0 +1,69 @@
+"""Weights kept as GGUF's own quantized blocks, for the native CPU matmul (kernels.qmatmul).
+
+A Q4_1 layer matrix is 5 bits a weight as GGUF stores it and 32 as float32: kept in blocks, a
+decode step reads 6x fewer bytes, a shard's resident memory shrinks alike and its cache entry
+is a plain copy of the file's bytes. Only the kinds the native kernel multiplies stay in
+blocks; any other weight type is dequantized to float32 as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGMLQuantizationType as QT
+
+from kernels.qmatrix import QUANT_KINDS, QMatrix
+
+KIND_OF = {QT.Q4_0: "q4_0", QT.Q4_1: "q4_1", QT.Q8_0: "q8_0"}
+assert set(KIND_OF.values()) <= set(QUANT_KINDS)
+
+
+@dataclass(frozen=True)
+class QStack:
+    """One quantized matrix per layer of a range: data (L, rows, row_bytes) uint8, C-contiguous."""
+
+    kind: str
+    data: np.ndarray
+    cols: int
+
+    def __len__(self) -> int:
+        return self.data.shape[0]
+
+    def __getitem__(self, i: int) -> QMatrix:
+        return QMatrix(self.kind, self.data[i], self.cols)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.data.shape[0], self.data.shape[1], self.cols)
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.float32)          # what the kernel computes in
+
+
+def kind_of(tensor) -> str | None:
+    """The native kernel's name for a GGUF tensor's type, or None when it has no kernel."""
+    return KIND_OF.get(tensor.tensor_type)
+
+
+def quantized_matrix(tensor) -> QMatrix:
+    """A GGUF tensor (out, in) of a kind in KIND_OF as a QMatrix over its own bytes."""
+    cols = int(tensor.shape[0])                                    # ggml order: in first
+    return QMatrix(kind_of(tensor), np.ascontiguousarray(tensor.data.reshape(-1, tensor.data.shape[-1])), cols)
+
+
+def quantized_stack(layer_tensors: list[list]) -> QStack | None:
+    """Per layer, tensors fused along `out` (q|k|v, gate|up), as one QStack; None when any
+    tensor has no kernel or the fused parts differ in kind or width (then: dequantize)."""
+    flat = [t for parts in layer_tensors for t in parts]
+    kinds = {kind_of(t) for t in flat}
+    widths = {int(t.shape[0]) for t in flat}
+    if len(kinds) != 1 or None in kinds or len(widths) != 1:
+        return None
+    data = np.stack([np.concatenate([quantized_matrix(t).data for t in parts]) for parts in layer_tensors])
+    return QStack(kinds.pop(), np.ascontiguousarray(data), widths.pop())
