@@ -44,14 +44,17 @@ def random_qmatrix(rng, kind: str, rows: int, cols: int) -> QMatrix:
     return QMatrix(kind, data.reshape(rows, cols // 32 * bb), cols)
 
 
-def best_ms(fn, passes: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(passes):
-        t = time.perf_counter()
+def best_ms(fns, passes: int) -> list[float]:
+    """Best ms of each function, timed in interleaved rounds so a noisy neighbour hits all alike."""
+    best = [float("inf")] * len(fns)
+    for fn in fns:
         fn()
-        best = min(best, time.perf_counter() - t)
-    return best * 1e3
+    for _ in range(passes):
+        for i, fn in enumerate(fns):
+            t = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t)
+    return [b * 1e3 for b in best]
 
 
 def row(label: str, q_ms: float, f_ms: float, s_ms: float) -> str:
@@ -92,13 +95,11 @@ def main():
                 for w in ws:
                     matmul(np, xs[w.shape[1]], w, split=True)
 
-        print(row(f"layers T={t}", best_ms(native, args.passes), best_ms(blas, args.passes),
-                  best_ms(split, args.passes)))
+        print(row(f"layers T={t}", *best_ms([native, blas, split], args.passes)))
     for t in TS:
         x = rng.standard_normal((t, HEAD[1])).astype(np.float32)
-        print(row(f"head T={t}", best_ms(lambda: qmatmul(x, head), args.passes),
-                  best_ms(lambda: head_f @ x.T, args.passes),
-                  best_ms(lambda: matmul(np, x, head_f, split=True), args.passes)))
+        print(row(f"head T={t}", *best_ms([lambda: qmatmul(x, head), lambda: head_f @ x.T,
+                                           lambda: matmul(np, x, head_f, split=True)], args.passes)))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
  * nibbles with vpermps, which reads only the index's low 4 bits, so the high nibble needs no mask. */
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <stdlib.h>
 
 #include "qmatmul_impl.h"
 
@@ -82,8 +83,90 @@ ROWS_ALL(2)
 ROWS_ALL(3)
 ROWS_ALL(8)
 
+
+/* T = 1, one weight row: out = sum_b d_b (x_b . q_b) + m_b xsum_b, with q_b read as floats straight
+ * from a constant table (no per-block table build) and the scales of 16 blocks gathered and converted at
+ * once into a small float array, so each block costs a broadcast load instead of shuffles. */
+#define CHUNK 16
+INLINE float gemv_row(int kind, const float *x, const float *xsum, int64_t nb, const uint8_t *wrow) {
+    const int64_t bb = lb_block_bytes(kind);
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 qtab = kind == 2 ? _mm512_sub_ps(iota, _mm512_set1_ps(8.0f)) : iota;
+    const __m512i bidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)bb));
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += CHUNK) {
+        const int64_t n = nb - b0 < CHUNK ? nb - b0 : CHUNK;
+        const __mmask16 live = (__mmask16)((1u << n) - 1);
+        /* each block's first 4 bytes: fp16 d, then fp16 m (q4_1) or two quants */
+        __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, bidx, wrow + b0 * bb, 1);
+        float sc[CHUNK];
+        _mm512_storeu_ps(sc, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
+        if (kind == 3) {
+            __m512 m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
+            accm = _mm512_fmadd_ps(m, _mm512_loadu_ps(xsum + b0), accm);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const uint8_t *blk = wrow + (b0 + i) * bb;
+            const float *xb = x + (b0 + i) * QK;
+            __m512 ql, qh;
+            if (kind == 8) {
+                ql = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
+                qh = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18))));
+            } else {
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + (kind == 3 ? 4 : 2))));
+                ql = _mm512_permutexvar_ps(v, qtab);
+                qh = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), qtab);
+            }
+            __m512 dot = _mm512_fmadd_ps(_mm512_loadu_ps(xb + 16), qh, _mm512_mul_ps(_mm512_loadu_ps(xb), ql));
+            __m512 d = _mm512_set1_ps(sc[i]);
+            if (i & 1) acc1 = _mm512_fmadd_ps(dot, d, acc1);
+            else acc0 = _mm512_fmadd_ps(dot, d, acc0);
+        }
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), accm));
+}
+
+#define GEMV_FN(KIND) \
+    static TGT void gemv_##KIND(const float *x, const float *xsum, int64_t K, const uint8_t *w, int64_t N, \
+                                float *out) { \
+        const int64_t nb = K / QK, row_bytes = nb * lb_block_bytes(KIND); \
+        for (int64_t n = 0; n < N; n++) out[n] = gemv_row(KIND, x, xsum, nb, w + n * row_bytes); }
+GEMV_FN(2)
+GEMV_FN(3)
+GEMV_FN(8)
+
+/* Sums of x over each block (zero-padded to a whole chunk), for q4_1's m term. */
+static TGT void block_sums(const float *x, int64_t nb, float *xsum) {
+    for (int64_t b = 0; b < nb; b++)
+        xsum[b] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(x + b * QK), _mm512_loadu_ps(x + b * QK + 16)));
+    for (int64_t b = nb; b % CHUNK; b++) xsum[b] = 0.0f;
+}
+
+static TGT void gemv(int kind, const float *x, int64_t K, const uint8_t *w, int64_t N, float *out) {
+    const int64_t nb = K / QK, padded = (nb + CHUNK - 1) / CHUNK * CHUNK;
+    if (kind == 8) {
+        gemv_8(x, NULL, K, w, N, out);
+    } else if (kind == 2) {
+        gemv_2(x, NULL, K, w, N, out);
+    } else {
+        float stack[1024], *xsum = padded <= 1024 ? stack : malloc(padded * sizeof(float));
+        if (xsum == NULL) {                                   /* out of memory: the tile path needs none */
+            rows_3[1](x, K, w, N, out);
+            return;
+        }
+        block_sums(x, nb, xsum);
+        gemv_3(x, xsum, K, w, N, out);
+        if (xsum != stack) free(xsum);
+    }
+}
+
 TGT void lb_qmatmul_avx512(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N,
                            float *out) {
+    if (T == 1) {
+        gemv(kind, x, K, w, N, out);
+        return;
+    }
     for (int64_t t = 0; t < T; t += 8) {
         int R = T - t < 8 ? (int)(T - t) : 8;
         const float *x0 = x + t * K;
