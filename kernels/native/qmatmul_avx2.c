@@ -51,6 +51,7 @@ INLINE void tile(int kind, int R, const float *x0, int64_t K, const uint8_t *wro
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m256 w[4];
+        _mm_prefetch((const char *)wrow + b * bb + 4096, _MM_HINT_T0);   /* see qmatmul_avx512.c */
         dequant(kind, wrow + b * bb, w);
         for (int r = 0; r < R; r++) {
             const float *xb = x0 + r * K + b * QK;

@@ -10,6 +10,9 @@
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
+#ifndef PREFETCH
+#define PREFETCH 4096   /* bytes ahead in the weight stream: T = 1 over 30 layers 10.2 -> 6.9 ms */
+#endif
 
 INLINE void dequant(int kind, const uint8_t *b, __m512 iota, __m512 *lo, __m512 *hi) {
     if (kind == 8) {
@@ -46,7 +49,10 @@ INLINE void tile(int kind, int R, int C, const float *x0, int64_t K, const uint8
         for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m512 lo[4], hi[4];
-        for (int c = 0; c < C; c++) dequant(kind, w0 + c * row_bytes + b * bb, iota, &lo[c], &hi[c]);
+        for (int c = 0; c < C; c++) {
+            _mm_prefetch((const char *)w0 + c * row_bytes + b * bb + PREFETCH, _MM_HINT_T0);
+            dequant(kind, w0 + c * row_bytes + b * bb, iota, &lo[c], &hi[c]);
+        }
         for (int r = 0; r < R; r++) {
             __m512 xl = _mm512_loadu_ps(x0 + r * K + b * QK), xh = _mm512_loadu_ps(x0 + r * K + b * QK + 16);
             for (int c = 0; c < C; c++) {
@@ -109,6 +115,7 @@ INLINE float gemv_row(int kind, const float *x, const float *xsum, int64_t nb, c
         for (int64_t i = 0; i < n; i++) {
             const uint8_t *blk = wrow + (b0 + i) * bb;
             const float *xb = x + (b0 + i) * QK;
+            _mm_prefetch((const char *)blk + PREFETCH, _MM_HINT_T0);
             __m512 ql, qh;
             if (kind == 8) {
                 ql = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
