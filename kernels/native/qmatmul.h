@@ -1,0 +1,28 @@
+/* x (T, K) float32 times a GGUF block-quantized weight (N, K) transposed: out (T, N) float32, row-major. */
+#ifndef LB_QMATMUL_H
+#define LB_QMATMUL_H
+
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define LB_API __attribute__((visibility("default")))
+#else
+#define LB_API
+#endif
+
+/* Kinds use ggml's type numbers. */
+enum { LB_Q4_0 = 2, LB_Q4_1 = 3, LB_Q8_0 = 8 };
+
+/* Instruction sets, for lb_set_isa: the widest the CPU has is the default. */
+enum { LB_ISA_AUTO = -1, LB_ISA_GENERIC = 0, LB_ISA_AVX2 = 1, LB_ISA_AVX512 = 2 };
+
+enum { LB_OK = 0, LB_EKIND = -1, LB_ESHAPE = -2 };
+
+/* out[t, n] = sum_k x[t, k] * dequant(w)[n, k]; w holds N rows of K / 32 blocks. No alignment needed. */
+LB_API int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out);
+
+/* Pick the code path (tests compare them all); returns the path now in use (a wider one than the
+ * CPU has falls back to the best it has). */
+LB_API int lb_set_isa(int isa);
+
+#endif

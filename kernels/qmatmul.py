@@ -1,0 +1,93 @@
+"""x (T, K) float32 @ QMatrix (N, K).T -> (T, N) float32, straight from the GGUF blocks.
+
+The C library (kernels/native, built by `pip install -e .` as kernels/_qmatmul_native*.so) is loaded
+once, lazily, with ctypes; ctypes releases the GIL for the call. Without it the same product is
+computed by dequantizing and calling BLAS.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+
+from kernels.qmatrix import QMatrix
+
+KIND_CODES = {"q4_0": 2, "q4_1": 3, "q8_0": 8}       # ggml's type numbers, as the C side takes them
+ISAS = {"auto": -1, "generic": 0, "avx2": 1, "avx512": 2}
+
+_lib: ctypes.CDLL | None = None
+_tried = False
+
+
+def _library_path() -> Path | None:
+    found = sorted(Path(__file__).resolve().parent.glob("_qmatmul_native*.so"))
+    return found[0] if found else None
+
+
+def _load() -> ctypes.CDLL | None:
+    global _lib, _tried
+    if not _tried:
+        _tried = True
+        path = _library_path()
+        if path is not None:
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError:
+                lib = None                                # a stale or foreign build: use numpy
+            if lib is not None:
+                lib.lb_qmatmul.restype = ctypes.c_int
+                lib.lb_qmatmul.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                           ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+                lib.lb_set_isa.restype = ctypes.c_int
+                lib.lb_set_isa.argtypes = [ctypes.c_int]
+                _lib = lib
+    return _lib
+
+
+def available() -> bool:
+    """Whether the native library loaded."""
+    return _load() is not None
+
+
+def set_isa(name: str) -> str:
+    """Force the native code path ("auto", "generic", "avx2", "avx512"; for tests); returns the one in use."""
+    lib = _load()
+    if lib is None:
+        raise RuntimeError("the native qmatmul library is not built")
+    got = lib.lb_set_isa(ISAS[name])
+    return next(k for k, v in ISAS.items() if v == got)
+
+
+def _check(x: np.ndarray, w: QMatrix, out: np.ndarray | None) -> np.ndarray:
+    if not isinstance(w, QMatrix):
+        raise ValueError(f"w must be a QMatrix, got {type(w).__name__}")
+    if w.kind not in KIND_CODES:
+        raise ValueError(f"unknown quant kind {w.kind!r}")
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        raise ValueError(f"x must be float32, got {x.dtype}")
+    if x.ndim != 2 or x.shape[1] != w.cols:
+        raise ValueError(f"x has shape {x.shape}, expected (T, {w.cols}) for a weight of shape {w.shape}")
+    if out is not None:
+        want = (x.shape[0], w.rows)
+        if out.dtype != np.float32 or out.shape != want or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError(f"out must be a writeable C-contiguous float32 array of shape {want}")
+    return np.ascontiguousarray(x)
+
+
+def qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray | None = None) -> np.ndarray:
+    """x (T, cols) float32 @ w.dequantize().T -> (T, rows) float32, native when available()."""
+    x = _check(x, w, out)
+    if out is None:
+        out = np.empty((x.shape[0], w.rows), dtype=np.float32)
+    lib = _load()
+    if lib is None:
+        np.matmul(x, w.dequantize().T, out=out)
+        return out
+    rc = lib.lb_qmatmul(KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.data.ctypes.data, w.rows,
+                        out.ctypes.data)
+    if rc != 0:
+        raise ValueError(f"native qmatmul refused kind {w.kind} x {x.shape} w {w.shape} (code {rc})")
+    return out
