@@ -1,49 +1,22 @@
 """x (T, K) float32 @ QMatrix (N, K).T -> (T, N) float32, straight from the GGUF blocks.
 
-The C library (kernels/native, built by `pip install -e .` as kernels/_qmatmul_native*.so) is loaded
-once, lazily, with ctypes; ctypes releases the GIL for the call. Without it the same product is
-computed by dequantizing and calling BLAS.
+Computed by the C library (kernels/native_lib.py says how it is loaded); without it the same
+product is computed by dequantizing and calling BLAS.
 """
 
 from __future__ import annotations
 
-import ctypes
-from pathlib import Path
-
 import numpy as np
 
+from kernels.native_lib import load
 from kernels.qmatrix import QMatrix
 
 KIND_CODES = {"q4_0": 2, "q4_1": 3, "q8_0": 8}       # ggml's type numbers, as the C side takes them
 ISAS = {"auto": -1, "generic": 0, "avx2": 1, "avx512": 2}
 
-_lib: ctypes.CDLL | None = None
-_tried = False
 
-
-def _library_path() -> Path | None:
-    found = sorted(Path(__file__).resolve().parent.glob("_qmatmul_native*.so"))
-    return found[0] if found else None
-
-
-def _load() -> ctypes.CDLL | None:
-    global _lib, _tried
-    if not _tried:
-        _tried = True
-        path = _library_path()
-        if path is not None:
-            try:
-                lib = ctypes.CDLL(str(path))
-            except OSError:
-                lib = None                                # a stale or foreign build: use numpy
-            if lib is not None:
-                lib.lb_qmatmul.restype = ctypes.c_int
-                lib.lb_qmatmul.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                                           ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
-                lib.lb_set_isa.restype = ctypes.c_int
-                lib.lb_set_isa.argtypes = [ctypes.c_int]
-                _lib = lib
-    return _lib
+def _load():
+    return load()            # one seam, so tests can take the library away
 
 
 def available() -> bool:

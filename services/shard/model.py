@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from kernels.attention import attend_decode, attend_prefill, write_kv
+from kernels.attention_native import attend_decode_paged
 from kernels.ffn import feed_forward
 from kernels.matmul import embed, matmul
 from kernels.norm import rms_norm
@@ -48,6 +49,9 @@ class ShardModel:
         if (self.first and self.token_embd is None) or (self.last and self.output is None):
             raise ValueError("weights lack the embeddings or output head their range needs")
         self.split = xp is np           # OpenBLAS's small-matrix path (kernels.matmul); cuBLAS needs no help
+        # Decodes read the KV pages in place (kernels.attention_native) on a CPU instead of gathering
+        # them: at batch 16 the gather copies were most of a step outside the matmuls.
+        self.paged_decode = xp is np and self.dtype == np.float32
         self.scale = self.dtype.type(1.0 / np.sqrt(config.head_dim))
 
     def forward(self, batch: ForwardBatch) -> np.ndarray:
@@ -84,7 +88,10 @@ class ShardModel:
         kc, vc = self.kv.k[i], self.kv.v[i]
         write_kv(kc, vc, k, v, plan.write_pages, plan.write_slots)
         attn = xp.empty_like(q)                                           # (T, H, Dh)
-        if plan.decode_rows.shape[0]:
+        if plan.decode_rows.shape[0] and self.paged_decode:
+            attn[plan.decode_rows] = attend_decode_paged(q[plan.decode_rows], kc, vc, plan.decode_table,
+                                                         plan.decode_lens, self.scale)
+        elif plan.decode_rows.shape[0]:
             attn[plan.decode_rows] = attend_decode(xp, q[plan.decode_rows], kc, vc, plan.decode_table,
                                                    plan.decode_bias, self.scale)
         for p in plan.prefills:

@@ -24,8 +24,9 @@ class AttentionPlan:
     write_pages: object   # (T,) page of each token's KV
     write_slots: object   # (T,) slot inside that page
     decode_rows: object   # (Sd,) rows of single-token sequences, attended together
-    decode_table: object  # (Sd, n_pages) their pages, padding pointed at page 0
+    decode_table: object  # (Sd, n_pages) int32, their pages, padding pointed at page 0
     decode_bias: object   # (Sd, n_pages * page_size) 0 for a real key, -inf past the context
+    decode_lens: np.ndarray   # (Sd,) int32 on the host, keys each sees (the native kernel's form)
     prefills: list[Prefill]
 
 
@@ -42,7 +43,7 @@ def plan_attention(batch: ForwardBatch, page_size: int, dtype, xp) -> AttentionP
     ctx = pos[cu[1:] - 1] + 1                                             # (S,) keys each sequence sees
     dec = np.flatnonzero(qlens == 1)
     n_pages = int((ctx[dec].max() + page_size - 1) // page_size) if dec.size else 0
-    dec_table = np.maximum(table[dec, :n_pages], 0)
+    dec_table = np.ascontiguousarray(np.maximum(table[dec, :n_pages], 0), dtype=np.int32)
     keys = np.arange(n_pages * page_size)
     dec_bias = np.where(keys[None, :] < ctx[dec, None], 0.0, -np.inf).astype(dtype)
 
@@ -54,5 +55,5 @@ def plan_attention(batch: ForwardBatch, page_size: int, dtype, xp) -> AttentionP
     return AttentionPlan(
         write_pages=xp.asarray(write_pages), write_slots=xp.asarray(write_slots),
         decode_rows=xp.asarray(cu[dec]), decode_table=xp.asarray(dec_table),
-        decode_bias=xp.asarray(dec_bias), prefills=prefills,
+        decode_bias=xp.asarray(dec_bias), decode_lens=ctx[dec].astype(np.int32), prefills=prefills,
     )

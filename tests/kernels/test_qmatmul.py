@@ -49,7 +49,7 @@ def isa(request):
 def test_native_library_builds_where_a_compiler_exists():
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler")
-    assert qm.available(), "a C compiler exists but kernels/_qmatmul_native*.so did not load: pip install -e ."
+    assert qm.available(), "a C compiler exists but kernels/_native*.so did not load: pip install -e ."
 
 
 @pytest.mark.parametrize("kind", sorted(QUANT_KINDS))

@@ -1,0 +1,45 @@
+"""The optional C library (kernels/native, built by `pip install -e .` as kernels/_native*.so).
+
+Loaded once, lazily, with ctypes; ctypes releases the GIL for each call, so a service's event
+loop keeps running while a kernel computes. Without the library (no C compiler at install) the
+callers compute the same thing with numpy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+P, I64, INT, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+
+SIGNATURES = {
+    "lb_qmatmul": (INT, [INT, P, I64, I64, P, I64, P]),
+    "lb_set_isa": (INT, [INT]),
+    "lb_attend_decode": (INT, [P, P, P, P, P, I64, I64, I64, I64, I64, I64, I64, F32, P]),
+}
+
+_lib: ctypes.CDLL | None = None
+_tried = False
+
+
+def library_path() -> Path | None:
+    found = sorted(Path(__file__).resolve().parent.glob("_native*.so"))
+    return found[0] if found else None
+
+
+def load() -> ctypes.CDLL | None:
+    """The library with its functions typed, or None when it is not built (or is stale)."""
+    global _lib, _tried
+    if not _tried:
+        _tried = True
+        path = library_path()
+        if path is not None:
+            try:
+                lib = ctypes.CDLL(str(path))
+                for name, (res, args) in SIGNATURES.items():
+                    fn = getattr(lib, name)
+                    fn.restype, fn.argtypes = res, args
+            except (OSError, AttributeError):
+                lib = None                      # a foreign or stale build: numpy it is
+            _lib = lib
+    return _lib

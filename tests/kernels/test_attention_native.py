@@ -1,0 +1,75 @@
+"""Decode attention read from the KV pages in C against the numpy gather-then-matmul version."""
+
+import numpy as np
+import pytest
+
+import kernels.attention_native as an
+from kernels.attention import attend_decode
+
+F = np.float32
+
+
+def case(seed, s_=7, h=9, kvh=3, dh=64, page=16, num_pages=256, max_len=90):
+    rng = np.random.default_rng(seed)
+    kc = rng.standard_normal((num_pages, page, kvh, dh), dtype=F)
+    vc = rng.standard_normal((num_pages, page, kvh, dh), dtype=F)
+    lens = rng.integers(1, max_len + 1, s_).astype(np.int32)
+    lens[0] = 1                                               # a first decode: one key
+    n_pages = int((lens.max() + page - 1) // page)
+    table = rng.permutation(num_pages)[:s_ * n_pages].reshape(s_, n_pages).astype(np.int32)
+    for s in range(s_):                                       # padding past a short context: page 0
+        table[s, (lens[s] + page - 1) // page:] = 0
+    q = rng.standard_normal((s_, h, dh), dtype=F)
+    bias = np.where(np.arange(n_pages * page)[None] < lens[:, None], F(0), F(-np.inf))
+    return q, kc, vc, table, lens, bias
+
+
+@pytest.mark.parametrize("seed,shape", [(0, {}), (1, dict(h=4, kvh=4, dh=32, page=8)), (2, dict(s_=16, h=8, kvh=2)),
+                                        (3, dict(dh=20, page=3, max_len=40))])
+def test_matches_the_numpy_attention(seed, shape):
+    q, kc, vc, table, lens, bias = case(seed, **shape)
+    scale = F(1 / np.sqrt(q.shape[2]))
+    want = attend_decode(np, q, kc, vc, table, bias, scale)
+    got = an.attend_decode_paged(q, kc, vc, table, lens, scale)
+    assert got.dtype == F and got.shape == q.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_numpy_fallback_gives_the_same(monkeypatch):
+    q, kc, vc, table, lens, _ = case(4)
+    native = an.attend_decode_paged(q, kc, vc, table, lens, F(0.125))
+    monkeypatch.setattr(an, "load", lambda: None)
+    np.testing.assert_allclose(an.attend_decode_paged(q, kc, vc, table, lens, F(0.125)), native, rtol=1e-5, atol=1e-5)
+
+
+def test_a_sequence_reads_only_its_own_keys():
+    """Keys past a sequence's length, in its last page, must not change its output."""
+    q, kc, vc, table, lens, _ = case(5)
+    before = an.attend_decode_paged(q, kc, vc, table, lens, F(0.125))
+    s = int(np.argmax(lens % 16 != 0))
+    page, slot = table[s, lens[s] // 16], lens[s] % 16
+    kc[page, slot:] += 100
+    vc[page, slot:] -= 100
+    others = [i for i in range(len(lens)) if page not in table[i, : (lens[i] + 15) // 16]]
+    after = an.attend_decode_paged(q, kc, vc, table, lens, F(0.125))
+    np.testing.assert_array_equal(after[s], before[s])
+    np.testing.assert_array_equal(after[others], before[others])
+
+
+@pytest.mark.parametrize("bad", ["page", "len0", "len_long", "dtype", "shape"])
+def test_bad_input_is_refused(bad):
+    q, kc, vc, table, lens, _ = case(6)
+    if bad == "page":
+        table = table.copy(); table[0, 0] = kc.shape[0]
+    elif bad == "len0":
+        lens = lens.copy(); lens[1] = 0
+    elif bad == "len_long":
+        lens = lens.copy(); lens[1] = table.shape[1] * kc.shape[1] + 1
+    elif bad == "dtype":
+        kc = kc.astype(np.float16)
+    elif bad == "shape":
+        lens = lens[:-1]
+    if an.load() is None and bad in ("page", "len0", "len_long"):
+        pytest.skip("checked by the native library")
+    with pytest.raises(ValueError):
+        an.attend_decode_paged(q, kc, vc, table, lens, F(0.125))
