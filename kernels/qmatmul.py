@@ -6,6 +6,8 @@ product is computed by dequantizing and calling BLAS.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from kernels.native_lib import load
@@ -13,6 +15,11 @@ from kernels.qmatrix import QMatrix
 
 KIND_CODES = {"q4_0": 2, "q4_1": 3, "q8_0": 8}       # ggml's type numbers, as the C side takes them
 ISAS = {"auto": -1, "generic": 0, "avx2": 1, "avx512": 2}
+# From this many rows of x (a long prompt) the block kernels, which dequantize a block once per
+# tile of 8 rows, fall behind OpenBLAS's packed sgemm: dequantize the whole matrix once into a
+# scratch buffer (0.3 ns a weight) and let BLAS multiply (bench/qmatmul.py measures the crossing).
+BLAS_ROWS = 64
+_scratch = threading.local()
 
 
 def _load():
@@ -59,8 +66,24 @@ def qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray | None = None) -> np.ndar
     if lib is None:
         np.matmul(x, w.dequantize().T, out=out)
         return out
+    if x.shape[0] >= BLAS_ROWS:
+        np.matmul(x, _dequantized(lib, w).T, out=out)
+        return out
     rc = lib.lb_qmatmul(KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.data.ctypes.data, w.rows,
                         out.ctypes.data)
     if rc != 0:
         raise ValueError(f"native qmatmul refused kind {w.kind} x {x.shape} w {w.shape} (code {rc})")
     return out
+
+
+def _dequantized(lib, w: QMatrix) -> np.ndarray:
+    """w as float32 (rows, cols) in this thread's scratch buffer (reused: no page faults per call)."""
+    n = w.rows * w.cols
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.size < n:
+        buf = _scratch.buf = np.empty(n, dtype=np.float32)
+    wf = buf[:n].reshape(w.rows, w.cols)
+    rc = lib.lb_dequantize(KIND_CODES[w.kind], w.data.ctypes.data, w.rows, w.cols, wf.ctypes.data)
+    if rc != 0:
+        raise ValueError(f"native dequantize refused kind {w.kind} w {w.shape} (code {rc})")
+    return wf

@@ -78,3 +78,16 @@ void lb_qmatmul_generic(int kind, const float *x, int64_t T, int64_t K, const ui
         }
     }
 }
+
+/* All N rows of w as float32 (N, K), exactly as dequant_block: for a long prompt, where BLAS's
+ * packed sgemm on the float weights outruns the block kernels (kernels/qmatmul.py). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+int lb_dequantize(int kind, const uint8_t *w, int64_t N, int64_t K, float *out) {
+    if (lb_block_bytes(kind) == 0) return LB_EKIND;
+    if (N < 0 || K <= 0 || K % QK) return LB_ESHAPE;
+    const int64_t nb = N * (K / QK), bb = lb_block_bytes(kind);
+    for (int64_t b = 0; b < nb; b++) dequant_block(kind, w + b * bb, out + b * QK);
+    return LB_OK;
+}

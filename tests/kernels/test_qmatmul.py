@@ -161,3 +161,18 @@ def test_dequantize_matches_gguf_on_the_real_model(model_path):
     emb = tensors["token_embd.weight"]
     q = from_gguf(emb.data, "q8_0", 49152, 576)
     np.testing.assert_array_equal(q.dequantize(ids), dequantize(emb.data, emb.tensor_type).reshape(49152, 576)[ids])
+
+
+@pytest.mark.parametrize("kind", sorted(QUANT_KINDS))
+def test_long_prompts_go_through_a_dequantized_copy_and_blas(kind, monkeypatch):
+    """From BLAS_ROWS rows the weight is dequantized natively (exactly) and BLAS multiplies."""
+    if not qm.available():
+        pytest.skip("native library not built")
+    rng = np.random.default_rng(7)
+    w = random_qmatrix(rng, kind, 200, 576)
+    wf = qm._dequantized(qm._load(), w)
+    np.testing.assert_array_equal(wf, w.dequantize())
+    x = rng.standard_normal((qm.BLAS_ROWS + 3, 576), dtype=np.float32)
+    assert_product(qm.qmatmul(x, w), x, w)
+    small = random_qmatrix(rng, kind, 37, 576)                # the scratch buffer is reused, cut to size
+    assert_product(qm.qmatmul(x, small), x, small)
