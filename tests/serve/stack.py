@@ -73,8 +73,9 @@ class Result:
 
 
 async def generate(endpoint: str, body: Generate, client: RpcClient | None = None,
-                   stop_after_tokens: int | None = None) -> Result:
-    """Run one request to its end (or close the stream after `stop_after_tokens` tokens)."""
+                   stop_after_tokens: int | None = None, on_tokens=None) -> Result:
+    """Run one request to its end (or close the stream after `stop_after_tokens` tokens);
+    `on_tokens(n)` is called with the number of tokens so far at each Tokens event."""
     own = client is None
     client = client or RpcClient(zmq.asyncio.Context.instance(), endpoint)
     res = Result()
@@ -87,6 +88,8 @@ async def generate(endpoint: str, body: Generate, client: RpcClient | None = Non
                 elif isinstance(ev, Tokens):
                     res.text += ev.text
                     res.token_ids += ev.token_ids
+                    if on_tokens is not None:
+                        on_tokens(len(res.token_ids))
                     if stop_after_tokens is not None and len(res.token_ids) >= stop_after_tokens:
                         break
                 elif isinstance(ev, Done):

@@ -194,11 +194,15 @@ async def test_a_shard_killed_mid_answer_is_carried_through(stack):
     alone = await generate(stack.endpoint, body)
     before = await call(stack.endpoint, Status())
     victim = await _pid_of(stack, "shard-13")
-    task = asyncio.create_task(generate(stack.endpoint, body))
-    await wait_for(lambda: _running(stack, 1), timeout=20)
-    await asyncio.sleep(0.3)
-    os.kill(victim, signal.SIGKILL)
-    res = await asyncio.wait_for(task, 120)
+    killed = []
+
+    def kill_mid_answer(n_tokens: int) -> None:      # 3 of 40 tokens in: certainly mid-answer
+        if n_tokens >= 3 and not killed:
+            os.kill(victim, signal.SIGKILL)
+            killed.append(n_tokens)
+
+    res = await asyncio.wait_for(generate(stack.endpoint, body, on_tokens=kill_mid_answer), 120)
+    assert killed
     assert res.token_ids == alone.token_ids and res.text == alone.text
     assert res.done.finish_reason == alone.done.finish_reason
     after = await stats(stack)
