@@ -1,15 +1,22 @@
 """Which detail of llama.cpp's CPU forward explains our distance from its logits? (a probe, not the engine)
 
 Runs the reference chats teacher-forced as one causal prefill each (prompt + greedy tokens) in
-float32 over the dequantized weights, with optional emulations of llama.cpp's arithmetic, and
-prints the max / mean |ours - reference| over the reference's top-5 logits.
-Usage: python3 bench/parity_probe.py [flag ...]
-  rope32  RoPE angles as ggml forms them: theta *= powf(base, -2/n) in float32
-  kvf16   K, V (the cache), Q and the softmax weights rounded to fp16, as ggml's f16 KQ / KQV matmuls do
-  q8act   activations rounded to 8-bit blocks of 32 (fp16 scale) before every Q4_1 matmul (Q8_1)
-  q8head  the same before the Q8_0 output head
-  noise   instead: 10 runs of q8act+q8head+kvf16 with the block scale nudged by 1e-3*k, so each
-          rounds differently; prints how far each lands from our exact forward (the noise envelope)
+float32 over the GGUF weights, with optional emulations of what llama.cpp's CPU backend computes
+(llama-cpp-python 0.3.36 defaults: flash attention off, F16 KV cache), and prints the max / mean
+|ours - target| over the reference's top-5 logits.
+Usage: python3 bench/parity_probe.py [--vs ref|local|both] [flag ...]   (`ggml` = all four emulations)
+  rope32   RoPE angles as ggml_rope_cache_init forms them: theta *= powf(base, -2/n) in float32
+  kvf16    the F16 KV cache and the F16 matmuls of the non-flash attention: K, V stored as fp16; Q
+           (KQ) and the softmax weights (KQV) rounded to fp16, as ggml converts src1 to F16's vec_dot_type
+  q8act    Q4_1 x Q8_1 as ggml_vec_dot_q4_1_q8_1: activations quantized in blocks of 32
+           (d = amax/127 stored fp16, q = rint(x * 127/amax)) and the Q4_1 min term m * s uses the
+           block sum s = fp16(d_f32 * sum q) that quantize_row_q8_1 stores, not d_f16 * sum q
+  q8plain  like q8act but without that block-sum detail (the probe's earlier emulation; diagnostic)
+  q8head   Q8_0 x Q8_0 for the tied output head (token_embd is Q8_0): activations quantized likewise
+  --vs local runs the installed llama-cpp-python (1 thread, n_batch 512) as the target instead of
+  the stored reference; `--vs both` prints both distances.
+  noise    instead: 10 runs of `ggml` with the activation scale nudged by 1e-3*k, so each rounds
+           differently; prints how far each lands from the exact forward (the noise envelope)
 """
 
 from __future__ import annotations
@@ -19,28 +26,137 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from gguf import GGUFReader
 
 from services.modelstore.pull import pull
 from services.modelstore.weight_cache import load_weights
 
 REF = Path(__file__).parent.parent / "tests" / "data" / "smollm2-135m-q4_1.llamacpp.json"
 F = np.float32
+F16 = np.float16
+GGML = ["rope32", "attn", "q8act", "q8head", "silu"]
+NUDGE = F(0)
 
 
-NUDGE = 0.0
+class Q41:
+    """A Q4_1 matrix as ggml holds it: per block of 32 a scale d, a min m and 4-bit q; W = d*q + m."""
+
+    def __init__(self, raw: np.ndarray):
+        blocks = raw.reshape(raw.shape[0], -1, 20)                   # d fp16, m fp16, 16 bytes of nibbles
+        self.d = blocks[..., 0:2].copy().view(F16)[..., 0].astype(F)  # (out, nb)
+        self.m = blocks[..., 2:4].copy().view(F16)[..., 0].astype(F)
+        qs = blocks[..., 4:]
+        q = np.concatenate([qs & 0x0F, qs >> 4], -1).astype(F)       # element j and j+16 share a byte
+        # (nb, 8 lanes, 4, out): the AVX2 kernel sums 4 products per 32-bit lane, 8 lanes per block
+        self.lanes = np.ascontiguousarray(q.reshape(raw.shape[0], -1, 8, 4).transpose(1, 2, 3, 0))
+
+
+def q41_layers(path: Path, n_layers: int) -> dict[str, list[Q41]]:
+    """The raw Q4_1 matrices of every layer, fused as the weight cache fuses them (q|k|v, gate|up)."""
+    tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
+
+    def fused(i, *names):
+        return Q41(np.concatenate([np.asarray(tensors[f"blk.{i}.{n}.weight"].data) for n in names]))
+
+    return {"wqkv": [fused(i, "attn_q", "attn_k", "attn_v") for i in range(n_layers)],
+            "wo": [fused(i, "attn_output") for i in range(n_layers)],
+            "w_gate_up": [fused(i, "ffn_gate", "ffn_up") for i in range(n_layers)],
+            "w_down": [fused(i, "ffn_down") for i in range(n_layers)]}
 
 
 def q8(x):
-    """Round rows of x to Q8_0/Q8_1 blocks of 32 as ggml's quantize_row_q8_* does: d = amax/127 in fp16.
-
-    (Q8_1's block sum term is left out: it moves a result by fp16 rounding of one number per block.)
-    """
+    """quantize_row_q8_0/q8_1 (x86 AVX2 path) on rows of x: (q as float, d as fp16, block sum s as fp16)."""
     t, n = x.shape
     b = x.reshape(t, n // 32, 32)
-    d = np.abs(b).max(-1, keepdims=True) / F(127) * F(1 + NUDGE)
-    inv = np.where(d > 0, F(1) / np.where(d > 0, d, F(1)), F(0))
-    q = np.rint(b * inv)                                                  # AVX2: round half to even
-    return (q * d.astype(np.float16).astype(F)).reshape(t, n)
+    amax = np.abs(b).max(-1) * (F(1) + NUDGE)
+    d = amax / F(127)
+    inv = np.divide(F(127), amax, out=np.zeros_like(amax), where=amax != 0)
+    q = np.rint(b * inv[..., None])                                   # _MM_ROUND_NEAREST: half to even
+    s = (d * q.sum(-1)).astype(F16).astype(F)
+    return q, d.astype(F16).astype(F), s
+
+
+def q8_dequant(x):
+    q, d, _ = q8(x)
+    return (q * d[..., None]).reshape(x.shape)
+
+
+def fma(a, b, c):
+    """float32 fused multiply-add: the product is exact in float64 (one rounding but for rare double rounding)."""
+    return (a.astype(np.float64) * b + c).astype(F)
+
+
+def mm_q41_q81(x, w: Q41):
+    """ggml_vec_dot_q4_1_q8_1 (AVX2 path) in its own fp32 order, for every row of x against every row of w.
+
+    Per block: 8 lanes of int sums, acc_lane = fma(d4*d8, sum, acc_lane); then hsum_float_8 of the lanes,
+    plus summs = the float running sum of m4 * s8 over blocks.
+    """
+    q, d, s = q8(x)
+    t, nb = d.shape
+    ql = q.reshape(t, nb, 8, 4).transpose(1, 2, 0, 3)                  # (nb, 8, t, 4)
+    acc = np.zeros((8, t, w.d.shape[0]), F)
+    summs = np.zeros((t, w.d.shape[0]), F)
+    for b in range(nb):
+        acc = fma(d[:, b, None] * w.d[None, :, b], ql[b] @ w.lanes[b], acc)   # ints exact in float32
+        summs = summs + s[:, b, None] * w.m[None, :, b]                       # fp16*fp16: exact in float32
+    hsum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+    return hsum + summs
+
+
+_hex = float.fromhex
+EXP_C = [F(_hex(c)) for c in ("0x1.8p23", "0x1.715476p+0", "0x1.7f7d1cp-20", "0x1.62e4p-1", "0x1.0e4020p-7",
+                           "0x1.573e2ep-5", "0x1.555e66p-3", "0x1.fffdb6p-2", "0x1.ffffecp-1")]
+
+
+def v_expf(x):
+    """ggml_v_expf (vec.h, AVX512 path): ARM's polynomial expf, ~1.5 ulp, used by softmax and SiLU."""
+    r, log2e, ln2lo, ln2hi, c1, c2, c3, c4, c5 = EXP_C
+    with np.errstate(invalid="ignore", over="ignore"):
+        z = fma(x, log2e, r)
+        n = z - r
+        b = fma(-n, ln2lo, fma(-n, ln2hi, x))
+        u = b * b
+        j = fma(fma(fma(c1, b, c2), u, fma(c3, b, c4)), u, fma(c5, b, F(1)))
+        big = ~(np.abs(n) <= 192)
+        res = np.ldexp(j, np.where(big, 0, n).astype(np.int32)).astype(F)
+    return np.where(big, np.where(n > 0, F(np.inf), F(0)), res)
+
+
+def reduce16(acc):
+    """_mm512_reduce_add_ps (GCC): halves 8+8, 4+4, then (0+2)+(1+3), over the last axis."""
+    a = acc[..., 8:] + acc[..., :8]
+    a = a[..., 4:] + a[..., :4]
+    return (a[..., 0] + a[..., 2]) + (a[..., 1] + a[..., 3])
+
+
+def tinyblas_f16(a, b):
+    """llamafile tinyBLAS<16, __m512> on F16 inputs: rows of a . rows of b, lane l sums k = l mod 16 by fma."""
+    k = a.shape[-1]
+    assert k % 16 == 0
+    acc = np.zeros(a.shape[:-1] + (b.shape[-2], 16), F)
+    for c in range(0, k, 16):
+        acc = fma(a[..., :, None, c:c + 16], b[..., None, :, c:c + 16], acc)
+    return reduce16(acc)
+
+
+def attention_ggml(q, k, v):
+    """The non-flash attention of llama.cpp's CPU backend, in its own fp32 order (q: (n, H, Dh) f32)."""
+    n, H, Dh = q.shape
+    KV = k.shape[1]
+    nk = -(-n // 16) * 16       # masked padding cells (p = 0, V = 0) change no fma lane: any n_kv works
+    kc = np.zeros((nk, KV, Dh), F)
+    vc = np.zeros((nk, KV, Dh), F)
+    kc[:n], vc[:n] = k.astype(F16), v.astype(F16)                     # the F16 cache
+    qh = q.astype(F16).astype(F).reshape(n, KV, H // KV, Dh).transpose(1, 2, 0, 3)   # (KV, G, n, Dh)
+    kq = tinyblas_f16(qh, kc.transpose(1, 0, 2)[:, None])               # (KV, G, n, nk)
+    mask = np.where(np.arange(nk)[None] <= np.arange(n)[:, None], F(0), F(-np.inf))
+    w = kq * F(1 / np.sqrt(Dh)) + mask
+    e = v_expf(w - w.max(-1, keepdims=True))                            # ggml_vec_soft_max_f32
+    tot = reduce16(e.reshape(e.shape[:-1] + (nk // 16, 16))).astype(np.float64).sum(-1, keepdims=True)
+    p = e * (1.0 / tot).astype(F)
+    p16 = p.astype(F16).astype(F)                                       # src1 of KQV converted to F16
+    return tinyblas_f16(p16, vc.transpose(1, 2, 0)[:, None])            # (KV, G, n, Dh)
 
 
 def rope_tables(pos, n_rot, base, f32):
@@ -50,67 +166,96 @@ def rope_tables(pos, n_rot, base, f32):
         return np.cos(a).astype(F), np.sin(a).astype(F)
     # ggml_rope_cache_init: theta_scale = powf(base, -2/n_dims); theta *= theta_scale per pair, in float.
     scale = F(base) ** F(-2.0 / n_rot)
-    cos = np.empty((len(pos), n_rot // 2), F)
-    sin = np.empty_like(cos)
-    for r, p in enumerate(pos):
-        theta = F(p)
-        for i in range(n_rot // 2):
-            cos[r, i], sin[r, i] = np.cos(theta), np.sin(theta)
-            theta = F(theta * scale)
-    return cos, sin
+    theta = np.empty((len(pos), n_rot // 2), F)
+    theta[:, 0] = pos
+    for i in range(1, n_rot // 2):
+        theta[:, i] = theta[:, i - 1] * scale
+    t = theta.astype(np.float64)                   # glibc cosf/sinf: correctly rounded here
+    return np.cos(t).astype(F), np.sin(t).astype(F)
 
 
-def rope(x, cos, sin):
+def rope(x, cos, sin, contract):
     t, h, d = x.shape
     p = x.reshape(t, h, d // 2, 2)
     x0, x1 = p[..., 0], p[..., 1]
     c, s = cos[:, None], sin[:, None]
+    if contract:   # ggml's rotate_pairs as GCC compiles it (-ffp-contract=fast): one product fused
+        return np.stack([fma(x0, c, -(x1 * s)), fma(x0, s, x1 * c)], -1).reshape(t, h, d)
     return np.stack([x0 * c - x1 * s, x0 * s + x1 * c], -1).reshape(t, h, d)
 
 
 def norm(x, w, eps):
-    ms = (x * x).mean(-1, keepdims=True, dtype=F)
+    # ggml_compute_forward_rms_norm_f32: float squares summed in double, sum/n in double, then float
+    ms = ((x * x).astype(np.float64).sum(-1, keepdims=True) / x.shape[-1]).astype(F)
     return x * (F(1) / np.sqrt(ms + F(eps))) * w
 
 
-def forward(cfg, w, tokens, flags):
-    mm = (lambda x, m: q8(x) @ m.T) if "q8act" in flags else (lambda x, m: x @ m.T)
-    kvr = (lambda a: a.astype(np.float16).astype(F)) if "kvf16" in flags else (lambda a: a)
+def forward(cfg, w, raw, tokens, flags):
+    if "q8act" in flags:
+        mm = lambda x, name, i: mm_q41_q81(x, raw[name][i])
+    elif "q8plain" in flags:
+        mm = lambda x, name, i: q8_dequant(x) @ getattr(w, name)[i].T
+    else:
+        mm = lambda x, name, i: x @ getattr(w, name)[i].T
+    kvr = (lambda a: a.astype(F16).astype(F)) if "kvf16" in flags else (lambda a: a)
     n = len(tokens)
     H, KV, Dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     nq, nk = H * Dh, KV * Dh
-    cos, sin = rope_tables(np.arange(n), cfg.rope_dims, cfg.rope_base, "rope32" in flags)
+    r32 = "rope32" in flags
+    cos, sin = rope_tables(np.arange(n), cfg.rope_dims, cfg.rope_base, r32)
     x = w.token_embd[np.asarray(tokens)].copy()
     mask = np.triu(np.full((n, n), -np.inf, F), 1)
     scale = F(1 / np.sqrt(Dh))
     for i in range(cfg.n_layers):
         h = norm(x, w.attn_norm[i], cfg.norm_eps)
-        qkv = mm(h, w.wqkv[i])
-        q = rope(qkv[:, :nq].reshape(n, H, Dh), cos, sin)
-        k = kvr(rope(qkv[:, nq:nq + nk].reshape(n, KV, Dh), cos, sin))
+        qkv = mm(h, "wqkv", i)
+        q = rope(qkv[:, :nq].reshape(n, H, Dh), cos, sin, r32)
+        k = kvr(rope(qkv[:, nq:nq + nk].reshape(n, KV, Dh), cos, sin, r32))
         v = kvr(qkv[:, nq + nk:].reshape(n, KV, Dh))
-        qg = kvr(q).reshape(n, KV, H // KV, Dh).transpose(1, 2, 0, 3)         # (KV, G, n, Dh)
-        s = qg @ k.transpose(1, 2, 0)[:, None] * scale + mask
-        p = np.exp(s - s.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)
-        o = kvr(p) @ v.transpose(1, 0, 2)[:, None]                              # (KV, G, n, Dh)
-        x = x + mm(o.transpose(2, 0, 1, 3).reshape(n, nq), w.wo[i])
+        if "attn" in flags:
+            o = attention_ggml(q, k, v)
+        else:
+            qg = kvr(q).reshape(n, KV, H // KV, Dh).transpose(1, 2, 0, 3)     # (KV, G, n, Dh)
+            s = qg @ k.transpose(1, 2, 0)[:, None] * scale + mask
+            p = np.exp(s - s.max(-1, keepdims=True))
+            p /= p.sum(-1, keepdims=True, dtype=np.float64).astype(F)
+            o = kvr(p) @ v.transpose(1, 0, 2)[:, None]                          # (KV, G, n, Dh)
+        x = x + mm(o.transpose(2, 0, 1, 3).reshape(n, nq), "wo", i)
         h = norm(x, w.ffn_norm[i], cfg.norm_eps)
-        gu = mm(h, w.w_gate_up[i])
+        gu = mm(h, "w_gate_up", i)
         g, u = gu[:, :cfg.ffn_dim], gu[:, cfg.ffn_dim:]
-        x = x + mm(g / (F(1) + np.exp(-g)) * u, w.w_down[i])
+        silu = g / (F(1) + v_expf(-g)) if "silu" in flags else g / (F(1) + np.exp(-g))
+        x = x + mm(silu * u, "w_down", i)
     h = norm(x, w.output_norm, cfg.norm_eps)
-    return (q8(h) if "q8head" in flags else h) @ w.output.T
+    return (q8_dequant(h) if "q8head" in flags else h) @ w.output.T
 
 
-def top5(loaded, ref, flags):
+def teacher_forced(chat):
+    steps = chat["greedy_steps_top5"]
+    return chat["prompt_ids"] + chat["greedy_ids"][:len(steps) - 1], [[t[0] for t in s] for s in steps]
+
+
+def top5(loaded, raw, ref, flags):
     """Our logits at the reference's top-5 ids, (steps, 5) per chat."""
     out = []
     for chat in ref["chats"]:
-        steps = chat["greedy_steps_top5"]
-        toks = chat["prompt_ids"] + chat["greedy_ids"][:len(steps) - 1]
-        lg = forward(loaded.config, loaded.weights, toks, flags)[len(chat["prompt_ids"]) - 1:]
-        out.append(np.take_along_axis(lg, np.array([[t[0] for t in s] for s in steps]), 1))
+        toks, ids = teacher_forced(chat)
+        lg = forward(loaded.config, loaded.weights, raw, toks, flags)[len(chat["prompt_ids"]) - 1:]
+        out.append(np.take_along_axis(lg, np.array(ids), 1))
+    return out
+
+
+def local_llamacpp(path, ref):
+    """The installed llama-cpp-python's logits at the reference's top-5 ids (its defaults, 1 thread)."""
+    from llama_cpp import Llama
+    llm = Llama(model_path=str(path), n_ctx=1024, logits_all=True, n_threads=1, n_batch=512, verbose=False)
+    out = []
+    for chat in ref["chats"]:
+        toks, ids = teacher_forced(chat)
+        llm.reset()
+        llm.eval(toks)
+        lg = np.array(llm.scores[len(chat["prompt_ids"]) - 1:len(toks)])
+        out.append(np.take_along_axis(lg, np.array(ids), 1))
     return out
 
 
@@ -119,24 +264,37 @@ def summary(a, b) -> str:
     flat = np.concatenate([x.ravel() for x in d])
     c = int(np.argmax([x.max() for x in d]))
     step = np.unravel_index(d[c].argmax(), d[c].shape)[0]
-    return (f"mean {flat.mean():.3f} max {flat.max():.2f} (chat {c} step {step}), >1.0: {(flat > 1).sum()}, "
+    return (f"mean {flat.mean():.4f} max {flat.max():.3g} (chat {c} step {step}), >1.0: {(flat > 1).sum()}, "
             f"chat 0 step 10: {d[0][10].max():.2f}")
 
 
-def main(flags):
+def main(argv):
     global NUDGE
-    loaded = load_weights(pull(), 0, 30)
+    vs = "ref"
+    if "--vs" in argv:
+        vs = argv[argv.index("--vs") + 1]
+        argv = [a for j, a in enumerate(argv) if j not in (argv.index("--vs"), argv.index("--vs") + 1)]
+    flags = [f for a in argv for f in (GGML if a == "ggml" else [a])]
+    path = pull()
+    loaded = load_weights(path, 0, 30)
+    raw = q41_layers(path, loaded.config.n_layers) if "q8act" in flags or "noise" in flags else None
     ref = json.loads(REF.read_text())
-    want = [np.array([[t[1] for t in s] for s in c["greedy_steps_top5"]]) for c in ref["chats"]]
-    exact = top5(loaded, ref, [])
+    targets = {}
+    if vs in ("ref", "both"):
+        targets["reference"] = [np.array([[t[1] for t in s] for s in c["greedy_steps_top5"]]) for c in ref["chats"]]
+    if vs in ("local", "both"):
+        targets["local llama.cpp"] = local_llamacpp(path, ref)
     if "noise" not in flags:
-        print(f"{' '.join(flags) or 'exact fp32'} vs llama.cpp: {summary(top5(loaded, ref, flags), want)}")
+        ours = top5(loaded, raw, ref, flags)
+        for name, want in targets.items():
+            print(f"{' '.join(flags) or 'exact fp32'} vs {name}: {summary(ours, want)}")
         return
-    print(f"exact fp32 vs llama.cpp: {summary(exact, want)}")
+    exact = top5(loaded, raw, ref, [])
     for k in range(10):
-        NUDGE = 1e-3 * k
-        noisy = top5(loaded, ref, ["q8act", "q8head", "kvf16"])
-        print(f"realization {k}: vs exact {summary(noisy, exact)} | vs llama.cpp {summary(noisy, want)}")
+        NUDGE = F(1e-3 * k)
+        noisy = top5(loaded, raw, ref, GGML)
+        print(f"realization {k}: vs exact {summary(noisy, exact)} | "
+              + " | ".join(f"vs {name} {summary(noisy, want)}" for name, want in targets.items()))
 
 
 if __name__ == "__main__":
