@@ -32,9 +32,9 @@ def test_quantized_weights_give_the_float_logits(quantized_logits, one_shard_log
 
 @pytest.mark.parametrize("weights", ["float32", "quantized"])
 def test_teacher_forced_parity_with_llama_cpp(weights, request, reference):
-    logits = request.getfixturevalue("one_shard_logits" if weights == "float32" else "quantized_logits")
+    runs = request.getfixturevalue("one_shard_logits" if weights == "float32" else "quantized_logits")
     diffs = []
-    for chat, logits in zip(reference["chats"], logits):
+    for chat, logits in zip(reference["chats"], runs):
         top5 = chat["greedy_steps_top5"]
         ids = np.array([[t[0] for t in step] for step in top5])                  # (steps, 5)
         ref = np.array([[t[1] for t in step] for step in top5])
@@ -45,11 +45,13 @@ def test_teacher_forced_parity_with_llama_cpp(weights, request, reference):
         assert d.mean() <= 0.35, d.mean()
         diffs.append(d.ravel())
     d = np.concatenate(diffs)
-    # llama.cpp rounds activations to 8 bits inside its dot products. Our fp32 forward is within
-    # 3e-5 of fp64, yet lands 1.04 and 1.36 from llama.cpp on two of 310 top-5 logits (chat 0,
-    # step 10). Rounding of exactly llama.cpp's size injected into our own forward moves the top-5
-    # 0.75-1.85 at worst, past 1.0 in 6 of 10 runs, most often at that step (bench/parity_probe.py
-    # noise): noise, not a bug. So 99% hold the 1.0 bound and all a looser one.
+    # The reference is one draw of a chaotic computation: llama.cpp rounds activations to 8 bits
+    # inside its dot products, and a 1-ulp change anywhere moves its logits. Our exact fp32 forward
+    # lands 1.04 and 1.36 from it on two of 310 top-5 logits (chat 0, step 10). llama.cpp itself,
+    # rerun here with one norm nudged by +-1 ulp, lands 0.75-1.57 from the reference at worst and
+    # past 1.0 in 5 of 12 runs (`python3 bench/parity_probe.py cloud 12`); the probe's bit-exact
+    # emulation of llama.cpp reproduces its logits to 2e-5, so that spread is llama.cpp's own.
+    # Hence: 99% within the 1.0 bound and all within llama.cpp's own spread.
     assert (d <= 1.0).mean() >= 0.99 and d.max() <= 1.5, (d.max(), (d > 1.0).sum())
 
 
