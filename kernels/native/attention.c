@@ -2,9 +2,10 @@
  *
  * The numpy version gathers every sequence's pages into one contiguous copy per layer before
  * two batched matmuls; at batch 16 that copying is most of a decode step's time outside the
- * matmuls. Here each key and value row is read once where it lies and used by all the query
- * heads that share it (grouped KV heads), in plain C that the compiler vectorizes: the lane
- * arrays keep partial sums independent, so no -ffast-math is needed for that.
+ * matmuls. Here the cache is read where it lies, slot by slot in page order (a slot holds every
+ * KV head's row side by side), each row used by all the query heads that share it (grouped KV
+ * heads), in plain C that the compiler vectorizes: the lane arrays keep partial sums independent,
+ * so no -ffast-math is needed, and are summed as a tree of vector adds.
  */
 #include "attention.h"
 
@@ -21,12 +22,12 @@ static inline float dot(const float *a, const float *b, int64_t n)
     for (; i + LANES <= n; i += LANES)
         for (int j = 0; j < LANES; j++)
             acc[j] += a[i + j] * b[i + j];
-    float s = 0.0f;
     for (; i < n; i++)
-        s += a[i] * b[i];
-    for (int j = 0; j < LANES; j++)
-        s += acc[j];
-    return s;
+        acc[0] += a[i] * b[i];
+    for (int w = LANES / 2; w > 0; w /= 2)          /* a tree: vector adds, not 15 scalar ones */
+        for (int j = 0; j < w; j++)
+            acc[j] += acc[j + w];
+    return acc[0];
 }
 
 static inline void axpy(float *y, float w, const float *x, int64_t n)
@@ -68,37 +69,36 @@ int lb_attend_decode(const float *q, const float *k_cache, const float *v_cache,
     if (err)
         return err;
     const int64_t G = H / KVH, row = KVH * Dh;          /* row: floats per cache slot */
-    float *p = malloc((size_t)(G * (maxlen > 0 ? maxlen : 1)) * sizeof(float));
+    float *p = malloc((size_t)(H * (maxlen > 0 ? maxlen : 1)) * sizeof(float));
     if (!p)
         return LB_ATTN_ENOMEM;
     for (int64_t s = 0; s < S; s++) {
         const int64_t len = lens[s];
         const int32_t *t = table + s * n_pages;
-        for (int64_t g = 0; g < KVH; g++) {
-            const float *qg = q + (s * H + g * G) * Dh;    /* the G query heads of KV head g */
-            float *og = out + (s * H + g * G) * Dh;
-            for (int64_t c = 0; c < len; c++) {           /* scores: each key row read once */
-                const float *k = k_cache + ((int64_t)t[c / page] * page + c % page) * row + g * Dh;
-                for (int64_t h = 0; h < G; h++)
-                    p[h * len + c] = dot(qg + h * Dh, k, Dh) * scale;
+        const float *qs = q + s * H * Dh;
+        float *os = out + s * H * Dh;
+        /* Scores, key by key: a cache slot holds all KVH heads' rows side by side, read in order. */
+        for (int64_t c = 0; c < len; c++) {
+            const float *k = k_cache + ((int64_t)t[c / page] * page + c % page) * row;
+            for (int64_t h = 0; h < H; h++)
+                p[h * len + c] = dot(qs + h * Dh, k + (h / G) * Dh, Dh) * scale;
+        }
+        for (int64_t h = 0; h < H; h++) {                 /* softmax, as kernels.softmax */
+            float *ph = p + h * len, m = ph[0], sum = 0.0f;
+            for (int64_t c = 1; c < len; c++)
+                m = ph[c] > m ? ph[c] : m;
+            for (int64_t c = 0; c < len; c++) {
+                ph[c] = expf(ph[c] - m);
+                sum += ph[c];
             }
-            for (int64_t h = 0; h < G; h++) {             /* softmax, as kernels.softmax */
-                float *ph = p + h * len, m = ph[0], sum = 0.0f;
-                for (int64_t c = 1; c < len; c++)
-                    m = ph[c] > m ? ph[c] : m;
-                for (int64_t c = 0; c < len; c++) {
-                    ph[c] = expf(ph[c] - m);
-                    sum += ph[c];
-                }
-                for (int64_t c = 0; c < len; c++)
-                    ph[c] /= sum;
-            }
-            memset(og, 0, (size_t)(G * Dh) * sizeof(float));
-            for (int64_t c = 0; c < len; c++) {           /* values: each row read once */
-                const float *v = v_cache + ((int64_t)t[c / page] * page + c % page) * row + g * Dh;
-                for (int64_t h = 0; h < G; h++)
-                    axpy(og + h * Dh, p[h * len + c], v, Dh);
-            }
+            for (int64_t c = 0; c < len; c++)
+                ph[c] /= sum;
+        }
+        memset(os, 0, (size_t)(H * Dh) * sizeof(float));
+        for (int64_t c = 0; c < len; c++) {               /* values, slot by slot likewise */
+            const float *v = v_cache + ((int64_t)t[c / page] * page + c % page) * row;
+            for (int64_t h = 0; h < H; h++)
+                axpy(os + h * Dh, p[h * len + c], v + (h / G) * Dh, Dh);
         }
     }
     free(p);
