@@ -59,7 +59,7 @@ class Ctl:
 
     async def __aexit__(self, *exc):
         await self.directory.stop()
-        self.ctx.term()
+        self.ctx.destroy(linger=0)     # never block exit on a socket something left open
 
     def out(self, data: Any, text: str) -> None:
         print(json.dumps(data, indent=2, sort_keys=True) if self.args.json else text, flush=True)

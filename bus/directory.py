@@ -47,6 +47,7 @@ class Directory:
         self._confirmed: dict[str, int] = {}        # rpc endpoint -> epoch confirmed
         self._inflight: set[str] = set()
         self._tasks: list[asyncio.Task] = []
+        self._confirming: set[asyncio.Task] = set()   # handshakes started by mDNS candidates
         self._changed = asyncio.Event()
         self._closed = False
 
@@ -66,7 +67,11 @@ class Directory:
         self._closed = True
         if self._browser is not None:
             await self._browser.stop()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # A handshake still running holds an open socket, and a context cannot end while one is
+        # open: cancel them (each closes its client on the way out) before the owner ends it.
+        for t in self._confirming:
+            t.cancel()
+        await asyncio.gather(*self._tasks, *self._confirming, return_exceptions=True)
         self._sub.close(linger=0)
         if self._own_zc and self._zc is not None:
             await self._zc.async_close()
@@ -133,7 +138,9 @@ class Directory:
             return
         if ep in self._inflight or self._closed:
             return
-        asyncio.get_running_loop().create_task(self.confirm(ep, source="mdns"))
+        task = asyncio.get_running_loop().create_task(self.confirm(ep, source="mdns"))
+        self._confirming.add(task)
+        task.add_done_callback(self._confirming.discard)
 
     async def _static_peers(self) -> None:
         eps = [endpoint(*parse_peer(p)) for p in self.config.peers]

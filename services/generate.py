@@ -131,5 +131,5 @@ async def _generate(args) -> int:
     finally:
         await peers.close()
         await directory.stop()
-        ctx.term()
+        ctx.destroy(linger=0)          # a socket left open must not hold the shutdown
         kids.stop()

@@ -134,7 +134,7 @@ async def _up(args) -> int:
     finally:
         say("stopping")
         await directory.stop()
-        ctx.term()
+        ctx.destroy(linger=0)          # a socket left open must not hold the shutdown
         kids.stop(first=("scheduler-0",))
         if stack_file is not None:
             stack_file.unlink(missing_ok=True)
