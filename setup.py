@@ -13,7 +13,7 @@ setup(
     ext_modules=[
         Extension(
             "kernels._native",
-            sources=[NATIVE + "qmatmul.c", NATIVE + "qmatmul_avx2.c", NATIVE + "qmatmul_avx512.c",
+            sources=[NATIVE + "qmatmul.c", NATIVE + "qact.c", NATIVE + "qmatmul_avx2.c", NATIVE + "qmatmul_avx512.c",
                      NATIVE + "attention.c"],
             depends=[NATIVE + "qmatmul.h", NATIVE + "qmatmul_impl.h", NATIVE + "attention.h"],
             libraries=["m"],

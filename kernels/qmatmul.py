@@ -1,7 +1,9 @@
 """x (T, K) float32 @ QMatrix (N, K).T -> (T, N) float32, straight from the GGUF blocks.
 
-Computed by the C library (kernels/native_lib.py says how it is loaded); without it the same
-product is computed by dequantizing and calling BLAS.
+As llama.cpp does, x is first rounded to 8 bits per block of 32 (kernels.qact.round_act); the C
+library (kernels/native_lib.py says how it is loaded) then sums the quant products exactly in
+integers. Without it, or for a long prompt, the same product is computed in float32 by BLAS over
+the rounded x and the dequantized weight: equal up to float32 summation order.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import threading
 import numpy as np
 
 from kernels.native_lib import load
+from kernels.qact import round_act
 from kernels.qmatrix import QMatrix
 
 KIND_CODES = {"q4_0": 2, "q4_1": 3, "q8_0": 8}       # ggml's type numbers, as the C side takes them
 ISAS = {"auto": -1, "generic": 0, "avx2": 1, "avx512": 2}
-# From this many rows of x (a long prompt) the block kernels, which dequantize a block once per
-# tile of 8 rows, fall behind OpenBLAS's packed sgemm: dequantize the whole matrix once into a
-# scratch buffer (0.3 ns a weight) and let BLAS multiply (bench/qmatmul.py measures the crossing).
+# From this many rows of x (a long prompt) the block kernels, which unpack a block once per tile
+# of 4 rows, fall behind OpenBLAS's packed sgemm: dequantize the whole matrix once into a scratch
+# buffer (0.3 ns a weight) and let BLAS multiply (bench/qmatmul.py measures the crossing).
 BLAS_ROWS = 64
 _scratch = threading.local()
 
@@ -58,21 +61,36 @@ def _check(x: np.ndarray, w: QMatrix, out: np.ndarray | None) -> np.ndarray:
 
 
 def qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray | None = None) -> np.ndarray:
-    """x (T, cols) float32 @ w.dequantize().T -> (T, rows) float32, native when available()."""
+    """round_act(x) (T, cols) float32 @ w.dequantize().T -> (T, rows) float32, native when available()."""
     x = _check(x, w, out)
     if out is None:
         out = np.empty((x.shape[0], w.rows), dtype=np.float32)
     lib = _load()
     if lib is None:
-        np.matmul(x, w.dequantize().T, out=out)
+        np.matmul(round_act(x), w.dequantize().T, out=out)
         return out
     if x.shape[0] >= BLAS_ROWS:
-        np.matmul(x, _dequantized(lib, w).T, out=out)
+        np.matmul(rounded(x), _dequantized(lib, w).T, out=out)
         return out
-    rc = lib.lb_qmatmul(KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.data.ctypes.data, w.rows,
+    rc = lib.lb_qmatmul(KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.address, w.rows,
                         out.ctypes.data)
+    if rc == -3:
+        raise MemoryError(f"native qmatmul could not allocate the rounded activations of x {x.shape}")
     if rc != 0:
         raise ValueError(f"native qmatmul refused kind {w.kind} x {x.shape} w {w.shape} (code {rc})")
+    return out
+
+
+def rounded(x: np.ndarray) -> np.ndarray:
+    """round_act(x) by the C library when built (bit-identical to the numpy definition, faster)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    lib = _load()
+    if lib is None:
+        return round_act(x)
+    out = np.empty_like(x)
+    rc = lib.lb_round_act(x.ctypes.data, x.shape[0], x.shape[1], out.ctypes.data)
+    if rc != 0:
+        raise ValueError(f"native round_act refused x {x.shape} (code {rc})")
     return out
 
 
@@ -83,7 +101,7 @@ def _dequantized(lib, w: QMatrix) -> np.ndarray:
     if buf is None or buf.size < n:
         buf = _scratch.buf = np.empty(n, dtype=np.float32)
     wf = buf[:n].reshape(w.rows, w.cols)
-    rc = lib.lb_dequantize(KIND_CODES[w.kind], w.data.ctypes.data, w.rows, w.cols, wf.ctypes.data)
+    rc = lib.lb_dequantize(KIND_CODES[w.kind], w.address, w.rows, w.cols, wf.ctypes.data)
     if rc != 0:
         raise ValueError(f"native dequantize refused kind {w.kind} w {w.shape} (code {rc})")
     return wf

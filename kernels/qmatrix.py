@@ -7,7 +7,7 @@ in its low nibble and weight i + 16 in its high nibble; Q8_0 holds 32 int8 quant
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,6 +32,7 @@ class QMatrix:
     kind: str
     data: np.ndarray
     cols: int
+    address: int = field(init=False, repr=False, compare=False)   # of data, for the C kernel (.ctypes: 1 us)
 
     def __post_init__(self):
         bb = _block_bytes(self.kind)
@@ -45,6 +46,10 @@ class QMatrix:
                                 f"data has {d.shape[1]}")
         if not d.flags.c_contiguous:
             raise BadQuantShape("data must be C-contiguous")
+        object.__setattr__(self, "address", d.ctypes.data)
+
+    def __reduce__(self):
+        return QMatrix, (self.kind, self.data, self.cols)        # a copy or unpickle recomputes `address`
 
     @property
     def rows(self) -> int:
