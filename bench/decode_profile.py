@@ -1,0 +1,110 @@
+"""Single-stream decode time per token, split into the quantized matmuls and everything else.
+
+    OPENBLAS_NUM_THREADS=1 python3 bench/decode_profile.py [--model PATH] [--reps 200] [--context 64]
+
+One sequence with a `--context`-token prompt in its cache decodes one token per forward, always
+at the same position (the KV slot is rewritten, so every step does the same work). The forward is
+timed as a whole; then every qmatmul call it made (recorded once, inputs copied) is replayed
+alone with the same inputs in the same order. "everything else" is forward minus the replay:
+norms, rope, KV writes, attention, SwiGLU, residuals, embedding, array allocation, Python.
+Both are the best of several rounds (a 2-core machine shared with others is noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")     # before numpy is imported: BLAS reads it once
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+import kernels.qmatmul as qm  # noqa: E402
+from services.modelstore.pull import pull  # noqa: E402
+from services.modelstore.weight_cache import load_weights  # noqa: E402
+from services.modelstore.weights import read_config  # noqa: E402
+from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
+from services.shard.local import Chunk, PageAllocator, build_batch  # noqa: E402
+from services.shard.model import ShardModel  # noqa: E402
+
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, default=None, help="GGUF file (default: the pulled default model)")
+    ap.add_argument("--reps", type=int, default=200, help="decode steps per round")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds; the best is reported")
+    ap.add_argument("--context", type=int, default=64, help="tokens in the cache before the timed token")
+    return ap.parse_args()
+
+
+def record_calls(model: ShardModel, batch) -> list[tuple]:
+    """(x, w, has_out) of every qmatmul call one forward makes, whichever module called it."""
+    calls, real = [], qm.qmatmul
+
+    def spy(x, w, out=None):
+        calls.append((np.array(x, copy=True), w, out is not None))
+        return real(x, w, out)
+
+    patched = [m for m in list(sys.modules.values())
+               if m is not None and getattr(m, "qmatmul", None) is real and m is not qm]
+    for m in patched:
+        m.qmatmul = spy
+    try:
+        model.forward(batch)
+    finally:
+        for m in patched:
+            m.qmatmul = real
+    return calls
+
+
+def best_per_call(fn, reps: int, rounds: int) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        best = min(best, (time.perf_counter() - t) / reps)
+    return best
+
+
+def main() -> None:
+    args = parse()
+    path = args.model or pull()
+    loaded = load_weights(path, 0, read_config(path)[0].n_layers, "quantized")
+    cfg = loaded.config
+    kv = PagedKVCache.for_model(cfg, 0, cfg.n_layers, KVConfig(num_pages=64, page_size=16))
+    model = ShardModel(cfg, loaded.weights, kv)
+    pages = PageAllocator(kv.num_pages, kv.page_size)
+    prompt = np.random.default_rng(0).integers(3, 49000, size=args.context).tolist()
+    model.forward(build_batch([Chunk(0, prompt, 0)], pages))
+    batch = build_batch([Chunk(0, [11], args.context)], pages)
+    for _ in range(3):
+        model.forward(batch)                                      # warm: pages touched, caches filled
+    calls = record_calls(model, batch)
+    outs = [np.empty((x.shape[0], w.rows), np.float32) for x, w, _ in calls]
+
+    def replay():
+        for (x, w, _), o in zip(calls, outs):
+            qm.qmatmul(x, w, o)
+
+    def forward():
+        model.forward(batch)
+
+    fwd = qmm = float("inf")
+    for _ in range(args.rounds):                                  # interleaved: both see the same load
+        fwd = min(fwd, best_per_call(forward, args.reps, 1))
+        qmm = min(qmm, best_per_call(replay, args.reps, 1))
+    print(f"single-stream decode, context {args.context}, native kernel "
+          f"{'built' if qm.available() else 'NOT built'}, {len(calls)} qmatmul calls per token, "
+          f"best of {args.rounds} rounds x {args.reps} tokens, load average {os.getloadavg()[0]:.2f}")
+    print(f"forward        {fwd * 1e3:7.3f} ms/token")
+    print(f"qmatmul        {qmm * 1e3:7.3f} ms/token")
+    print(f"everything else{(fwd - qmm) * 1e3:7.3f} ms/token")
+
+
+if __name__ == "__main__":
+    main()
