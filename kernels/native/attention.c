@@ -63,6 +63,23 @@ HOT float dot(const float *a, const float *b, int64_t n)
 }
 #endif
 
+/* The largest of a[0 .. n-1], n >= 1, in lanes (a maximum does not depend on the order). */
+HOT float max_of(const float *a, int64_t n)
+{
+    float m[LANES];
+    int64_t i = 0;
+    for (int j = 0; j < LANES; j++)
+        m[j] = a[0];
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++)
+            m[j] = a[i + j] > m[j] ? a[i + j] : m[j];
+    for (; i < n; i++)
+        m[0] = a[i] > m[0] ? a[i] : m[0];
+    for (int j = 1; j < LANES; j++)
+        m[0] = m[j] > m[0] ? m[j] : m[0];
+    return m[0];
+}
+
 /* y (n,) = sum over keys c, in order, of w[c] * x[at[c] ...]: an output row held in registers
  * across all keys (accumulating in memory key by key chained every add on a store and a reload). */
 HOT void weighted_sum(float *y, const float *w, const float *x, const int64_t *at, int64_t len,
@@ -157,9 +174,7 @@ int lb_attend_decode(const float *q, const float *k_cache, const float *v_cache,
                     p[h * len + c] = dot(qs + h * Dh, k + kh * Dh, Dh) * scale;
         }
         for (int64_t h = 0; h < H; h++) {                 /* softmax, as kernels.softmax */
-            float *ph = p + h * len, m = ph[0], sum = 0.0f;
-            for (int64_t c = 1; c < len; c++)
-                m = ph[c] > m ? ph[c] : m;
+            float *ph = p + h * len, m = max_of(ph, len), sum = 0.0f;
             for (int64_t c = 0; c < len; c++) {
                 ph[c] = expf(ph[c] - m);
                 sum += ph[c];
