@@ -57,8 +57,9 @@ def patched_qmatmul(fn):
     return undo
 
 
-def record_calls(model: ShardModel, batch) -> list[tuple]:
-    """(x, w, result) of every qmatmul call one forward makes, copied."""
+def record_calls(make, batch) -> list[tuple]:
+    """(x, w, result) of every qmatmul call one forward makes, copied; make() builds the model
+    (after the patch: a model may bind qmatmul when it is built)."""
     calls, real = [], qm.qmatmul
 
     def spy(x, w, out=None):
@@ -68,7 +69,7 @@ def record_calls(model: ShardModel, batch) -> list[tuple]:
 
     undo = patched_qmatmul(spy)
     try:
-        model.forward(batch)
+        make().forward(batch)
     finally:
         undo()
     return calls
@@ -112,7 +113,8 @@ def main() -> None:
     batch = build_batch([Chunk(0, [11], args.context)], pages)
     for _ in range(3):
         model.forward(batch)                                      # warm: pages touched, caches filled
-    calls = record_calls(model, batch)
+    make = lambda: ShardModel(cfg, loaded.weights, kv)           # noqa: E731  (the cache carries the state)
+    calls = record_calls(make, batch)
     outs = [np.empty((x.shape[0], w.rows), np.float32) for x, w, _ in calls]
 
     def replay():
@@ -124,7 +126,8 @@ def main() -> None:
 
     undo = patched_qmatmul(stubbed(calls))
     try:
-        bare = best_per_call(forward, args.reps, args.rounds)
+        bare_model = make()
+        bare = best_per_call(lambda: bare_model.forward(batch), args.reps, args.rounds)
     finally:
         undo()
     fwd = qmm = float("inf")

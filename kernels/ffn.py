@@ -25,10 +25,8 @@ def feed_forward(xp, x, w_gate_up, w_down, split: bool = False):
     return matmul(xp, swiglu(xp, matmul(xp, x, w_gate_up, split)), w_down, split)   # (T, D)
 
 
-def swiglu_into(gate_up, out, tmp):
-    """swiglu of numpy gate_up (T, 2F) into out (T, F), tmp (T, F) scratch: the same ufuncs, no allocation."""
-    f = gate_up.shape[-1] // 2
-    gate, up = gate_up[:, :f], gate_up[:, f:]
+def swiglu_into(gate, up, out, tmp):
+    """silu(gate) * up of numpy (T, F) views into out, tmp (T, F) scratch: swiglu's ufuncs, no allocation."""
     np.negative(gate, out=tmp)
     np.exp(tmp, out=tmp)
     np.add(gate.dtype.type(1), tmp, out=tmp)

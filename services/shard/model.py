@@ -57,7 +57,8 @@ class ShardModel:
         self.scale = self.dtype.type(1.0 / np.sqrt(config.head_dim))
         # With the C library, a CPU float32 shard runs its layers through fused ops (bit-identical).
         lib = load() if self.paged_decode else None
-        self.native = None if lib is None else NativeLayers(lib, config, self.layers, kv, self.scale, self.split)
+        self.native = None if lib is None else NativeLayers(lib, config, self.layers, kv, self.scale, self.split,
+                                                             self.start)
 
     def forward(self, batch: ForwardBatch) -> np.ndarray:
         """Run the batch; returns logits (S_sample, vocab) float32 on the last shard, else hidden (T, D) float32."""
