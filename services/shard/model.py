@@ -16,7 +16,7 @@ from kernels.attention_native import attend_decode_paged
 from kernels.ffn import feed_forward
 from kernels.matmul import embed, matmul
 from kernels.native_lib import load
-from kernels.norm import rms_norm
+from kernels.norm import add_rms_norm, rms_norm
 from kernels.rope import apply_rope, rope_tables
 from kernels.xp import to_numpy
 from services.modelstore.gguf_config import ModelConfig
@@ -65,7 +65,7 @@ class ShardModel:
         c, xp = self.config, self.xp
         validate(batch, first=self.first, d_model=c.d_model, vocab_size=c.vocab_size,
                  num_pages=self.kv.num_pages, page_size=self.kv.page_size)
-        plan = plan_attention(batch, self.kv.page_size, self.dtype, xp)
+        plan = plan_attention(batch, self.kv.page_size, self.dtype, xp, bias=not self.paged_decode)
         cos, sin = rope_tables(xp, batch.positions, c.rope_dims, c.rope_base, self.dtype)
         if self.first:
             h = embed(xp, self.token_embd, batch.tokens)                   # (T, D), a fresh copy
@@ -81,7 +81,12 @@ class ShardModel:
                 h = self._layer(i, layer, h, plan, cos, sin)
         if not self.last:
             return to_numpy(h).astype(np.float32, copy=False)
-        x = rms_norm(xp, h[xp.asarray(batch.logit_rows())], self.output_norm, c.norm_eps)
+        every_row = batch.want_logits is None and batch.num_tokens == batch.num_seqs   # decodes: no gather
+        rows = h if every_row else h[xp.asarray(batch.logit_rows())]
+        if self.native is not None:
+            x = add_rms_norm(np.ascontiguousarray(rows), None, self.output_norm, c.norm_eps)   # the same, in C
+        else:
+            x = rms_norm(xp, rows, self.output_norm, c.norm_eps)
         logits = matmul(xp, x, self.output, self.split)                  # (S_sample, V)
         self._trace("logits", logits)
         return to_numpy(logits).astype(np.float32, copy=False)
