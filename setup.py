@@ -14,8 +14,8 @@ setup(
         Extension(
             "kernels._native",
             sources=[NATIVE + "qmatmul.c", NATIVE + "qact.c", NATIVE + "qmatmul_avx2.c", NATIVE + "qmatmul_avx512.c",
-                     NATIVE + "attention.c"],
-            depends=[NATIVE + "qmatmul.h", NATIVE + "qmatmul_impl.h", NATIVE + "attention.h"],
+                     NATIVE + "attention.c", NATIVE + "ops.c"],
+            depends=[NATIVE + "qmatmul.h", NATIVE + "qmatmul_impl.h", NATIVE + "attention.h", NATIVE + "ops.h"],
             libraries=["m"],
             # -ffp-contract=off: dequantize as ggml does (multiply, round, add, round), never fused.
             extra_compile_args=["-O3", "-ffp-contract=off", "-fno-math-errno", "-std=c11", "-fvisibility=hidden"],

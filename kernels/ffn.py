@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from kernels.matmul import matmul
 
 
@@ -21,3 +23,12 @@ def swiglu(xp, gate_up):
 def feed_forward(xp, x, w_gate_up, w_down, split: bool = False):
     """x (T, D) -> swiglu(x . w_gate_up (2F, D)) . w_down (D, F); weights (out, in), see matmul."""
     return matmul(xp, swiglu(xp, matmul(xp, x, w_gate_up, split)), w_down, split)   # (T, D)
+
+
+def swiglu_into(gate, up, out, tmp):
+    """silu(gate) * up of numpy (T, F) views into out, tmp (T, F) scratch: swiglu's ufuncs, no allocation."""
+    np.negative(gate, out=tmp)
+    np.exp(tmp, out=tmp)
+    np.add(gate.dtype.type(1), tmp, out=tmp)
+    np.divide(gate, tmp, out=tmp)
+    return np.multiply(tmp, up, out=out)

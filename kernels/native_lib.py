@@ -18,6 +18,8 @@ SIGNATURES = {
     "lb_dequantize": (INT, [INT, P, I64, I64, P]),
     "lb_round_act": (INT, [P, I64, I64, P]),
     "lb_attend_decode": (INT, [P, P, P, P, P, I64, I64, I64, I64, I64, I64, I64, F32, P]),
+    "lb_rms_norm": (INT, [P, P, P, I64, I64, F32, P]),
+    "lb_rope_write_kv": (INT, [P, I64, I64, I64, I64, I64, P, P, P, P, P, P, I64, I64, P]),
 }
 
 _lib: ctypes.CDLL | None = None

@@ -15,13 +15,15 @@ from kernels.attention import attend_decode, attend_prefill, write_kv
 from kernels.attention_native import attend_decode_paged
 from kernels.ffn import feed_forward
 from kernels.matmul import embed, matmul
-from kernels.norm import rms_norm
+from kernels.native_lib import load
+from kernels.norm import add_rms_norm, rms_norm
 from kernels.rope import apply_rope, rope_tables
 from kernels.xp import to_numpy
 from services.modelstore.gguf_config import ModelConfig
 from services.modelstore.weights import ShardWeights, check_range
 from services.shard.batch import ForwardBatch, validate
 from services.shard.kv_cache import PagedKVCache
+from services.shard.native_layers import NativeLayers
 from services.shard.plan import AttentionPlan, plan_attention
 
 Trace = Callable[[str, object], None]
@@ -53,24 +55,38 @@ class ShardModel:
         # them: at batch 16 the gather copies were most of a step outside the matmuls.
         self.paged_decode = xp is np and self.dtype == np.float32
         self.scale = self.dtype.type(1.0 / np.sqrt(config.head_dim))
+        # With the C library, a CPU float32 shard runs its layers through fused ops (bit-identical).
+        lib = load() if self.paged_decode else None
+        self.native = None if lib is None else NativeLayers(lib, config, self.layers, kv, self.scale, self.split,
+                                                             self.start)
 
     def forward(self, batch: ForwardBatch) -> np.ndarray:
         """Run the batch; returns logits (S_sample, vocab) float32 on the last shard, else hidden (T, D) float32."""
         c, xp = self.config, self.xp
         validate(batch, first=self.first, d_model=c.d_model, vocab_size=c.vocab_size,
                  num_pages=self.kv.num_pages, page_size=self.kv.page_size)
-        plan = plan_attention(batch, self.kv.page_size, self.dtype, xp)
+        plan = plan_attention(batch, self.kv.page_size, self.dtype, xp, bias=not self.paged_decode)
         cos, sin = rope_tables(xp, batch.positions, c.rope_dims, c.rope_base, self.dtype)
         if self.first:
             h = embed(xp, self.token_embd, batch.tokens)                   # (T, D), a fresh copy
         else:
             h = xp.array(batch.hidden, dtype=self.dtype)                   # copy: h is updated in place
         self._trace("embed" if self.first else "hidden_in", h)
-        for i, layer in enumerate(self.layers):
-            h = self._layer(i, layer, h, plan, cos, sin)
+        if self.native is not None:
+            h = self.native.run(h, plan, cos, sin, self.trace)           # its buffer: copied below
+            if not self.last:
+                return h.copy()
+        else:
+            for i, layer in enumerate(self.layers):
+                h = self._layer(i, layer, h, plan, cos, sin)
         if not self.last:
             return to_numpy(h).astype(np.float32, copy=False)
-        x = rms_norm(xp, h[xp.asarray(batch.logit_rows())], self.output_norm, c.norm_eps)
+        every_row = batch.want_logits is None and batch.num_tokens == batch.num_seqs   # decodes: no gather
+        rows = h if every_row else h[xp.asarray(batch.logit_rows())]
+        if self.native is not None:
+            x = add_rms_norm(np.ascontiguousarray(rows), None, self.output_norm, c.norm_eps)   # the same, in C
+        else:
+            x = rms_norm(xp, rows, self.output_norm, c.norm_eps)
         logits = matmul(xp, x, self.output, self.split)                  # (S_sample, V)
         self._trace("logits", logits)
         return to_numpy(logits).astype(np.float32, copy=False)

@@ -1,0 +1,96 @@
+/* Small fused ops of the CPU float32 forward (RMSNorm with its residual add; RoPE with the KV write).
+ *
+ * At one token per step each numpy op is a few microseconds of dispatch and allocation around
+ * well under a microsecond of arithmetic, and a decode step runs ~20 of them per layer. These
+ * do the same arithmetic in one call each, in the same order and roundings as the numpy kernels
+ * (kernels/norm.py, kernels/rope.py; built with -ffp-contract=off, so no fused multiply-adds),
+ * so results are bit-identical to them.
+ */
+#include "ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#define PW_BLOCK 128     /* numpy's PW_BLOCKSIZE */
+
+/* Sum of a[i]^2 (each square rounded to float32) as numpy's pairwise sum adds them
+ * (numpy/_core/src/umath/loops_utils.h.src), which np.mean uses along a contiguous axis:
+ * eight running sums per block of at most 128 elements, halves above that. */
+static float pairwise_sumsq(const float *a, int64_t n)
+{
+    if (n < 8) {
+        float res = 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            res += a[i] * a[i];
+        return res;
+    }
+    if (n <= PW_BLOCK) {
+        float r[8];
+        for (int j = 0; j < 8; j++)
+            r[j] = a[j] * a[j];
+        int64_t i;
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++)
+                r[j] += a[i + j] * a[i + j];
+        float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++)
+            res += a[i] * a[i];
+        return res;
+    }
+    int64_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return pairwise_sumsq(a, n2) + pairwise_sumsq(a + n2, n - n2);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+int lb_rms_norm(float *h, const float *delta, const float *w, int64_t T, int64_t D, float eps, float *out)
+{
+    if (T < 0 || D < 1)
+        return LB_OPS_ESHAPE;
+    for (int64_t t = 0; t < T; t++) {
+        float *x = h + t * D, *o = out + t * D;
+        if (delta)
+            for (int64_t i = 0; i < D; i++)
+                x[i] += delta[t * D + i];
+        const float ms = pairwise_sumsq(x, D) / (float)D;
+        const float inv = 1.0f / sqrtf(ms + eps);
+        for (int64_t i = 0; i < D; i++)
+            o[i] = (x[i] * inv) * w[i];
+    }
+    return LB_OPS_OK;
+}
+
+static void rope_row(const float *x, const float *c, const float *s, int64_t Dh, int64_t n_rot, float *y)
+{
+    for (int64_t i = 0; i < n_rot / 2; i++) {
+        const float x0 = x[2 * i], x1 = x[2 * i + 1];
+        y[2 * i] = x0 * c[i] - x1 * s[i];
+        y[2 * i + 1] = x0 * s[i] + x1 * c[i];
+    }
+    memcpy(y + n_rot, x + n_rot, (size_t)(Dh - n_rot) * sizeof(float));
+}
+
+int lb_rope_write_kv(const float *qkv, int64_t T, int64_t H, int64_t KVH, int64_t Dh, int64_t n_rot,
+                     const float *cos, const float *sin, const int64_t *pages, const int64_t *slots,
+                     float *k_cache, float *v_cache, int64_t num_pages, int64_t page, float *q_out)
+{
+    if (T < 0 || H < 1 || KVH < 1 || Dh < 1 || n_rot < 0 || n_rot % 2 || n_rot > Dh || page < 1)
+        return LB_OPS_ESHAPE;
+    for (int64_t t = 0; t < T; t++)                        /* check every slot before writing any */
+        if (pages[t] < 0 || pages[t] >= num_pages || slots[t] < 0 || slots[t] >= page)
+            return LB_OPS_EPAGE;
+    const int64_t row = (H + 2 * KVH) * Dh, half = n_rot / 2;
+    for (int64_t t = 0; t < T; t++) {
+        const float *q = qkv + t * row, *k = q + H * Dh, *v = k + KVH * Dh;
+        const float *c = cos + t * half, *s = sin + t * half;
+        const int64_t at = (pages[t] * page + slots[t]) * KVH * Dh;
+        for (int64_t h = 0; h < H; h++)
+            rope_row(q + h * Dh, c, s, Dh, n_rot, q_out + (t * H + h) * Dh);
+        for (int64_t h = 0; h < KVH; h++)
+            rope_row(k + h * Dh, c, s, Dh, n_rot, k_cache + at + h * Dh);
+        memcpy(v_cache + at, v, (size_t)(KVH * Dh) * sizeof(float));
+    }
+    return LB_OPS_OK;
+}

@@ -1,0 +1,128 @@
+"""The layer loop of a CPU float32 shard, through the C library's fused ops and reused buffers.
+
+At one token per step, the numpy layer spends more time dispatching ~20 small ops, allocating
+their results and reading array addresses (ctypes' `.ctypes.data` costs ~1 us) than computing
+them. Here each layer is its four projections plus four C calls (RMSNorm with the residual add
+before it, RoPE with the KV write, decode attention) and SwiGLU's ufuncs into fixed buffers,
+whose addresses are read once. Same arithmetic in the same order as ShardModel._layer: the
+hidden states come out bit-identical.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from kernels.attention import attend_prefill
+from kernels.attention_native import attend_decode_paged
+from kernels.ffn import swiglu_into
+from kernels.matmul import matmul
+from kernels.qmatmul import qmatmul
+from kernels.qmatrix import QMatrix
+from services.shard.plan import AttentionPlan
+
+F32 = np.float32
+
+
+def _addr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+class Scratch:
+    """The buffers of a forward over T rows, and their addresses."""
+
+    def __init__(self, t: int, d: int, h: int, kvh: int, dh: int, f: int):
+        self.t = t
+        e = lambda *shape: np.empty(shape, dtype=F32)        # noqa: E731
+        self.h, self.x, self.o = e(t, d), e(t, d), e(t, d)   # residual stream, normed input, block output
+        self.qkv, self.q, self.attn = e(t, (h + 2 * kvh) * dh), e(t, h, dh), e(t, h, dh)
+        self.gate_up, self.tmp, self.act = e(t, 2 * f), e(t, f), e(t, f)
+        self.attn2d = self.attn.reshape(t, h * dh)
+        self.gate, self.up = self.gate_up[:, :f], self.gate_up[:, f:]
+        self.projections: list[tuple] = []                   # per layer: qkv, o, gate_up, down (no arguments)
+        for name in ("h", "x", "o", "qkv", "q", "attn"):
+            setattr(self, name + "_p", _addr(getattr(self, name)))
+
+
+class NativeLayers:
+    """Runs layers of a ShardModel (float32 norms, weights float32 or QMatrix) with the C library `lib`."""
+
+    def __init__(self, lib, config, layers, kv, scale, split: bool, start: int = 0):
+        self.lib, self.c, self.layers, self.kv, self.scale, self.split = lib, config, layers, kv, scale, split
+        self.start = start
+        # The norm weights as contiguous float32 (kept alive here: their addresses go to C).
+        self._keep = [(np.ascontiguousarray(a, F32), np.ascontiguousarray(f, F32)) for a, _, _, f, _, _ in layers]
+        self.norms = [(_addr(a), _addr(f)) for a, f in self._keep]
+        self.ffn = int(layers[0][4].shape[0]) // 2
+        self.scratch: Scratch | None = None
+
+    def _scratch(self, t: int) -> Scratch:
+        if self.scratch is None or self.scratch.t != t:
+            c = self.c
+            s = Scratch(t, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, self.ffn)
+            s.projections = [(self._projection(s.x, wqkv, s.qkv), self._projection(s.attn2d, wo, s.o),
+                              self._projection(s.x, w_gate_up, s.gate_up), self._projection(s.act, w_down, s.o))
+                             for _, wqkv, wo, _, w_gate_up, w_down in self.layers]
+            self.scratch = s
+        return self.scratch
+
+    def _projection(self, x: np.ndarray, w, out: np.ndarray):
+        """x . w -> out as a call without arguments (its lookups done once, not per token)."""
+        if isinstance(w, QMatrix):
+            return partial(qmatmul, x, w, out)
+        return lambda: np.copyto(out, matmul(np, x, w, self.split))
+
+    def run(self, h_in: np.ndarray, plan: AttentionPlan, cos: np.ndarray, sin: np.ndarray, trace) -> np.ndarray:
+        """h_in (T, D) float32 through every layer -> (T, D) in this object's buffer (valid until the next run)."""
+        c, kv = self.c, self.kv
+        t, d, eps = h_in.shape[0], c.d_model, float(c.norm_eps)
+        s = self._scratch(t)
+        np.copyto(s.h, h_in)
+        cos, sin = np.ascontiguousarray(cos, F32), np.ascontiguousarray(sin, F32)
+        pages = np.ascontiguousarray(plan.write_pages, np.int64)
+        slots = np.ascontiguousarray(plan.write_slots, np.int64)
+        table, lens = np.ascontiguousarray(plan.decode_table, np.int32), plan.decode_lens
+        rope_args = (t, c.n_heads, c.n_kv_heads, c.head_dim, 2 * cos.shape[1], _addr(cos), _addr(sin),
+                     _addr(pages), _addr(slots))
+        all_decode = plan.decode_rows.shape[0] == t and not plan.prefills
+        attn_args = (_addr(table), _addr(lens), t, c.n_heads, c.n_kv_heads, c.head_dim, kv.page_size,
+                     table.shape[1], kv.num_pages, float(self.scale), s.attn_p)
+        k0, v0, stride, num_pages, page = _addr(kv.k), _addr(kv.v), kv.k.strides[0], kv.num_pages, kv.page_size
+        norm, rope, attend = self.lib.lb_rms_norm, self.lib.lb_rope_write_kv, self.lib.lb_attend_decode
+        h_p, x_p, o_p, qkv_p, q_p = s.h_p, s.x_p, s.o_p, s.qkv_p, s.q_p
+        gate, up, act, tmp = s.gate, s.up, s.act, s.tmp
+        rc = norm(h_p, None, self.norms[0][0], t, d, eps, x_p)
+        for i, (qkv, o, gate_up, down) in enumerate(s.projections):
+            kc, vc = k0 + i * stride, v0 + i * stride
+            qkv()                                                           # x -> qkv (T, (H + 2 KVH) * Dh)
+            rc |= rope(qkv_p, *rope_args, kc, vc, num_pages, page, q_p)     # q -> q (T, H, Dh), k, v -> cache
+            if all_decode:
+                rc |= attend(q_p, kc, vc, *attn_args)                       # q -> attn (T, H, Dh)
+            else:
+                self._attend_mixed(i, s, plan)
+            o()                                                             # attn -> o (T, D)
+            if trace is not None:
+                trace("attn", s.attn.copy())
+            rc |= norm(h_p, o_p, self.norms[i][1], t, d, eps, x_p)          # h += o; x = norm(h)
+            gate_up()                                                       # x -> gate_up (T, 2F)
+            swiglu_into(gate, up, act, tmp)                                 # -> act (T, F)
+            down()                                                          # act -> o (T, D)
+            if i + 1 < len(self.norms):                                     # h += o; x = next layer's norm(h)
+                rc |= norm(h_p, o_p, self.norms[i + 1][0], t, d, eps, x_p)
+            else:
+                np.add(s.h, s.o, out=s.h)
+            if trace is not None:
+                trace("h", s.h.copy())
+            if rc:
+                raise ValueError(f"a native op of layer {self.start + i} refused its arguments (code {rc})")
+        return s.h
+
+    def _attend_mixed(self, i: int, s: Scratch, plan: AttentionPlan) -> None:
+        """Attention of a batch with prefill chunks: decode rows in C, each prefill with numpy."""
+        kc, vc = self.kv.k[i], self.kv.v[i]
+        rows = plan.decode_rows
+        if rows.shape[0]:
+            s.attn[rows] = attend_decode_paged(s.q[rows], kc, vc, plan.decode_table, plan.decode_lens, self.scale)
+        for p in plan.prefills:
+            s.attn[p.rows] = attend_prefill(np, s.q[p.rows], kc, vc, p.pages, p.start, self.scale)

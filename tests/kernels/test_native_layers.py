@@ -1,0 +1,56 @@
+"""The CPU shard's native layer loop (services/shard/native_layers.py) against the numpy layers."""
+
+import numpy as np
+import pytest
+
+from services.modelstore.weight_cache import load_weights
+from services.shard.kv_cache import KVConfig, PagedKVCache
+from services.shard.local import Chunk, PageAllocator, build_batch
+from services.shard.model import ShardModel
+
+pytestmark = pytest.mark.slow
+
+STEPS = [
+    [Chunk("a", list(range(5, 40)), 0), Chunk("b", [7], 0)],               # prefills, one a single token
+    [Chunk("a", [9], 35), Chunk("b", list(range(100, 120)), 1)],           # a decode beside a prefill
+    [Chunk("a", [11], 36), Chunk("b", [12], 21)],                          # decodes only
+    [Chunk("b", [13], 22)],                                                # one sequence alone
+]
+
+
+@pytest.fixture(scope="module")
+def quantized(model_path):
+    return load_weights(model_path, 0, 30, "quantized")
+
+
+def run(loaded, native: bool):
+    cfg = loaded.config
+    kv = PagedKVCache.for_model(cfg, 0, cfg.n_layers, KVConfig(num_pages=16, page_size=16))
+    model = ShardModel(cfg, loaded.weights, kv)
+    if model.native is None:
+        pytest.skip("the native library is not built")
+    if not native:
+        model.native = None
+    pages = PageAllocator(16, 16)
+    return [model.forward(build_batch(chunks, pages)) for chunks in STEPS], kv
+
+
+def test_native_layers_give_the_numpy_logits_bit_for_bit(quantized):
+    (native, kv_n), (numpy, kv_p) = run(quantized, True), run(quantized, False)
+    for a, b in zip(native, numpy):
+        assert a.dtype == np.float32
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(kv_n.k, kv_p.k)
+    np.testing.assert_array_equal(kv_n.v, kv_p.v)
+
+
+def test_a_middle_shard_hands_out_its_own_copy(model_path):
+    loaded = load_weights(model_path, 0, 2, "quantized")
+    cfg = loaded.config
+    kv = PagedKVCache.for_model(cfg, 0, 2, KVConfig(num_pages=16, page_size=16))
+    model = ShardModel(cfg, loaded.weights, kv)
+    pages = PageAllocator(16, 16)
+    first = model.forward(build_batch([Chunk("a", [1, 2, 3], 0)], pages))
+    kept = first.copy()
+    model.forward(build_batch([Chunk("a", [4, 5, 6], 3)], pages))          # same T: the same buffers inside
+    np.testing.assert_array_equal(first, kept)
