@@ -9,18 +9,12 @@ size, and hands x.T contiguous (a no-transpose call: the transposed-operand vari
 limited to 1200 outputs per call and is slow at in = 1536). Gain at T = 4: 2x; at T = 16: 1.2x.
 
 A weight kept in GGUF's quantized blocks (kernels.qmatrix.QMatrix, CPU only) goes to the native
-kernel instead (kernels.qmatmul), which reads the blocks themselves and always takes activations
-rounded to 8 bits as llama.cpp does (kernels.qact); `rounded` asks the same of a float weight that
-came from such blocks (services/modelstore/weights.py: ShardWeights.rounded). A float16 forward (a
-GPU) keeps its activations: rounded to float16 they would lose the 8-bit values anyway.
+kernel instead (kernels.qmatmul), which reads the blocks themselves.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from kernels.qact import round_act
-from kernels.qmatmul import qmatmul, rounded as round_act_native
+from kernels.qmatmul import qmatmul
 from kernels.qmatrix import QMatrix
 
 SMALL_CALL = 950_000   # multiply-adds per BLAS call: under OpenBLAS's small-matrix limit of 1e6
@@ -35,13 +29,10 @@ def small_block(t: int, k: int) -> int | None:
     return block if block >= MIN_BLOCK else None
 
 
-def matmul(xp, x, w, split: bool = False, rounded: bool = False):
-    """x (T, in) . w (out, in) -> (T, out) in x's dtype; split: small-matrix BLAS calls (numpy on CPU);
-    rounded: x rounded to 8 bits per block first (float32 x; a QMatrix always does it)."""
+def matmul(xp, x, w, split: bool = False):
+    """x (T, in) . w (out, in) -> (T, out) in x's dtype; split: small-matrix BLAS calls (numpy on CPU)."""
     if isinstance(w, QMatrix):
         return qmatmul(x, w)
-    if rounded and x.dtype == xp.float32:
-        x = round_act_native(x) if xp is np else round_act(x, xp)
     n = w.shape[0]
     block = small_block(x.shape[0], x.shape[1]) if split else None
     if block is None or block >= n:

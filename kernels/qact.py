@@ -14,18 +14,17 @@ import numpy as np
 QK = 32
 
 
-def round_act(x, xp=np):
-    """x (T, K) float32 on array module xp, K a multiple of 32 -> d * q per block, float32; a block with
-    NaN or inf gives NaN (one whose max|x| / 127 passes float16's 65504 gets an infinite d, as in llama.cpp)."""
+def round_act(x: np.ndarray) -> np.ndarray:
+    """x (T, K) float32, K a multiple of 32 -> d * q per block, float32; a block with NaN or inf gives NaN
+    (and one whose max|x| / 127 passes float16's 65504 gets an infinite d, as in llama.cpp)."""
     t, k = x.shape
-    f32 = xp.float32
     b = x.reshape(t, k // QK, QK)
-    a = xp.abs(b)
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        finite = (a <= f32(np.finfo(np.float32).max)).all(-1)
-        amax = xp.where(finite, a.max(-1), f32(0))
-        d = amax / f32(127)
-        inv = xp.where(amax != 0, f32(127) / xp.where(amax != 0, amax, f32(1)), f32(0))
-        q = xp.rint(xp.where(finite[..., None], b, f32(0)) * inv[..., None])   # ties to even
-        d16 = xp.where(finite, d.astype(xp.float16).astype(f32), f32(np.nan))
-        return (q * d16[..., None]).reshape(t, k).astype(f32, copy=False)
+    a = np.abs(b)
+    with np.errstate(invalid="ignore", over="ignore"):
+        finite = (a <= np.finfo(np.float32).max).all(-1)
+        amax = np.where(finite, a.max(-1), np.float32(0))
+        d = amax / np.float32(127)
+        inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax != 0)
+        q = np.rint(np.where(finite[..., None], b, np.float32(0)) * inv[..., None])   # ties to even
+        d16 = np.where(finite, d.astype(np.float16).astype(np.float32), np.float32(np.nan))
+        return (q * d16[..., None]).reshape(t, k).astype(np.float32, copy=False)

@@ -17,11 +17,6 @@ from kernels.qmatrix import QUANT_KINDS, QMatrix
 
 KIND_OF = {QT.Q4_0: "q4_0", QT.Q4_1: "q4_1", QT.Q8_0: "q8_0"}
 assert set(KIND_OF.values()) <= set(QUANT_KINDS)
-# Weight types llama.cpp multiplies by activations quantized to Q8_0 / Q8_1 (their vec_dot_type): the
-# products of these are computed with kernels.qact.round_act's activations, whatever format holds them.
-# (K-quants take Q8_K, 256-blocks with a float32 scale, and F16 / BF16 take their own type: not
-# emulated, those products use float32 activations.)
-Q8_ACTIVATIONS = frozenset({QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0})
 
 
 @dataclass(frozen=True)

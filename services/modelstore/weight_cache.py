@@ -4,8 +4,8 @@ Layout: <cache_dir>/weights/<file identity>/<start>-<end>-<format>-v<LAYOUT>/ ho
 manifest.json and one .npy per array, loaded back with np.load(mmap_mode="r") (no copy, no
 GGUF parsing: GGUFReader alone takes ~2.4 s on the default model because of its vocabulary).
 The format is a float dtype ("float32", "float16": dequantized) or "quantized" (GGUF's blocks
-where the native kernel has their kind; the manifest names each array's kind, and which matrices
-take 8-bit activations: ShardWeights.rounded). A tied output head is stored once. A directory is built under a temporary name and renamed into place, so
+where the native kernel has their kind; the manifest names each array's kind). A tied output
+head is stored once. A directory is built under a temporary name and renamed into place, so
 readers only ever see complete entries.
 
 Entries are keyed by `file_identity` (services/modelstore/identity.py): size, mtime and the
@@ -31,7 +31,7 @@ from services.modelstore.pull import cache_dir
 from services.modelstore.quantized import QStack
 from services.modelstore.weights import ShardWeights, read_weights
 
-LAYOUT_VERSION = 3   # bump when the stored arrays change meaning or shape (3: the manifest's "rounded")
+LAYOUT_VERSION = 2   # bump when the stored arrays change meaning or shape
 QUANTIZED = "quantized"
 
 
@@ -85,7 +85,7 @@ def _read_entry(entry: Path, start: int, end: int) -> tuple[ModelConfig, ShardWe
         arrays[name] = a
     for name, same in manifest.get("aliases", {}).items():
         arrays[name] = arrays[same]
-    return config, ShardWeights(start=start, end=end, rounded=frozenset(manifest["rounded"]), **arrays)
+    return config, ShardWeights(start=start, end=end, **arrays)
 
 
 def _write_entry(entry: Path, config: ModelConfig, weights: ShardWeights) -> None:
@@ -104,8 +104,7 @@ def _write_entry(entry: Path, config: ModelConfig, weights: ShardWeights) -> Non
                 a = a.data
             np.save(tmp / f"{name}.npy", a)
         (tmp / "manifest.json").write_text(json.dumps({"config": config.to_json(), "arrays": sorted(arrays),
-                                                       "quantized": quant, "aliases": aliases,
-                                                       "rounded": sorted(weights.rounded)}))
+                                                       "quantized": quant, "aliases": aliases}))
         try:
             os.rename(tmp, entry)
         except OSError:

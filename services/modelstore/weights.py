@@ -4,13 +4,12 @@ Matrices are stored the way the forward consumes them: (out, in), contiguous, as
 them out (kernels.matmul says why that is the fast layout); q|k|v and gate|up are fused into
 one matrix each, and each kind is stacked over the range's layers (one array per kind). They
 are dequantized to a float dtype, or with `quantized` kept in GGUF's blocks wherever the native
-kernel multiplies that kind (services/modelstore/quantized.py). Either way, `rounded` names the
-matrices whose products llama.cpp computes from 8-bit activations, so that every format follows it.
+kernel multiplies that kind (services/modelstore/quantized.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ from gguf.quants import dequantize
 
 from kernels.qmatrix import QMatrix
 from services.modelstore.gguf_config import ModelConfig, UnsupportedModel, config_from_gguf
-from services.modelstore.quantized import Q8_ACTIVATIONS, QStack, kind_of, quantized_matrix, quantized_stack
+from services.modelstore.quantized import QStack, kind_of, quantized_matrix, quantized_stack
 
 SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0,
                              QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K})
@@ -53,9 +52,6 @@ class ShardWeights:
     output_norm: np.ndarray | None = None            # (D,), last shard
     output: np.ndarray | QMatrix | None = None       # (V, D), last shard; the same object as
                                                      # token_embd when the head is tied
-    # Matrices whose products take activations rounded to 8 bits per block of 32 (kernels.qact), as
-    # llama.cpp's take them: those whose GGUF type is in Q8_ACTIVATIONS in every layer.
-    rounded: frozenset = field(default_factory=frozenset)
 
     ARRAYS = ("attn_norm", "wqkv", "wo", "ffn_norm", "w_gate_up", "w_down",
               "token_embd", "output_norm", "output")
@@ -76,7 +72,7 @@ class ShardWeights:
         if self.quantized:
             raise TypeError("quantized weights are for the native CPU kernel: load them as a float dtype")
         moved = {k: xp.asarray(a).astype(dtype) for k, a in self.arrays().items()}
-        return ShardWeights(start=self.start, end=self.end, rounded=self.rounded, **moved)
+        return ShardWeights(start=self.start, end=self.end, **moved)
 
 
 def check_range(config: ModelConfig, start: int, end: int) -> None:
@@ -126,19 +122,7 @@ def read_weights(path: Path, start: int, end: int, dtype=np.float32,
             np.concatenate([_matrix(tensors, f"blk.{i}.{name}.weight", dtype) for name in names])
             for i in range(start, end)]))
 
-    def q8(*names: str, layered: bool = True) -> bool:
-        """Whether llama.cpp rounds the activations of this (fused, stacked) matrix to 8 bits."""
-        ts = [_tensor(tensors, f"blk.{i}.{n}.weight") for i in range(start, end) for n in names] if layered \
-            else [_tensor(tensors, n) for n in names]
-        return all(t.tensor_type in Q8_ACTIVATIONS for t in ts)
-
     c = config
-    head = "token_embd.weight" if c.tied_output else "output.weight"
-    rounded = {name for name, parts in (("wqkv", ("attn_q", "attn_k", "attn_v")), ("wo", ("attn_output",)),
-                                        ("w_gate_up", ("ffn_gate", "ffn_up")), ("w_down", ("ffn_down",)))
-               if q8(*parts)}
-    if end == c.n_layers and q8(head, layered=False):
-        rounded.add("output")
     w = ShardWeights(
         start=start, end=end,
         attn_norm=layers("attn_norm"),
@@ -147,7 +131,6 @@ def read_weights(path: Path, start: int, end: int, dtype=np.float32,
         ffn_norm=layers("ffn_norm"),
         w_gate_up=layers("ffn_gate", "ffn_up"),
         w_down=layers("ffn_down"),
-        rounded=frozenset(rounded),
     )
     if start == 0 or (end == c.n_layers and c.tied_output):
         embd = _matrix(tensors, "token_embd.weight", dtype, quantized)    # (V, D)
