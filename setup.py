@@ -17,7 +17,8 @@ setup(
                      NATIVE + "attention.c", NATIVE + "ops.c"],
             depends=[NATIVE + "qmatmul.h", NATIVE + "qmatmul_impl.h", NATIVE + "attention.h", NATIVE + "ops.h"],
             libraries=["m"],
-            # -ffp-contract=off: dequantize as ggml does (multiply, round, add, round), never fused.
+            # -ffp-contract=off: every product and sum rounds on its own, as in numpy (ops.c is bit-identical
+            # to the numpy kernels, qact.c to kernels/qact.py), never fused.
             extra_compile_args=["-O3", "-ffp-contract=off", "-fno-math-errno", "-std=c11", "-fvisibility=hidden"],
             optional=True,
         )

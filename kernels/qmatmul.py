@@ -2,13 +2,15 @@
 
 As llama.cpp does, x is first rounded to 8 bits per block of 32 (kernels.qact.round_act); the C
 library (kernels/native_lib.py says how it is loaded) then sums the quant products exactly in
-integers. Without it, or for a long prompt, the same product is computed in float32 by BLAS over
-the rounded x and the dequantized weight: equal up to float32 summation order.
+integers, for any number of rows: each row's sum is the same whatever the batch around it, which
+8-bit rounding needs (a 1-ulp difference flips a rounding, and it grows over the layers into a
+different token). Without the library, the same product is computed in float32 by BLAS over the
+rounded x and the dequantized weight: equal up to float32 summation order, not batch-invariant.
 """
 
 from __future__ import annotations
 
-import threading
+from functools import partial
 
 import numpy as np
 
@@ -18,11 +20,6 @@ from kernels.qmatrix import QMatrix
 
 KIND_CODES = {"q4_0": 2, "q4_1": 3, "q8_0": 8}       # ggml's type numbers, as the C side takes them
 ISAS = {"auto": -1, "generic": 0, "avx2": 1, "avx512": 2}
-# From this many rows of x (a long prompt) the block kernels, which unpack a block once per tile
-# of 4 rows, fall behind OpenBLAS's packed sgemm: dequantize the whole matrix once into a scratch
-# buffer (0.3 ns a weight) and let BLAS multiply (bench/qmatmul.py measures the crossing).
-BLAS_ROWS = 64
-_scratch = threading.local()
 
 
 def _load():
@@ -69,9 +66,6 @@ def qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray | None = None) -> np.ndar
     if lib is None:
         np.matmul(round_act(x), w.dequantize().T, out=out)
         return out
-    if x.shape[0] >= BLAS_ROWS:
-        np.matmul(rounded(x), _dequantized(lib, w).T, out=out)
-        return out
     rc = lib.lb_qmatmul(KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.address, w.rows,
                         out.ctypes.data)
     if rc == -3:
@@ -79,6 +73,25 @@ def qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray | None = None) -> np.ndar
     if rc != 0:
         raise ValueError(f"native qmatmul refused kind {w.kind} x {x.shape} w {w.shape} (code {rc})")
     return out
+
+
+def bound_qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray):
+    """qmatmul(x, w, out) as a call without arguments, for buffers reused every step: their checks and
+    addresses (ctypes' .ctypes.data costs ~1 us) are done once. Only valid while x and out live."""
+    _check(x, w, out)
+    lib = _load()
+    if lib is None or not x.flags.c_contiguous:
+        return partial(qmatmul, x, w, out)
+    fn, args = lib.lb_qmatmul, (KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.address, w.rows,
+                                out.ctypes.data)
+
+    def call():
+        rc = fn(*args)
+        if rc != 0:
+            raise (MemoryError if rc == -3 else ValueError)(f"native qmatmul failed for x {x.shape} w {w.shape} "
+                                                            f"(code {rc})")
+        return out
+    return call
 
 
 def rounded(x: np.ndarray) -> np.ndarray:
@@ -92,16 +105,3 @@ def rounded(x: np.ndarray) -> np.ndarray:
     if rc != 0:
         raise ValueError(f"native round_act refused x {x.shape} (code {rc})")
     return out
-
-
-def _dequantized(lib, w: QMatrix) -> np.ndarray:
-    """w as float32 (rows, cols) in this thread's scratch buffer (reused: no page faults per call)."""
-    n = w.rows * w.cols
-    buf = getattr(_scratch, "buf", None)
-    if buf is None or buf.size < n:
-        buf = _scratch.buf = np.empty(n, dtype=np.float32)
-    wf = buf[:n].reshape(w.rows, w.cols)
-    rc = lib.lb_dequantize(KIND_CODES[w.kind], w.address, w.rows, w.cols, wf.ctypes.data)
-    if rc != 0:
-        raise ValueError(f"native dequantize refused kind {w.kind} w {w.shape} (code {rc})")
-    return wf

@@ -50,26 +50,6 @@ int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w,
     return LB_OK;
 }
 
-/* Dequantize one block of 32 weights exactly as ggml does (fp32 multiply, then add). */
-static void dequant_block(int kind, const uint8_t *b, float *y) {
-    if (kind == LB_Q8_0) {
-        float d = lb_f16(lb_u16(b));
-        for (int j = 0; j < QK; j++) y[j] = (float)(int8_t)b[2 + j] * d;
-    } else if (kind == LB_Q4_1) {
-        float d = lb_f16(lb_u16(b)), m = lb_f16(lb_u16(b + 2));
-        for (int j = 0; j < QK / 2; j++) {
-            y[j] = (float)(b[4 + j] & 0x0f) * d + m;
-            y[j + QK / 2] = (float)(b[4 + j] >> 4) * d + m;
-        }
-    } else {
-        float d = lb_f16(lb_u16(b));
-        for (int j = 0; j < QK / 2; j++) {
-            y[j] = (float)((b[2 + j] & 0x0f) - 8) * d;
-            y[j + QK / 2] = (float)((b[2 + j] >> 4) - 8) * d;
-        }
-    }
-}
-
 /* Plain C, the definition the vector paths follow: per block the exact integer sum of quants times
  * activation quants, scaled by d_w * d_x in float32 (q4_0's -8 offset folded into the integer sum);
  * q4_1's minimum adds m * d_x * sum(q_x). */
@@ -98,17 +78,4 @@ void lb_qmatmul_generic(int kind, const lb_act *a, const uint8_t *w, int64_t N, 
             out[t * N + n] = acc;
         }
     }
-}
-
-/* All N rows of w as float32 (N, K), exactly as dequant_block: for a long prompt, where BLAS's
- * packed sgemm on the float weights outruns the block kernels (kernels/qmatmul.py). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-int lb_dequantize(int kind, const uint8_t *w, int64_t N, int64_t K, float *out) {
-    if (lb_block_bytes(kind) == 0) return LB_EKIND;
-    if (N < 0 || K <= 0 || K % QK) return LB_ESHAPE;
-    const int64_t nb = N * (K / QK), bb = lb_block_bytes(kind);
-    for (int64_t b = 0; b < nb; b++) dequant_block(kind, w + b * bb, out + b * QK);
-    return LB_OK;
 }

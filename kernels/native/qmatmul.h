@@ -27,9 +27,6 @@ LB_API int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint
  * CPU has falls back to the best it has). */
 LB_API int lb_set_isa(int isa);
 
-/* dequant(w) as float32 (N, K), row-major: exactly the weights lb_qmatmul multiplies by. */
-LB_API int lb_dequantize(int kind, const uint8_t *w, int64_t N, int64_t K, float *out);
-
 /* round_act(x) (T, K): each block of 32 as d * q, d = float16(max|x| / 127), q = rint(x * 127 / max|x|):
  * exactly the activations lb_qmatmul multiplies (a block holding NaN or inf gives NaN). */
 LB_API int lb_round_act(const float *x, int64_t T, int64_t K, float *out);

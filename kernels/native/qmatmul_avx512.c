@@ -65,7 +65,7 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
                  float *out0, int64_t N) {
     const int unit = kind == LB_Q8_0 ? 2 : 4, lanes = a->lanes;
     const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind);
-    __m512 acc[4][4];
+    __m512 acc[8][4];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b += unit) {
@@ -108,8 +108,10 @@ INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
         rows(KIND, R, C, a, t0, w, N, out0); }
 #define ROWS_ALL(KIND) \
     ROWS_FN(KIND, 1, 4) ROWS_FN(KIND, 2, 4) ROWS_FN(KIND, 3, 2) ROWS_FN(KIND, 4, 2) \
-    static void (*const rows_##KIND[5])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = { \
-        0, rows_##KIND##_1, rows_##KIND##_2, rows_##KIND##_3, rows_##KIND##_4};
+    ROWS_FN(KIND, 5, 2) ROWS_FN(KIND, 6, 2) ROWS_FN(KIND, 7, 2) ROWS_FN(KIND, 8, 2) \
+    static void (*const rows_##KIND[9])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = { \
+        0, rows_##KIND##_1, rows_##KIND##_2, rows_##KIND##_3, rows_##KIND##_4, \
+        rows_##KIND##_5, rows_##KIND##_6, rows_##KIND##_7, rows_##KIND##_8};
 
 ROWS_ALL(2)
 ROWS_ALL(3)
@@ -161,8 +163,8 @@ TGT void lb_act_round_avx512(lb_act *a, const float *x) {
 }
 
 TGT void lb_qmatmul_avx512(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out) {
-    for (int64_t t = 0; t < a->T; t += 4) {
-        const int R = a->T - t < 4 ? (int)(a->T - t) : 4;
+    for (int64_t t = 0; t < a->T; t += 8) {
+        const int R = a->T - t < 8 ? (int)(a->T - t) : 8;
         if (kind == LB_Q4_1) rows_3[R](a, t, w, N, out + t * N);
         else if (kind == LB_Q8_0) rows_8[R](a, t, w, N, out + t * N);
         else rows_2[R](a, t, w, N, out + t * N);

@@ -10,15 +10,13 @@ hidden states come out bit-identical.
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 from kernels.attention import attend_prefill
 from kernels.attention_native import attend_decode_paged
 from kernels.ffn import swiglu_into
 from kernels.matmul import matmul
-from kernels.qmatmul import qmatmul
+from kernels.qmatmul import bound_qmatmul
 from kernels.qmatrix import QMatrix
 from services.shard.plan import AttentionPlan
 
@@ -70,7 +68,7 @@ class NativeLayers:
     def _projection(self, x: np.ndarray, w, out: np.ndarray):
         """x . w -> out as a call without arguments (its lookups done once, not per token)."""
         if isinstance(w, QMatrix):
-            return partial(qmatmul, x, w, out)
+            return bound_qmatmul(x, w, out)
         return lambda: np.copyto(out, matmul(np, x, w, self.split))
 
     def run(self, h_in: np.ndarray, plan: AttentionPlan, cos: np.ndarray, sin: np.ndarray, trace) -> np.ndarray:

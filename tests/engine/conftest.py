@@ -38,6 +38,12 @@ def real_weights(model_path):
     return load_weights(model_path, 0, 30)
 
 
+@pytest.fixture(scope="session")
+def real_quantized(model_path):
+    """The GGUF blocks of all 30 layers, as a CPU shard keeps them by default (weights "auto")."""
+    return load_weights(model_path, 0, 30, "quantized")
+
+
 def make_shard(path_or_loaded, start=None, end=None, *, num_pages=64, page_size=16, root=None, trace=None):
     """A ShardModel over [start, end) of a model file (or of already loaded full-range weights)."""
     loaded = path_or_loaded if start is None else load_weights(path_or_loaded, start, end, root=root)

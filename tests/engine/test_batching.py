@@ -24,12 +24,16 @@ def greedy(shard, prompts: dict, steps: int) -> dict:
     return out
 
 
-def test_greedy_alone_equals_greedy_among_16_others(real_weights, reference):
-    shard = make_shard(real_weights, num_pages=256)
+@pytest.mark.parametrize("weights", ["real_weights", "real_quantized"])
+def test_greedy_alone_equals_greedy_among_16_others(weights, request, reference):
+    shard = make_shard(request.getfixturevalue(weights), num_pages=256)
     target = reference["chats"][1]["prompt_ids"]
     alone = greedy(shard, {"t": target}, STEPS)["t"]
     rng = np.random.default_rng(7)
     others = {f"o{i}": rng.integers(3, 49152, size=int(rng.integers(1, 60))).tolist() for i in range(16)}
-    crowd = greedy(shard, {**others, "t": target}, STEPS)["t"]
+    crowd = greedy(shard, {**others, "t": target}, STEPS)["t"]     # 462 + 38 prompt rows in one batch
     assert alone == crowd
-    assert alone == reference["chats"][1]["greedy_ids"][:STEPS]          # and it is llama.cpp's path
+    if weights == "real_weights":
+        # and it is llama.cpp's path. The quantized weights' 8-bit activations break the first step's
+        # near tie (24.899 against 24.878) the other way and go on from there (parity: test_parity).
+        assert alone == reference["chats"][1]["greedy_ids"][:STEPS]
