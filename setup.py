@@ -13,12 +13,12 @@ setup(
     ext_modules=[
         Extension(
             "kernels._native",
-            sources=[NATIVE + "qmatmul.c", NATIVE + "qmatmul_avx2.c", NATIVE + "qmatmul_avx512.c",
+            sources=[NATIVE + "qmatmul.c", NATIVE + "qact.c", NATIVE + "qmatmul_avx2.c", NATIVE + "qmatmul_avx512.c",
                      NATIVE + "attention.c", NATIVE + "ops.c"],
             depends=[NATIVE + "qmatmul.h", NATIVE + "qmatmul_impl.h", NATIVE + "attention.h", NATIVE + "ops.h"],
             libraries=["m"],
-            # -ffp-contract=off: every product and sum rounds on its own, as in numpy and ggml's dequantize
-            # (ops.c is bit-identical to the numpy kernels), never fused.
+            # -ffp-contract=off: every product and sum rounds on its own, as in numpy (ops.c is bit-identical
+            # to the numpy kernels, qact.c to kernels/qact.py), never fused.
             extra_compile_args=["-O3", "-ffp-contract=off", "-fno-math-errno", "-std=c11", "-fvisibility=hidden"],
             optional=True,
         )

@@ -1,5 +1,8 @@
 """Quantized matmul benchmark: native Q4_1 / Q8_0 kernels against float32 BLAS on the dequantized weights.
 
+The native kernels round x to 8 bits per block first, as llama.cpp does (kernels.qact), and sum
+in integers; BLAS multiplies the float32 x. So this compares speed, not identical results.
+
     OPENBLAS_NUM_THREADS=1 python3 bench/qmatmul.py [--passes 5]
 
 One pass = 30 layers of SmolLM2-135M's projections (qkv 960x576, attn_output 576x576, gate+up

@@ -15,7 +15,7 @@ P, I64, INT, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 SIGNATURES = {
     "lb_qmatmul": (INT, [INT, P, I64, I64, P, I64, P]),
     "lb_set_isa": (INT, [INT]),
-    "lb_dequantize": (INT, [INT, P, I64, I64, P]),
+    "lb_round_act": (INT, [P, I64, I64, P]),
     "lb_attend_decode": (INT, [P, P, P, P, P, I64, I64, I64, I64, I64, I64, I64, F32, P]),
     "lb_rms_norm": (INT, [P, P, P, I64, I64, F32, P]),
     "lb_rope_write_kv": (INT, [P, I64, I64, I64, I64, I64, P, P, P, P, P, P, I64, I64, P]),

@@ -1,26 +1,25 @@
 """x (T, K) float32 @ QMatrix (N, K).T -> (T, N) float32, straight from the GGUF blocks.
 
-Computed by the C library (kernels/native_lib.py says how it is loaded); without it the same
-product is computed by dequantizing and calling BLAS.
+As llama.cpp does, x is first rounded to 8 bits per block of 32 (kernels.qact.round_act); the C
+library (kernels/native_lib.py says how it is loaded) then sums the quant products exactly in
+integers, for any number of rows: each row's sum is the same whatever the batch around it, which
+8-bit rounding needs (a 1-ulp difference flips a rounding, and it grows over the layers into a
+different token). Without the library, the same product is computed in float32 by BLAS over the
+rounded x and the dequantized weight: equal up to float32 summation order, not batch-invariant.
 """
 
 from __future__ import annotations
 
-import threading
 from functools import partial
 
 import numpy as np
 
 from kernels.native_lib import load
+from kernels.qact import round_act
 from kernels.qmatrix import QMatrix
 
 KIND_CODES = {"q4_0": 2, "q4_1": 3, "q8_0": 8}       # ggml's type numbers, as the C side takes them
 ISAS = {"auto": -1, "generic": 0, "avx2": 1, "avx512": 2}
-# From this many rows of x (a long prompt) the block kernels, which dequantize a block once per
-# tile of 8 rows, fall behind OpenBLAS's packed sgemm: dequantize the whole matrix once into a
-# scratch buffer (0.3 ns a weight) and let BLAS multiply (bench/qmatmul.py measures the crossing).
-BLAS_ROWS = 64
-_scratch = threading.local()
 
 
 def _load():
@@ -59,19 +58,18 @@ def _check(x: np.ndarray, w: QMatrix, out: np.ndarray | None) -> np.ndarray:
 
 
 def qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray | None = None) -> np.ndarray:
-    """x (T, cols) float32 @ w.dequantize().T -> (T, rows) float32, native when available()."""
+    """round_act(x) (T, cols) float32 @ w.dequantize().T -> (T, rows) float32, native when available()."""
     x = _check(x, w, out)
     if out is None:
         out = np.empty((x.shape[0], w.rows), dtype=np.float32)
     lib = _load()
     if lib is None:
-        np.matmul(x, w.dequantize().T, out=out)
-        return out
-    if x.shape[0] >= BLAS_ROWS:
-        np.matmul(x, _dequantized(lib, w).T, out=out)
+        np.matmul(round_act(x), w.dequantize().T, out=out)
         return out
     rc = lib.lb_qmatmul(KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.address, w.rows,
                         out.ctypes.data)
+    if rc == -3:
+        raise MemoryError(f"native qmatmul could not allocate the rounded activations of x {x.shape}")
     if rc != 0:
         raise ValueError(f"native qmatmul refused kind {w.kind} x {x.shape} w {w.shape} (code {rc})")
     return out
@@ -82,7 +80,7 @@ def bound_qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray):
     addresses (ctypes' .ctypes.data costs ~1 us) are done once. Only valid while x and out live."""
     _check(x, w, out)
     lib = _load()
-    if lib is None or x.shape[0] >= BLAS_ROWS or not x.flags.c_contiguous:
+    if lib is None or not x.flags.c_contiguous:
         return partial(qmatmul, x, w, out)
     fn, args = lib.lb_qmatmul, (KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.address, w.rows,
                                 out.ctypes.data)
@@ -90,19 +88,20 @@ def bound_qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray):
     def call():
         rc = fn(*args)
         if rc != 0:
-            raise ValueError(f"native qmatmul refused kind {w.kind} x {x.shape} w {w.shape} (code {rc})")
+            raise (MemoryError if rc == -3 else ValueError)(f"native qmatmul failed for x {x.shape} w {w.shape} "
+                                                            f"(code {rc})")
         return out
     return call
 
 
-def _dequantized(lib, w: QMatrix) -> np.ndarray:
-    """w as float32 (rows, cols) in this thread's scratch buffer (reused: no page faults per call)."""
-    n = w.rows * w.cols
-    buf = getattr(_scratch, "buf", None)
-    if buf is None or buf.size < n:
-        buf = _scratch.buf = np.empty(n, dtype=np.float32)
-    wf = buf[:n].reshape(w.rows, w.cols)
-    rc = lib.lb_dequantize(KIND_CODES[w.kind], w.address, w.rows, w.cols, wf.ctypes.data)
+def rounded(x: np.ndarray) -> np.ndarray:
+    """round_act(x) by the C library when built (bit-identical to the numpy definition, faster)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    lib = _load()
+    if lib is None:
+        return round_act(x)
+    out = np.empty_like(x)
+    rc = lib.lb_round_act(x.ctypes.data, x.shape[0], x.shape[1], out.ctypes.data)
     if rc != 0:
-        raise ValueError(f"native dequantize refused kind {w.kind} w {w.shape} (code {rc})")
-    return wf
+        raise ValueError(f"native round_act refused x {x.shape} (code {rc})")
+    return out

@@ -3,13 +3,14 @@
 #include "qmatmul_impl.h"
 
 static lb_kernel chosen;
+static lb_rounder chosen_round;
 static int chosen_isa = -1;
 
 static int best_isa(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx2") &&
         __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         return LB_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
@@ -23,13 +24,18 @@ int lb_set_isa(int isa) {
     if (isa < 0 || isa > best) isa = best;
     switch (isa) {
 #if defined(__x86_64__)
-    case LB_ISA_AVX512: chosen = lb_qmatmul_avx512; break;
-    case LB_ISA_AVX2: chosen = lb_qmatmul_avx2; break;
+    case LB_ISA_AVX512: chosen = lb_qmatmul_avx512; chosen_round = lb_act_round_avx512; break;
+    case LB_ISA_AVX2: chosen = lb_qmatmul_avx2; chosen_round = lb_act_round_generic; break;
 #endif
-    default: isa = LB_ISA_GENERIC; chosen = lb_qmatmul_generic; break;
+    default: isa = LB_ISA_GENERIC; chosen = lb_qmatmul_generic; chosen_round = lb_act_round_generic; break;
     }
     chosen_isa = isa;
     return isa;
+}
+
+lb_rounder lb_chosen_rounder(void) {
+    if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);
+    return chosen_round;
 }
 
 int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
@@ -37,57 +43,39 @@ int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w,
     if (T < 0 || N < 0 || K <= 0 || K % QK) return LB_ESHAPE;
     if (T == 0 || N == 0) return LB_OK;
     if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);   /* a benign race: every thread picks the same path */
-    chosen(kind, x, T, K, w, N, out);
+    lb_act a;
+    if (lb_act_init(&a, kind, x, T, K, chosen_round) != LB_OK) return LB_ENOMEM;
+    chosen(kind, &a, w, N, out);
+    lb_act_free(&a);
     return LB_OK;
 }
 
-/* Dequantize one block of 32 weights exactly as ggml does (fp32 multiply, then add). */
-static void dequant_block(int kind, const uint8_t *b, float *y) {
-    if (kind == LB_Q8_0) {
-        float d = lb_f16(lb_u16(b));
-        for (int j = 0; j < QK; j++) y[j] = (float)(int8_t)b[2 + j] * d;
-    } else if (kind == LB_Q4_1) {
-        float d = lb_f16(lb_u16(b)), m = lb_f16(lb_u16(b + 2));
-        for (int j = 0; j < QK / 2; j++) {
-            y[j] = (float)(b[4 + j] & 0x0f) * d + m;
-            y[j + QK / 2] = (float)(b[4 + j] >> 4) * d + m;
-        }
-    } else {
-        float d = lb_f16(lb_u16(b));
-        for (int j = 0; j < QK / 2; j++) {
-            y[j] = (float)((b[2 + j] & 0x0f) - 8) * d;
-            y[j + QK / 2] = (float)((b[2 + j] >> 4) - 8) * d;
-        }
-    }
-}
-
-/* Plain C: dequantize each block once, use it for every row of x. */
-void lb_qmatmul_generic(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
-    const int64_t nb = K / QK, bb = lb_block_bytes(kind);
-    float y[QK];
+/* Plain C, the definition the vector paths follow: per block the exact integer sum of quants times
+ * activation quants, scaled by d_w * d_x in float32 (q4_0's -8 offset folded into the integer sum);
+ * q4_1's minimum adds m * d_x * sum(q_x). */
+void lb_qmatmul_generic(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out) {
+    const int64_t nb = a->nb, bb = lb_block_bytes(kind);
     for (int64_t n = 0; n < N; n++) {
-        for (int64_t t = 0; t < T; t++) out[t * N + n] = 0.0f;
-        for (int64_t b = 0; b < nb; b++) {
-            dequant_block(kind, w + n * nb * bb + b * bb, y);
-            for (int64_t t = 0; t < T; t++) {
-                const float *xb = x + t * K + b * QK;
-                float s = 0.0f;
-                for (int j = 0; j < QK; j++) s += xb[j] * y[j];
-                out[t * N + n] += s;
+        for (int64_t t = 0; t < a->T; t++) {
+            const int8_t *xq = a->q + t * a->nbp * QK;
+            const float *dx = a->d + t * a->nbp, *sx = a->side + t * a->nbp;
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = w + (n * nb + b) * bb;
+                int32_t p = 0;
+                if (kind == LB_Q8_0) {
+                    for (int j = 0; j < QK; j++) p += (int8_t)blk[2 + j] * xq[lb_act_index(kind, b, j)];
+                } else {
+                    const uint8_t *qs = blk + (kind == LB_Q4_1 ? 4 : 2);
+                    const int off = kind == LB_Q4_0 ? 8 : 0;
+                    for (int j = 0; j < QK / 2; j++)
+                        p += ((qs[j] & 0x0f) - off) * xq[lb_act_index(kind, b, j)] +
+                             ((qs[j] >> 4) - off) * xq[lb_act_index(kind, b, j + 16)];
+                }
+                acc += lb_f16(lb_u16(blk)) * dx[b] * (float)p;
+                if (kind == LB_Q4_1) acc += lb_f16(lb_u16(blk + 2)) * sx[b];
             }
+            out[t * N + n] = acc;
         }
     }
-}
-
-/* All N rows of w as float32 (N, K), exactly as dequant_block: for a long prompt, where BLAS's
- * packed sgemm on the float weights outruns the block kernels (kernels/qmatmul.py). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-int lb_dequantize(int kind, const uint8_t *w, int64_t N, int64_t K, float *out) {
-    if (lb_block_bytes(kind) == 0) return LB_EKIND;
-    if (N < 0 || K <= 0 || K % QK) return LB_ESHAPE;
-    const int64_t nb = N * (K / QK), bb = lb_block_bytes(kind);
-    for (int64_t b = 0; b < nb; b++) dequant_block(kind, w + b * bb, out + b * QK);
-    return LB_OK;
 }

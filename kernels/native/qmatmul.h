@@ -1,4 +1,6 @@
-/* x (T, K) float32 times a GGUF block-quantized weight (N, K) transposed: out (T, N) float32, row-major. */
+/* x (T, K) float32 times a GGUF block-quantized weight (N, K) transposed: out (T, N) float32, row-major.
+ * x is first rounded to 8 bits per block of 32 as llama.cpp rounds it (lb_round_act), then the
+ * products are summed exactly in integers per block and scaled in float32. */
 #ifndef LB_QMATMUL_H
 #define LB_QMATMUL_H
 
@@ -16,16 +18,17 @@ enum { LB_Q4_0 = 2, LB_Q4_1 = 3, LB_Q8_0 = 8 };
 /* Instruction sets, for lb_set_isa: the widest the CPU has is the default. */
 enum { LB_ISA_AUTO = -1, LB_ISA_GENERIC = 0, LB_ISA_AVX2 = 1, LB_ISA_AVX512 = 2 };
 
-enum { LB_OK = 0, LB_EKIND = -1, LB_ESHAPE = -2 };
+enum { LB_OK = 0, LB_EKIND = -1, LB_ESHAPE = -2, LB_ENOMEM = -3 };
 
-/* out[t, n] = sum_k x[t, k] * dequant(w)[n, k]; w holds N rows of K / 32 blocks. No alignment needed. */
+/* out[t, n] = sum_k round_act(x)[t, k] * dequant(w)[n, k]; w holds N rows of K / 32 blocks. No alignment needed. */
 LB_API int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out);
 
 /* Pick the code path (tests compare them all); returns the path now in use (a wider one than the
  * CPU has falls back to the best it has). */
 LB_API int lb_set_isa(int isa);
 
-/* dequant(w) as float32 (N, K), row-major: exactly the weights lb_qmatmul multiplies by. */
-LB_API int lb_dequantize(int kind, const uint8_t *w, int64_t N, int64_t K, float *out);
+/* round_act(x) (T, K): each block of 32 as d * q, d = float16(max|x| / 127), q = rint(x * 127 / max|x|):
+ * exactly the activations lb_qmatmul multiplies (a block holding NaN or inf gives NaN). */
+LB_API int lb_round_act(const float *x, int64_t T, int64_t K, float *out);
 
 #endif

@@ -1,5 +1,7 @@
-/* AVX2 + FMA + F16C path: a 32-weight block is four 8-lane registers, so one weight row at a time
- * (four registers) feeds a tile of up to 8 rows of x (eight accumulators). */
+/* AVX2 path (no VNNI): one block at a time in 256-bit registers. vpmaddubsw multiplies unsigned by signed
+ * bytes into 16-bit pairs and vpmaddwd sums them to 8 int32 lanes, exactly: q4_1's nibbles go in as they
+ * are (at most 15); q4_0's nibble - 8 and q8_0's quants go in as |q| against x with q's sign, as ggml
+ * does. Up to 4 rows of activations share each weight block; 2 weight rows go together. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -8,80 +10,83 @@
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
 
-INLINE __m256 u8_to_ps(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)); }
-INLINE __m256 i8_to_ps(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)); }
-
-/* w[0..3] = weights 0..7, 8..15, 16..23, 24..31 of the block, ggml-exact. */
-INLINE void dequant(int kind, const uint8_t *b, __m256 w[4]) {
-    if (kind == 8) {
-        __m256 d = _mm256_set1_ps(_cvtsh_ss(lb_u16(b)));
-        __m128i q0 = _mm_loadu_si128((const __m128i *)(b + 2)), q1 = _mm_loadu_si128((const __m128i *)(b + 18));
-        w[0] = _mm256_mul_ps(i8_to_ps(q0), d);
-        w[1] = _mm256_mul_ps(i8_to_ps(_mm_srli_si128(q0, 8)), d);
-        w[2] = _mm256_mul_ps(i8_to_ps(q1), d);
-        w[3] = _mm256_mul_ps(i8_to_ps(_mm_srli_si128(q1, 8)), d);
-        return;
-    }
-    const __m128i mask = _mm_set1_epi8(0x0f);
-    int off = kind == 3 ? 4 : 2;
-    __m128i qs = _mm_loadu_si128((const __m128i *)(b + off));
-    __m128i lo = _mm_and_si128(qs, mask), hi = _mm_and_si128(_mm_srli_epi16(qs, 4), mask);
-    __m256 q[4] = {u8_to_ps(lo), u8_to_ps(_mm_srli_si128(lo, 8)), u8_to_ps(hi), u8_to_ps(_mm_srli_si128(hi, 8))};
-    __m256 d = _mm256_set1_ps(_cvtsh_ss(lb_u16(b)));
-    if (kind == 3) {
-        __m256 m = _mm256_set1_ps(_cvtsh_ss(lb_u16(b + 2)));
-        for (int i = 0; i < 4; i++) w[i] = _mm256_add_ps(_mm256_mul_ps(q[i], d), m);
-    } else {
-        __m256 eight = _mm256_set1_ps(8.0f);
-        for (int i = 0; i < 4; i++) w[i] = _mm256_mul_ps(_mm256_sub_ps(q[i], eight), d);
-    }
-}
-
-INLINE float hsum(__m256 v) {
+INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* out0[r * N] for r < R rows of x and one weight row; R is a constant after inlining. */
-INLINE void tile(int kind, int R, const float *x0, int64_t K, const uint8_t *wrow, float *out0, int64_t N) {
-    const int64_t nb = K / QK, bb = lb_block_bytes(kind);
-    __m256 acc[8];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes,
+                 float *out0, int64_t N) {
+    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind);
+    const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+    __m256 acc[4][2];
+    float side[4][2];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps(), side[r][c] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
-        __m256 w[4];
-        _mm_prefetch((const char *)wrow + b * bb + 4096, _MM_HINT_T0);   /* see qmatmul_avx512.c */
-        dequant(kind, wrow + b * bb, w);
+        __m256i u[2];
+        float dw[2], sw[2];
+        for (int c = 0; c < C; c++) {
+            const uint8_t *p = w0 + c * row_bytes + b * bb;
+            dw[c] = _cvtsh_ss(lb_u16(p));
+            if (kind == LB_Q8_0) {
+                u[c] = _mm256_loadu_si256((const __m256i *)(p + 2));          /* signed; |q| below */
+            } else {
+                __m128i qs = _mm_loadu_si128((const __m128i *)(p + (kind == LB_Q4_1 ? 4 : 2)));
+                u[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), mask);
+                if (kind == LB_Q4_0) u[c] = _mm256_sub_epi8(u[c], eight);     /* signed too */
+            }
+            sw[c] = kind == LB_Q4_1 ? _cvtsh_ss(lb_u16(p + 2)) : 0.0f;
+        }
         for (int r = 0; r < R; r++) {
-            const float *xb = x0 + r * K + b * QK;
-            for (int i = 0; i < 4; i++) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 8 * i), w[i], acc[r]);
+            const int8_t *row = a->q + (t0 + r) * nbp * QK;
+            const float dx = a->d[(t0 + r) * nbp + b], sx = a->side[(t0 + r) * nbp + b];
+            __m256i x;
+            if (kind == LB_Q8_0)
+                x = _mm256_loadu_si256((const __m256i *)(row + b * QK));
+            else
+                x = _mm256_loadu2_m128i((const __m128i *)(row + lb_act_index(kind, b, 16)),
+                                        (const __m128i *)(row + lb_act_index(kind, b, 0)));
+            for (int c = 0; c < C; c++) {
+                __m256i p16 = kind == LB_Q4_1
+                    ? _mm256_maddubs_epi16(u[c], x)
+                    : _mm256_maddubs_epi16(_mm256_sign_epi8(u[c], u[c]), _mm256_sign_epi8(x, u[c]));
+                __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                acc[r][c] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw[c] * dx), acc[r][c]);
+                if (kind == LB_Q4_1) side[r][c] += sw[c] * sx;
+            }
         }
     }
-    for (int r = 0; r < R; r++) out0[r * N] = hsum(acc[r]);
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) out0[r * N + c] = hsum8(acc[r][c]) + side[r][c];
+}
+
+INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) {
+    const int64_t row_bytes = a->nb * lb_block_bytes(kind);
+    int64_t n = 0;
+    for (; n + C <= N; n += C) tile(kind, R, C, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
+    for (; n < N; n++) tile(kind, R, 1, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
 }
 
 #define ROWS_FN(KIND, R) \
-    static TGT void rows_##KIND##_##R(const float *x0, int64_t K, const uint8_t *w, int64_t N, float *out0) { \
-        const int64_t row_bytes = K / QK * lb_block_bytes(KIND); \
-        for (int64_t n = 0; n < N; n++) tile(KIND, R, x0, K, w + n * row_bytes, out0 + n, N); }
+    static TGT void rows_##KIND##_##R(const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) { \
+        rows(KIND, R, 2, a, t0, w, N, out0); }
 #define ROWS_ALL(KIND) \
     ROWS_FN(KIND, 1) ROWS_FN(KIND, 2) ROWS_FN(KIND, 3) ROWS_FN(KIND, 4) \
-    ROWS_FN(KIND, 5) ROWS_FN(KIND, 6) ROWS_FN(KIND, 7) ROWS_FN(KIND, 8) \
-    static void (*const rows_##KIND[9])(const float *, int64_t, const uint8_t *, int64_t, float *) = { \
-        0, rows_##KIND##_1, rows_##KIND##_2, rows_##KIND##_3, rows_##KIND##_4, \
-        rows_##KIND##_5, rows_##KIND##_6, rows_##KIND##_7, rows_##KIND##_8};
+    static void (*const rows_##KIND[5])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = { \
+        0, rows_##KIND##_1, rows_##KIND##_2, rows_##KIND##_3, rows_##KIND##_4};
 
 ROWS_ALL(2)
 ROWS_ALL(3)
 ROWS_ALL(8)
 
-TGT void lb_qmatmul_avx2(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
-    for (int64_t t = 0; t < T; t += 8) {
-        int R = T - t < 8 ? (int)(T - t) : 8;
-        if (kind == 3) rows_3[R](x + t * K, K, w, N, out + t * N);
-        else if (kind == 8) rows_8[R](x + t * K, K, w, N, out + t * N);
-        else rows_2[R](x + t * K, K, w, N, out + t * N);
+TGT void lb_qmatmul_avx2(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out) {
+    for (int64_t t = 0; t < a->T; t += 4) {
+        const int R = a->T - t < 4 ? (int)(a->T - t) : 4;
+        if (kind == LB_Q4_1) rows_3[R](a, t, w, N, out + t * N);
+        else if (kind == LB_Q8_0) rows_8[R](a, t, w, N, out + t * N);
+        else rows_2[R](a, t, w, N, out + t * N);
     }
 }
 #endif

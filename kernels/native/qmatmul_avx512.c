@@ -1,63 +1,91 @@
-/* AVX-512 path. Each 32-weight block is dequantized once into two registers (weights 0..15 and
- * 16..31) and multiplied into a tile of R rows of x; C output rows go together so each load of x
- * feeds C FMAs. Q4 blocks dequantize through a 16-entry table (q * d + m for q = 0..15) indexed by the
- * nibbles with vpermps, which reads only the index's low 4 bits, so the high nibble needs no mask. */
+/* AVX-512 VNNI path. Weights stay 4 or 8-bit: vpdpbusd multiplies unsigned weight quants by the int8
+ * activation quants (lb_act) and sums four products per 32-bit lane, exactly. A q4 "unit" is four
+ * blocks: their 16 nibble bytes in the four 128-bit lanes of one register (one two-table byte permute
+ * of the unit's bytes), low nibbles (elements 0..15) and high nibbles (16..31) each against their half
+ * of the activations. A q8_0 unit is two blocks, the quants made unsigned by + 128. Each lane's sum
+ * starts from lb_act's corr, which takes away what the unsigned form adds (q4_0's 8, q8_0's 128), so
+ * it ends exact; it is scaled in float32 by its block's d_w * d_x (exact) and q4_1's minimum comes in
+ * through lb_act's sxe. C weight rows share each load of x. */
 #if defined(__x86_64__)
 #include <immintrin.h>
-#include <stdlib.h>
 
 #include "qmatmul_impl.h"
 
-#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
 #ifndef PREFETCH
-#define PREFETCH 4096   /* bytes ahead in the weight stream: T = 1 over 30 layers 10.2 -> 6.9 ms */
+#define PREFETCH 4096   /* bytes ahead in the weight stream */
 #endif
 
-INLINE void dequant(int kind, const uint8_t *b, __m512 iota, __m512 *lo, __m512 *hi) {
-    if (kind == 8) {
-        __m512 d = _mm512_set1_ps(_cvtsh_ss(lb_u16(b)));
-        __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));
-        __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)));
-        *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(q0), d);
-        *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(q1), d);
+/* Byte i of a q4 unit's lane L (nibble byte i of block L) sits at L * bb + off + i of the unit's bytes. */
+#define G4(bb, off, L) (L) * (bb) + (off) + 0, (L) * (bb) + (off) + 1, (L) * (bb) + (off) + 2, (L) * (bb) + (off) + 3, \
+    (L) * (bb) + (off) + 4, (L) * (bb) + (off) + 5, (L) * (bb) + (off) + 6, (L) * (bb) + (off) + 7, \
+    (L) * (bb) + (off) + 8, (L) * (bb) + (off) + 9, (L) * (bb) + (off) + 10, (L) * (bb) + (off) + 11, \
+    (L) * (bb) + (off) + 12, (L) * (bb) + (off) + 13, (L) * (bb) + (off) + 14, (L) * (bb) + (off) + 15
+static const uint8_t NIBBLES_Q4_1[64] = {G4(20, 4, 0), G4(20, 4, 1), G4(20, 4, 2), G4(20, 4, 3)};
+static const uint8_t NIBBLES_Q4_0[64] = {G4(18, 2, 0), G4(18, 2, 1), G4(18, 2, 2), G4(18, 2, 3)};
+#define G8(off) (off) + 0, (off) + 1, (off) + 2, (off) + 3, (off) + 4, (off) + 5, (off) + 6, (off) + 7, \
+    (off) + 8, (off) + 9, (off) + 10, (off) + 11, (off) + 12, (off) + 13, (off) + 14, (off) + 15
+static const uint8_t QUANTS_Q8_0[64] = {G8(2), G8(18), G8(36), G8(52)};
+/* 16-bit word of each 32-bit lane's block scale (d, or q4_1's m one word later) in the unit's bytes. */
+#define W4(bb, o) (o), (o), (o), (o), (bb) / 2 + (o), (bb) / 2 + (o), (bb) / 2 + (o), (bb) / 2 + (o), \
+    (bb) + (o), (bb) + (o), (bb) + (o), (bb) + (o), 3 * (bb) / 2 + (o), 3 * (bb) / 2 + (o), 3 * (bb) / 2 + (o), 3 * (bb) / 2 + (o)
+static const int16_t D_Q4_1[32] = {W4(20, 0)}, M_Q4_1[32] = {W4(20, 1)}, D_Q4_0[32] = {W4(18, 0)};
+static const int16_t D_Q8_0[32] = {0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17, 17};
+
+/* One unit of a weight row from block b (valid: its blocks inside the row): the unsigned quants that
+ * meet the activations' first and second 64 bytes, each lane's d_w, and (q4_1) each lane's m. The unit's
+ * bytes are contiguous; the second 64 are loaded under a mask, so nothing past the row's end is read. */
+INLINE void load_unit(int kind, const uint8_t *p, int valid, __m512i *lo, __m512i *hi, __m512 *d, __m512 *m) {
+    const int64_t bytes = (int64_t)valid * lb_block_bytes(kind);
+    _mm_prefetch((const char *)p + PREFETCH, _MM_HINT_T0);
+    const __m512i A = bytes >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8((((__mmask64)1) << bytes) - 1, p);
+    const __m512i B = bytes > 64 ? _mm512_maskz_loadu_epi8((((__mmask64)1) << (bytes - 64)) - 1, p + 64)
+                                 : _mm512_setzero_si512();
+    const int16_t *dw = kind == LB_Q4_1 ? D_Q4_1 : kind == LB_Q4_0 ? D_Q4_0 : D_Q8_0;
+    *d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(dw), A)));
+    if (kind == LB_Q4_1)
+        *m = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(M_Q4_1), A)));
+    if (kind == LB_Q8_0) {
+        *lo = _mm512_xor_si512(_mm512_permutex2var_epi8(A, _mm512_loadu_si512(QUANTS_Q8_0), B),
+                               _mm512_set1_epi8((char)0x80));
+        *hi = _mm512_setzero_si512();
         return;
     }
-    __m512 table;
-    __m512i v;
-    if (kind == 3) {
-        __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)lb_u32(b)));          /* d, m */
-        __m512 d = _mm512_broadcastss_ps(dm), m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
-        table = _mm512_add_ps(_mm512_mul_ps(iota, d), m);  /* two roundings, as ggml: built -ffp-contract=off */
-        v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + 4)));
-    } else {
-        __m512 d = _mm512_set1_ps(_cvtsh_ss(lb_u16(b)));
-        table = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), d);
-        v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));
-    }
-    *lo = _mm512_permutexvar_ps(v, table);
-    *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+    const __m512i v = _mm512_permutex2var_epi8(A, _mm512_loadu_si512(kind == LB_Q4_1 ? NIBBLES_Q4_1 : NIBBLES_Q4_0), B);
+    const __m512i mask = _mm512_set1_epi8(0x0f);
+    *lo = _mm512_and_si512(v, mask);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
 }
 
-/* out[r, c] for r < R rows of x from x0 and c < C weight rows from w0; R, C are constants after inlining. */
-INLINE void tile(int kind, int R, int C, const float *x0, int64_t K, const uint8_t *w0, int64_t row_bytes,
+/* out[r, c] for r < R rows of the activations from t0 and c < C weight rows from w0 (constants after
+ * inlining). Every (r, c) sums in the same order whatever R and C are, so a row's result does not
+ * depend on the batch around it. Per unit and lane: acc += (d_w d_x) P, and for q4_1 then m sxe. */
+INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes,
                  float *out0, int64_t N) {
-    const int64_t nb = K / QK, bb = lb_block_bytes(kind);
-    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const int unit = kind == LB_Q8_0 ? 2 : 4, lanes = a->lanes;
+    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind);
     __m512 acc[8][4];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        __m512 lo[4], hi[4];
-        for (int c = 0; c < C; c++) {
-            _mm_prefetch((const char *)w0 + c * row_bytes + b * bb + PREFETCH, _MM_HINT_T0);
-            dequant(kind, w0 + c * row_bytes + b * bb, iota, &lo[c], &hi[c]);
-        }
+    for (int64_t b = 0; b < nb; b += unit) {
+        const int valid = nb - b < unit ? (int)(nb - b) : unit;
+        __m512i lo[4], hi[4];
+        __m512 dw[4], mw[4];
+        for (int c = 0; c < C; c++) load_unit(kind, w0 + c * row_bytes + b * bb, valid, &lo[c], &hi[c], &dw[c], &mw[c]);
         for (int r = 0; r < R; r++) {
-            __m512 xl = _mm512_loadu_ps(x0 + r * K + b * QK), xh = _mm512_loadu_ps(x0 + r * K + b * QK + 16);
+            const int8_t *xq = a->q + (t0 + r) * nbp * QK + b * QK;
+            const __m512 dx = _mm512_loadu_ps(a->dxe + (t0 + r) * nbp * lanes + b * lanes);
+            const __m512 sx = kind == LB_Q4_1 ? _mm512_loadu_ps(a->sxe + (t0 + r) * nbp * lanes + b * lanes) : dx;
+            const __m512i corr = kind == LB_Q4_1 ? _mm512_setzero_si512()
+                                                 : _mm512_loadu_si512(a->corr + (t0 + r) * nbp * lanes + b * lanes);
+            const __m512i x0 = _mm512_loadu_si512(xq);
+            const __m512i x1 = kind == LB_Q8_0 ? x0 : _mm512_loadu_si512(xq + 64);
             for (int c = 0; c < C; c++) {
-                acc[r][c] = _mm512_fmadd_ps(xl, lo[c], acc[r][c]);
-                acc[r][c] = _mm512_fmadd_ps(xh, hi[c], acc[r][c]);
+                __m512i p = _mm512_dpbusd_epi32(corr, lo[c], x0);
+                if (kind != LB_Q8_0) p = _mm512_dpbusd_epi32(p, hi[c], x1);
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[c], dx), acc[r][c]);
+                if (kind == LB_Q4_1) acc[r][c] = _mm512_fmadd_ps(mw[c], sx, acc[r][c]);
             }
         }
     }
@@ -65,23 +93,23 @@ INLINE void tile(int kind, int R, int C, const float *x0, int64_t K, const uint8
         for (int c = 0; c < C; c++) out0[r * N + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-/* All N outputs for R rows of x: C weight rows at a time, then the leftover rows one by one. */
-INLINE void rows(int kind, int R, int C, const float *x0, int64_t K, const uint8_t *w, int64_t N, float *out0) {
-    const int64_t row_bytes = K / QK * lb_block_bytes(kind);
+/* All N outputs for R rows: C weight rows at a time, then the leftover rows one by one. */
+INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) {
+    const int64_t row_bytes = a->nb * lb_block_bytes(kind);
     int64_t n = 0;
-    for (; n + C <= N; n += C) tile(kind, R, C, x0, K, w + n * row_bytes, row_bytes, out0 + n, N);
-    for (; n < N; n++) tile(kind, R, 1, x0, K, w + n * row_bytes, row_bytes, out0 + n, N);
+    for (; n + C <= N; n += C) tile(kind, R, C, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
+    for (; n < N; n++) tile(kind, R, 1, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
 }
 
-/* One instantiation per (kind, R): the tile's shape is then known to the compiler, which keeps the
- * R x C accumulators in registers (at most 16 of the 32). */
+/* One instantiation per (kind, R), so the tile's shape is known to the compiler and its accumulators
+ * stay in registers. */
 #define ROWS_FN(KIND, R, C) \
-    static TGT void rows_##KIND##_##R(const float *x0, int64_t K, const uint8_t *w, int64_t N, float *out0) { \
-        rows(KIND, R, C, x0, K, w, N, out0); }
+    static TGT void rows_##KIND##_##R(const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) { \
+        rows(KIND, R, C, a, t0, w, N, out0); }
 #define ROWS_ALL(KIND) \
-    ROWS_FN(KIND, 1, 4) ROWS_FN(KIND, 2, 4) ROWS_FN(KIND, 3, 4) ROWS_FN(KIND, 4, 4) \
+    ROWS_FN(KIND, 1, 4) ROWS_FN(KIND, 2, 4) ROWS_FN(KIND, 3, 2) ROWS_FN(KIND, 4, 2) \
     ROWS_FN(KIND, 5, 2) ROWS_FN(KIND, 6, 2) ROWS_FN(KIND, 7, 2) ROWS_FN(KIND, 8, 2) \
-    static void (*const rows_##KIND[9])(const float *, int64_t, const uint8_t *, int64_t, float *) = { \
+    static void (*const rows_##KIND[9])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = { \
         0, rows_##KIND##_1, rows_##KIND##_2, rows_##KIND##_3, rows_##KIND##_4, \
         rows_##KIND##_5, rows_##KIND##_6, rows_##KIND##_7, rows_##KIND##_8};
 
@@ -89,98 +117,57 @@ ROWS_ALL(2)
 ROWS_ALL(3)
 ROWS_ALL(8)
 
-
-/* T = 1, one weight row: out = sum_b d_b (x_b . q_b) + m_b xsum_b, with q_b read as floats straight
- * from a constant table (no per-block table build) and the scales of 16 blocks gathered and converted at
- * once into a small float array, so each block costs a broadcast load instead of shuffles. */
-#define CHUNK 16
-INLINE float gemv_row(int kind, const float *x, const float *xsum, int64_t nb, const uint8_t *wrow) {
-    const int64_t bb = lb_block_bytes(kind);
-    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512 qtab = kind == 2 ? _mm512_sub_ps(iota, _mm512_set1_ps(8.0f)) : iota;
-    const __m512i bidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)bb));
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
-    for (int64_t b0 = 0; b0 < nb; b0 += CHUNK) {
-        const int64_t n = nb - b0 < CHUNK ? nb - b0 : CHUNK;
-        const __mmask16 live = (__mmask16)((1u << n) - 1);
-        /* each block's first 4 bytes: fp16 d, then fp16 m (q4_1) or two quants */
-        __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, bidx, wrow + b0 * bb, 1);
-        float sc[CHUNK];
-        _mm512_storeu_ps(sc, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)));
-        if (kind == 3) {
-            __m512 m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
-            accm = _mm512_fmadd_ps(m, _mm512_loadu_ps(xsum + b0), accm);
-        }
-        for (int64_t i = 0; i < n; i++) {
-            const uint8_t *blk = wrow + (b0 + i) * bb;
-            const float *xb = x + (b0 + i) * QK;
-            _mm_prefetch((const char *)blk + PREFETCH, _MM_HINT_T0);
-            __m512 ql, qh;
-            if (kind == 8) {
-                ql = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
-                qh = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18))));
-            } else {
-                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + (kind == 3 ? 4 : 2))));
-                ql = _mm512_permutexvar_ps(v, qtab);
-                qh = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), qtab);
+/* lb_act_round_generic with 16 lanes: the same IEEE operations (cvtps2dq rounds ties to even like
+ * nearbyintf; vcvtps2ph like lb_to_f16), so the same bits. */
+TGT void lb_act_round_avx512(lb_act *a, const float *x) {
+    const __m512 big = _mm512_set1_ps(3.4028235e38f);
+    for (int64_t t = 0; t < a->T; t++) {
+        int8_t *q = a->q + t * a->nbp * QK;
+        float *d = a->d + t * a->nbp, *side = a->side + t * a->nbp;
+        for (int64_t b = 0; b < a->nb; b++) {
+            const float *xb = x + t * a->K + b * QK;
+            const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+            const __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+            const int64_t e = (t * a->nbp + b) * a->lanes;
+            if (_mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ)) {
+                d[b] = side[b] = __builtin_nanf("");       /* NaN or inf in the block: quants stay 0 */
+                for (int l = 0; l < a->lanes; l++) a->dxe[e + l] = a->sxe[e + l] = d[b];
+                continue;
             }
-            __m512 dot = _mm512_fmadd_ps(_mm512_loadu_ps(xb + 16), qh, _mm512_mul_ps(_mm512_loadu_ps(xb), ql));
-            __m512 d = _mm512_set1_ps(sc[i]);
-            if (i & 1) acc1 = _mm512_fmadd_ps(dot, d, acc1);
-            else acc0 = _mm512_fmadd_ps(dot, d, acc0);
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+            const float dd = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+            const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+            const __m128i b0 = _mm512_cvtepi32_epi8(q0), b1 = _mm512_cvtepi32_epi8(q1);
+            _mm_storeu_si128((__m128i *)(q + lb_act_index(a->kind, b, 0)), b0);
+            _mm_storeu_si128((__m128i *)(q + lb_act_index(a->kind, b, 16)), b1);
+            d[b] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
+            side[b] = d[b] * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            /* expand (qact.c) with vectors: sums of 4 quants by vpdpbusd against ones */
+            const __m128i ones = _mm_set1_epi8(1);
+            const __m128i s0 = _mm_dpbusd_epi32(_mm_setzero_si128(), ones, b0);
+            const __m128i s1 = _mm_dpbusd_epi32(_mm_setzero_si128(), ones, b1);
+            if (a->lanes == 4) {
+                _mm_storeu_ps(a->dxe + e, _mm_set1_ps(d[b]));
+                _mm_storeu_ps(a->sxe + e, _mm_set1_ps(side[b] * 0.25f));
+                _mm_storeu_si128((__m128i *)(a->corr + e), a->kind == LB_Q4_0
+                                 ? _mm_mullo_epi32(_mm_add_epi32(s0, s1), _mm_set1_epi32(-8)) : _mm_setzero_si128());
+            } else {
+                _mm256_storeu_ps(a->dxe + e, _mm256_set1_ps(d[b]));
+                _mm256_storeu_ps(a->sxe + e, _mm256_set1_ps(side[b] * 0.125f));
+                _mm256_storeu_si256((__m256i *)(a->corr + e),
+                                    _mm256_mullo_epi32(_mm256_set_m128i(s1, s0), _mm256_set1_epi32(-128)));
+            }
         }
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), accm));
 }
 
-#define GEMV_FN(KIND) \
-    static TGT void gemv_##KIND(const float *x, const float *xsum, int64_t K, const uint8_t *w, int64_t N, \
-                                float *out) { \
-        const int64_t nb = K / QK, row_bytes = nb * lb_block_bytes(KIND); \
-        for (int64_t n = 0; n < N; n++) out[n] = gemv_row(KIND, x, xsum, nb, w + n * row_bytes); }
-GEMV_FN(2)
-GEMV_FN(3)
-GEMV_FN(8)
-
-/* Sums of x over each block (zero-padded to a whole chunk), for q4_1's m term. */
-static TGT void block_sums(const float *x, int64_t nb, float *xsum) {
-    for (int64_t b = 0; b < nb; b++)
-        xsum[b] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(x + b * QK), _mm512_loadu_ps(x + b * QK + 16)));
-    for (int64_t b = nb; b % CHUNK; b++) xsum[b] = 0.0f;
-}
-
-static TGT void gemv(int kind, const float *x, int64_t K, const uint8_t *w, int64_t N, float *out) {
-    const int64_t nb = K / QK, padded = (nb + CHUNK - 1) / CHUNK * CHUNK;
-    if (kind == 8) {
-        gemv_8(x, NULL, K, w, N, out);
-    } else if (kind == 2) {
-        gemv_2(x, NULL, K, w, N, out);
-    } else {
-        float stack[1024], *xsum = padded <= 1024 ? stack : malloc(padded * sizeof(float));
-        if (xsum == NULL) {                                   /* out of memory: the tile path needs none */
-            rows_3[1](x, K, w, N, out);
-            return;
-        }
-        block_sums(x, nb, xsum);
-        gemv_3(x, xsum, K, w, N, out);
-        if (xsum != stack) free(xsum);
-    }
-}
-
-TGT void lb_qmatmul_avx512(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N,
-                           float *out) {
-    if (T == 1) {
-        gemv(kind, x, K, w, N, out);
-        return;
-    }
-    for (int64_t t = 0; t < T; t += 8) {
-        int R = T - t < 8 ? (int)(T - t) : 8;
-        const float *x0 = x + t * K;
-        float *out0 = out + t * N;
-        if (kind == 3) rows_3[R](x0, K, w, N, out0);
-        else if (kind == 8) rows_8[R](x0, K, w, N, out0);
-        else rows_2[R](x0, K, w, N, out0);
+TGT void lb_qmatmul_avx512(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out) {
+    for (int64_t t = 0; t < a->T; t += 8) {
+        const int R = a->T - t < 8 ? (int)(a->T - t) : 8;
+        if (kind == LB_Q4_1) rows_3[R](a, t, w, N, out + t * N);
+        else if (kind == LB_Q8_0) rows_8[R](a, t, w, N, out + t * N);
+        else rows_2[R](a, t, w, N, out + t * N);
     }
 }
 #endif

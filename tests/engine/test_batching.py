@@ -33,4 +33,7 @@ def test_greedy_alone_equals_greedy_among_16_others(weights, request, reference)
     others = {f"o{i}": rng.integers(3, 49152, size=int(rng.integers(1, 60))).tolist() for i in range(16)}
     crowd = greedy(shard, {**others, "t": target}, STEPS)["t"]     # 462 + 38 prompt rows in one batch
     assert alone == crowd
-    assert alone == reference["chats"][1]["greedy_ids"][:STEPS]          # and it is llama.cpp's path
+    if weights == "real_weights":
+        # and it is llama.cpp's path. The quantized weights' 8-bit activations break the first step's
+        # near tie (24.899 against 24.878) the other way and go on from there (parity: test_parity).
+        assert alone == reference["chats"][1]["greedy_ids"][:STEPS]

@@ -18,16 +18,10 @@ def one_shard_logits(real_weights, reference):
 
 @pytest.fixture(scope="module")
 def quantized_logits(model_path, reference):
-    """The same through GGUF's blocks and the native kernel, what a CPU shard runs by default."""
+    """Through GGUF's blocks and the native kernel, activations rounded to 8 bits as llama.cpp rounds
+    them: what a CPU shard runs by default."""
     loaded = load_weights(model_path, 0, 30, "quantized")
     return [teacher_forced(make_shard(loaded).forward, chat) for chat in reference["chats"]]
-
-
-def test_quantized_weights_give_the_float_logits(quantized_logits, one_shard_logits):
-    for q, f in zip(quantized_logits, one_shard_logits):
-        assert q.dtype == np.float32
-        np.testing.assert_array_equal(q.argmax(1), f.argmax(1))
-        np.testing.assert_allclose(q, f, atol=2e-3)          # fp32 summation order, nothing more
 
 
 @pytest.mark.parametrize("weights", ["float32", "quantized"])
@@ -45,13 +39,15 @@ def test_teacher_forced_parity_with_llama_cpp(weights, request, reference):
         assert d.mean() <= 0.35, d.mean()
         diffs.append(d.ravel())
     d = np.concatenate(diffs)
-    # The reference is one draw of a chaotic computation: llama.cpp rounds activations to 8 bits
-    # inside its dot products, and a 1-ulp change anywhere moves its logits. Our exact fp32 forward
-    # lands 1.04 and 1.36 from it on two of 310 top-5 logits (chat 0, step 10). llama.cpp itself,
-    # rerun here with one norm nudged by +-1 ulp, lands 0.75-1.57 from the reference at worst and
-    # past 1.0 in 5 of 12 runs (`python3 bench/parity_probe.py cloud 12`); the probe's bit-exact
-    # emulation of llama.cpp reproduces its logits to 2e-5, so that spread is llama.cpp's own.
-    # Hence: 99% within the 1.0 bound and all within llama.cpp's own spread.
+    if weights == "quantized":
+        # llama.cpp's arithmetic (8-bit activations per block of 32): every top-5 logit within 1.0.
+        assert d.max() <= 1.0, (d.max(), (d > 1.0).sum())
+        return
+    # Exact float32 arithmetic, without llama.cpp's 8-bit activations: the reference is one draw of a
+    # chaotic computation, and a 1-ulp change anywhere moves its logits. This forward lands 1.04 and
+    # 1.36 from it on two of 310 top-5 logits (chat 0, step 10). llama.cpp itself, rerun here with one
+    # norm nudged by +-1 ulp, lands 0.75-1.57 from the reference at worst and past 1.0 in 5 of 12 runs
+    # (`python3 bench/parity_probe.py cloud 12`). Hence: 99% within 1.0, all within llama.cpp's spread.
     assert (d <= 1.0).mean() >= 0.99 and d.max() <= 1.5, (d.max(), (d > 1.0).sum())
 
 

@@ -1,4 +1,6 @@
-"""The quantized matmul equals x @ dequantize(w).T on every code path, and its dequantization is ggml's."""
+"""The quantized matmul equals round_act(x) @ dequantize(w).T on every code path (x rounded to 8 bits
+per block as llama.cpp rounds it), a row's result does not depend on its batch, and the
+dequantization is ggml's."""
 
 import shutil
 
@@ -6,9 +8,10 @@ import numpy as np
 import pytest
 
 from kernels import qmatmul as qm
+from kernels.qact import round_act
 from kernels.qmatrix import QUANT_KINDS, BadQuantShape, QMatrix, from_gguf
 
-TS = (1, 2, 3, 4, 5, 8, 16, 17, 33, 64)
+TS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64)
 SHAPES = ((37, 32), (37, 576), (576, 576), (960, 1536))       # (N, K): N off every tile size
 NATIVE_ISAS = ("generic", "avx2", "avx512")
 
@@ -26,10 +29,11 @@ def random_qmatrix(rng, kind: str, rows: int, cols: int) -> QMatrix:
 
 
 def assert_product(got, x, w):
-    """Equal to the float64 product up to float32 summation rounding, relative to |x| . |w|."""
+    """Equal to the float64 product of the rounded x and the weights, up to float32 rounding, relative to |x| . |w|."""
     wd = w.dequantize().astype(np.float64)
-    ref = x.astype(np.float64) @ wd.T
-    scale = np.abs(x).astype(np.float64) @ np.abs(wd).T + 1e-30
+    x8 = round_act(np.ascontiguousarray(x)).astype(np.float64)
+    ref = x8 @ wd.T
+    scale = np.abs(x8) @ np.abs(wd).T + 1e-30
     assert got.dtype == np.float32 and got.shape == ref.shape
     err = np.abs(got - ref) / scale
     assert err.max() < 1e-5, f"worst relative error {err.max():.2e}"
@@ -74,13 +78,48 @@ def test_numpy_fallback_matches(monkeypatch, kind):
     np.testing.assert_allclose(native, fallback, rtol=1e-4, atol=1e-4 * np.abs(fallback).max())
 
 
-def test_one_hot_rows_give_the_exact_weights(isa):
-    """x = identity picks out single weights: the kernel's dequantization is bit-exact (q4_1's m too)."""
-    rng = np.random.default_rng(2)
-    for kind in QUANT_KINDS:
-        w = random_qmatrix(rng, kind, 9, 64)
-        eye = np.eye(64, dtype=np.float32)
-        np.testing.assert_array_equal(qm.qmatmul(eye, w), w.dequantize().T)
+@pytest.mark.parametrize("kind", sorted(QUANT_KINDS))
+def test_a_row_gives_the_same_bits_alone_and_in_any_batch(isa, kind):
+    """The kernels sum each (row, output) in one order whatever tile it falls in: batch invariance."""
+    rng = np.random.default_rng(8)
+    w = random_qmatrix(rng, kind, 45, 576)
+    x = rng.standard_normal((83, 576)).astype(np.float32)                # a long prompt too
+    full = qm.qmatmul(x, w)
+    for t in (0, 3, 4, 22, 82):
+        for lo in (0, t // 2, t):
+            np.testing.assert_array_equal(qm.qmatmul(x[lo:t + 1], w)[t - lo], full[t])
+
+
+def test_activations_round_as_llama_cpp_rounds_them():
+    """quantize_row_q8_0: d = max|x| / 127 as float16, q = rint(x / d) with ties to even."""
+    x = np.zeros((1, 64), np.float32)
+    x[0, :6] = [127.0, 2.5, 3.5, -2.5, -0.49, 0.5]            # max 127: d = 1, q = x rounded to even
+    x[0, 32:34] = [1.0, -0.3]                                  # d = float16(1/127), q = 127 and -38
+    got = round_act(x)
+    np.testing.assert_array_equal(got[0, :6], [127.0, 2.0, 4.0, -2.0, 0.0, 0.0])
+    d = np.float32(np.float16(np.float32(1) / np.float32(127)))
+    np.testing.assert_array_equal(got[0, 32:34], [127 * d, -38 * d])
+    assert not got[0, 34:].any() and got.dtype == np.float32
+
+
+def test_native_rounding_is_the_numpy_definition_bit_for_bit(isa):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((7, 1536)).astype(np.float32) * np.float32(3)
+    x[1] *= np.float32(1e-9)                                   # float16 subnormal scales
+    x[2] = np.round(x[2] * 10) / 10                            # many ties after scaling
+    x[3, :32] = 0.0                                            # an all-zero block
+    x[4] *= np.float32(1e6)
+    np.testing.assert_array_equal(qm.rounded(x), round_act(x))
+
+
+def test_nan_or_inf_in_a_block_reaches_its_outputs(isa):
+    rng = np.random.default_rng(10)
+    w = random_qmatrix(rng, "q4_1", 8, 64)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    x[1, 40], x[2, 3] = np.nan, np.inf
+    out = qm.qmatmul(x, w)
+    assert np.isfinite(out[0]).all() and np.isnan(out[1]).all() and np.isnan(out[2]).all()
+    assert np.isnan(round_act(x)[1, 32:]).all() and np.isfinite(round_act(x)[1, :32]).all()
 
 
 def test_non_contiguous_x_and_given_out():
@@ -139,7 +178,8 @@ def test_float16_scales_convert_exactly_on_every_path(isa):
     w = QMatrix("q8_0", data, 32)
     x = np.zeros((1, 32), np.float32)
     x[0, 5] = 1.0
-    np.testing.assert_array_equal(qm.qmatmul(x, w)[0], halves[:n].astype(np.float32))
+    want = halves[:n].astype(np.float32) * round_act(x)[0, 5]          # one rounding, as the kernels
+    np.testing.assert_array_equal(qm.qmatmul(x, w)[0], want)
 
 
 @pytest.mark.slow
@@ -161,18 +201,3 @@ def test_dequantize_matches_gguf_on_the_real_model(model_path):
     emb = tensors["token_embd.weight"]
     q = from_gguf(emb.data, "q8_0", 49152, 576)
     np.testing.assert_array_equal(q.dequantize(ids), dequantize(emb.data, emb.tensor_type).reshape(49152, 576)[ids])
-
-
-@pytest.mark.parametrize("kind", sorted(QUANT_KINDS))
-def test_long_prompts_go_through_a_dequantized_copy_and_blas(kind, monkeypatch):
-    """From BLAS_ROWS rows the weight is dequantized natively (exactly) and BLAS multiplies."""
-    if not qm.available():
-        pytest.skip("native library not built")
-    rng = np.random.default_rng(7)
-    w = random_qmatrix(rng, kind, 200, 576)
-    wf = qm._dequantized(qm._load(), w)
-    np.testing.assert_array_equal(wf, w.dequantize())
-    x = rng.standard_normal((qm.BLAS_ROWS + 3, 576), dtype=np.float32)
-    assert_product(qm.qmatmul(x, w), x, w)
-    small = random_qmatrix(rng, kind, 37, 576)                # the scratch buffer is reused, cut to size
-    assert_product(qm.qmatmul(x, small), x, small)

@@ -230,7 +230,10 @@ async def test_int8_and_fp16_hops_agree_with_fp32_on_the_reference(model_path, l
             print(f"\n{codec}: greedy agreement with fp32 {agree}/{total} where margin >= 1, "
                   f"max |logit diff| {worst:.4f}")
             assert total and agree / total >= 0.99
-            assert worst < (0.05 if codec == "fp16" else 2.5)
+            # Bounded, not small: the shards' 8-bit activations (kernels.qact) turn the hop's rounding
+            # into flipped quant roundings downstream, so even fp16 moves a logit by ~1 (exact float32
+            # arithmetic kept fp16 under 0.05). The greedy agreement above is what the codecs promise.
+            assert worst < 2.5
             await peers.close()
             await d.stop()
             procs.stop_all()

@@ -1,0 +1,112 @@
+/* Activations rounded to 8 bits per block of 32, as llama.cpp rounds them for a quantized dot product. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "qmatmul.h"
+#include "qmatmul_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CLONES
+#endif
+
+/* One block: its quants into q[index(j)], returns d as float16 widened and the sum of the quants.
+ * A NaN or infinity in the block gives d = NaN (and quants 0), so it reaches the output as NaN. */
+static inline __attribute__((always_inline)) int round_block(const float *x, float *d_out, int8_t *q, int kind, int64_t b) {
+    float amax = 0.0f;
+    int finite = 1;
+    for (int j = 0; j < QK; j++) {
+        float a = fabsf(x[j]);
+        finite &= a <= 3.4028235e38f;
+        amax = a > amax ? a : amax;
+    }
+    if (!finite) {
+        for (int j = 0; j < QK; j++) q[lb_act_index(kind, b, j)] = 0;
+        *d_out = NAN;
+        return 0;
+    }
+    const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < QK; j++) {
+        int v = (int)nearbyintf(x[j] * id);          /* ties to even, as _mm256_round_ps in ggml */
+        q[lb_act_index(kind, b, j)] = (int8_t)v;
+        sum += v;
+    }
+    *d_out = lb_f16(lb_to_f16(d));
+    return sum;
+}
+
+static void expand(lb_act *a);
+
+CLONES void lb_act_round_generic(lb_act *a, const float *x) {
+    for (int64_t t = 0; t < a->T; t++) {
+        int8_t *q = a->q + t * a->nbp * QK;
+        float *d = a->d + t * a->nbp, *side = a->side + t * a->nbp;
+        for (int64_t b = 0; b < a->nb; b++) {
+            int sum = round_block(x + t * a->K + b * QK, &d[b], q, a->kind, b);
+            side[b] = d[b] * (float)sum;             /* |sum| <= 4064 and d has 11 bits: exact */
+        }
+    }
+    expand(a);
+}
+
+/* Each block's d and side / lanes repeated once per lane of its kernel, and each lane's correction. A
+ * q4 lane i of block b meets elements 4i..4i+3 and 16+4i..16+4i+3; a q8_0 lane i elements 4i..4i+3. */
+static void expand(lb_act *a) {
+    const int lanes = a->lanes, k = a->kind;
+    const int32_t offset = k == LB_Q4_0 ? 8 : k == LB_Q8_0 ? 128 : 0;
+    for (int64_t t = 0; t < a->T; t++) {
+        const int8_t *q = a->q + t * a->nbp * QK;
+        for (int64_t b = 0; b < a->nb; b++) {                /* padding blocks stay zero */
+            const int64_t i = t * a->nbp + b;
+            for (int l = 0; l < lanes; l++) {
+                int32_t s = 0;
+                for (int e = 4 * l; e < 4 * l + 4; e++)
+                    s += q[lb_act_index(k, b, e)] + (lanes == 4 ? q[lb_act_index(k, b, e + 16)] : 0);
+                a->dxe[i * lanes + l] = a->d[i];
+                a->sxe[i * lanes + l] = a->side[i] / (float)lanes;     /* a power of two: exact */
+                a->corr[i * lanes + l] = -offset * s;
+            }
+        }
+    }
+}
+
+int lb_act_init(lb_act *a, int kind, const float *x, int64_t T, int64_t K, lb_rounder round) {
+    a->kind = kind;
+    a->T = T;
+    a->K = K;
+    a->nb = K / QK;
+    a->nbp = (a->nb + LB_CHUNK - 1) / LB_CHUNK * LB_CHUNK;
+    a->lanes = kind == LB_Q8_0 ? 8 : 4;
+    const int64_t n = T * a->nbp;
+    /* one zeroed allocation: the padding blocks must read as zero quants and zero scales */
+    a->mem = calloc((size_t)(n * QK + n * (2 + 3 * a->lanes) * (int64_t)sizeof(float)) + 64, 1);
+    if (a->mem == NULL) return LB_ENOMEM;
+    float *f = (float *)(((uintptr_t)a->mem + 63) & ~(uintptr_t)63);
+    a->d = f;
+    a->side = f + n;
+    a->dxe = f + 2 * n;
+    a->sxe = f + (2 + a->lanes) * n;
+    a->corr = (int32_t *)(f + (2 + 2 * a->lanes) * n);
+    a->q = (int8_t *)(f + (2 + 3 * a->lanes) * n);
+    round(a, x);
+    return LB_OK;
+}
+
+void lb_act_free(lb_act *a) {
+    free(a->mem);
+    a->mem = NULL;
+}
+
+int lb_round_act(const float *x, int64_t T, int64_t K, float *out) {
+    if (T < 0 || K <= 0 || K % QK) return LB_ESHAPE;
+    if (T == 0) return LB_OK;
+    lb_act a;
+    if (lb_act_init(&a, LB_Q8_0, x, T, K, lb_chosen_rounder()) != LB_OK) return LB_ENOMEM;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < K; k++)
+            out[t * K + k] = a.d[t * a.nbp + k / QK] * (float)a.q[t * a.nbp * QK + k];   /* exact */
+    lb_act_free(&a);
+    return LB_OK;
+}

@@ -1,0 +1,30 @@
+"""Activations rounded to 8 bits per block of 32, as llama.cpp rounds them before a quantized dot product.
+
+llama.cpp multiplies a Q4_0/Q4_1/Q8_0 weight by activations quantized to Q8_0/Q8_1: per block of
+32, d = max|x| / 127 kept as float16 and q = rint(x * 127 / max|x|). Our quantized weights compute
+the same product, so that the default engine follows the arithmetic the reference logits come from
+(bench/parity_probe.py measures the difference). This is the numpy definition; the C library
+computes it identically (kernels/native/qact.c), which tests check bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+QK = 32
+
+
+def round_act(x: np.ndarray) -> np.ndarray:
+    """x (T, K) float32, K a multiple of 32 -> d * q per block, float32; a block with NaN or inf gives NaN
+    (and one whose max|x| / 127 passes float16's 65504 gets an infinite d, as in llama.cpp)."""
+    t, k = x.shape
+    b = x.reshape(t, k // QK, QK)
+    a = np.abs(b)
+    with np.errstate(invalid="ignore", over="ignore"):
+        finite = (a <= np.finfo(np.float32).max).all(-1)
+        amax = np.where(finite, a.max(-1), np.float32(0))
+        d = amax / np.float32(127)
+        inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax != 0)
+        q = np.rint(np.where(finite[..., None], b, np.float32(0)) * inv[..., None])   # ties to even
+        d16 = np.where(finite, d.astype(np.float16).astype(np.float32), np.float32(np.nan))
+        return (q * d16[..., None]).reshape(t, k).astype(np.float32, copy=False)
