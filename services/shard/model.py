@@ -57,6 +57,10 @@ class ShardModel:
         self.scale = self.dtype.type(1.0 / np.sqrt(config.head_dim))
         # With the C library, a CPU float32 shard runs its layers through fused ops (bit-identical).
         lib = load() if self.paged_decode else None
+        # With it, every query row attends alone, prompt rows too (plan_attention's rows_alone): the
+        # quantized kernels round activations to 8 bits, which turns a 1-ulp difference between
+        # a prompt's chunkings into a different token, so no row may depend on its neighbours.
+        self.rows_alone = lib is not None
         self.native = None if lib is None else NativeLayers(lib, config, self.layers, kv, self.scale, self.split,
                                                              self.start)
 
@@ -65,7 +69,8 @@ class ShardModel:
         c, xp = self.config, self.xp
         validate(batch, first=self.first, d_model=c.d_model, vocab_size=c.vocab_size,
                  num_pages=self.kv.num_pages, page_size=self.kv.page_size)
-        plan = plan_attention(batch, self.kv.page_size, self.dtype, xp, bias=not self.paged_decode)
+        plan = plan_attention(batch, self.kv.page_size, self.dtype, xp, bias=not self.paged_decode,
+                              rows_alone=self.rows_alone)
         cos, sin = rope_tables(xp, batch.positions, c.rope_dims, c.rope_base, self.dtype)
         if self.first:
             h = embed(xp, self.token_embd, batch.tokens)                   # (T, D), a fresh copy

@@ -30,18 +30,23 @@ class AttentionPlan:
     prefills: list[Prefill]
 
 
-def plan_attention(batch: ForwardBatch, page_size: int, dtype, xp, bias: bool = True) -> AttentionPlan:
+def plan_attention(batch: ForwardBatch, page_size: int, dtype, xp, bias: bool = True,
+                   rows_alone: bool = False) -> AttentionPlan:
     """Derive the KV write slots and the read layout of a validated batch.
 
     bias=False leaves decode_bias None, for callers that read decode_lens instead (a decode step
-    on a CPU: each numpy call here is a microsecond or two, and the whole plan is per token)."""
+    on a CPU: each numpy call here is a microsecond or two, and the whole plan is per token).
+    rows_alone=True lists every row as a decode row (its own page table row and context length,
+    no prefills), for the C decode kernel: a row's attention is then computed the same whether its
+    prompt came in one chunk, in several, or token by token, and whatever else is in the batch."""
     pos = batch.positions.astype(np.int64)
     table = batch.page_table
     t, n_seqs = pos.shape[0], batch.num_seqs
-    if t == n_seqs:                             # validated lens are >= 1 and sum to T: all decodes
+    if t == n_seqs or rows_alone:               # validated lens are >= 1 and sum to T: all decodes
         rows = np.arange(t)
-        write_pages = table[rows, pos // page_size].astype(np.int64)
-        dec, dec_rows, dec_ctx, prefills = rows, rows, pos + 1, []
+        seq_of = rows if t == n_seqs else np.repeat(np.arange(n_seqs), batch.query_lens.astype(np.int64))
+        write_pages = table[seq_of, pos // page_size].astype(np.int64)
+        dec, dec_rows, dec_ctx, prefills = seq_of, rows, pos + 1, []
     else:
         qlens = batch.query_lens.astype(np.int64)
         cu = batch.cu_lens()

@@ -37,3 +37,30 @@ def test_greedy_alone_equals_greedy_among_16_others(weights, request, reference)
         # and it is llama.cpp's path. The quantized weights' 8-bit activations break the first step's
         # near tie (24.899 against 24.878) the other way and go on from there (parity: test_parity).
         assert alone == reference["chats"][1]["greedy_ids"][:STEPS]
+
+
+def run_chunked(shard, prompt: list, sizes: list, steps: int) -> np.ndarray:
+    """Prefill `prompt` in chunks of `sizes` (each beside a stranger's chunk), then decode greedily:
+    the logits after the prompt and at each decode step."""
+    pages = PageAllocator(shard.kv.num_pages, shard.kv.page_size)
+    stranger = list(range(1000, 1000 + sum(sizes)))
+    at = 0
+    for n in sizes:
+        logits = shard.forward(build_batch([Chunk("x", stranger[at:at + n], at), Chunk("t", prompt[at:at + n], at)],
+                                           pages))
+        at += n
+    out = [logits[-1]]
+    for step in range(steps):
+        token = int(np.argmax(out[-1]))
+        out.append(shard.forward(build_batch([Chunk("t", [token], len(prompt) + step)], pages))[0])
+    return np.array(out)
+
+
+def test_a_prompt_gives_the_same_bits_however_it_is_chunked(real_quantized, reference):
+    """With 8-bit activations a 1-ulp difference can become another token, so the quantized format
+    computes every row alone: one chunk, several, or token by token give bit-identical logits."""
+    shard = make_shard(real_quantized, num_pages=64)
+    prompt = reference["chats"][1]["prompt_ids"]                      # 38 tokens
+    whole = run_chunked(shard, prompt, [len(prompt)], 3)
+    for sizes in ([5, 16, 17], [1] * len(prompt)):
+        np.testing.assert_array_equal(run_chunked(shard, prompt, sizes, 3), whole)

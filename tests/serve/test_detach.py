@@ -32,9 +32,9 @@ async def test_detached_stack_serves_until_down(tmp_path, model_path):
     info = json.loads(file.read_text())
     try:
         res = await generate("tcp://" + info["scheduler"], Generate(
-            messages=[{"role": "user", "content": "What is the capital of France?"}],
+            messages=[{"role": "user", "content": "What is the capital of Japan?"}],
             temperature=0.0, max_tokens=20))
-        assert "Paris" in res.text
+        assert "Tokyo" in res.text
         pids = [(await call(f"tcp://{p}", Status())).info["pid"] for p in info["peers"]]
     finally:
         down = run(tmp_path, "down", timeout=90)

@@ -71,9 +71,9 @@ async def idle(stack) -> dict | None:
 
 async def test_the_stack_answers_and_advertises_its_pipeline(stack):
     res = await generate(stack.endpoint, Generate(
-        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        messages=[{"role": "user", "content": "What is the capital of Japan?"}],
         temperature=0.0, max_tokens=30))
-    assert "Paris" in res.text
+    assert "Tokyo" in res.text
     assert res.done.finish_reason == "stop" and res.done.completion_tokens == len(res.token_ids)
     reply = await call(stack.endpoint, Status())
     # The last shard holds fewer layers: it also runs the output head (about 8 layers of work).
@@ -94,9 +94,9 @@ async def test_sixteen_concurrent_requests_equal_each_run_alone(stack):
 
 
 async def test_stop_strings_end_the_answer_and_are_never_emitted(stack):
-    q = [{"role": "user", "content": "What is the capital of France?"}]
+    q = [{"role": "user", "content": "What is the capital of Japan?"}]
     full = await generate(stack.endpoint, Generate(messages=q, temperature=0.0, max_tokens=30))
-    assert "capital of France is Paris" in full.text
+    assert "capital of Japan is Tokyo" in full.text
     # " capital" and " of" are two tokens: the stop string spans a token boundary.
     res = await generate(stack.endpoint, Generate(messages=q, temperature=0.0, max_tokens=30,
                                                   stop=["capital of", "zzz"]))
@@ -107,7 +107,7 @@ async def test_stop_strings_end_the_answer_and_are_never_emitted(stack):
 
 async def test_max_tokens_ends_with_length(stack):
     res = await generate(stack.endpoint, Generate(
-        messages=[{"role": "user", "content": "Count from one to one hundred."}],
+        messages=[{"role": "user", "content": "Write a long poem about the ocean."}],
         temperature=0.0, max_tokens=5))
     assert res.done.finish_reason == "length"
     assert len(res.token_ids) == res.done.completion_tokens == 5
