@@ -15,7 +15,7 @@ setup(
             "kernels._native",
             sources=[NATIVE + "qmatmul.c", NATIVE + "qact.c", NATIVE + "qmatmul_avx2.c", NATIVE + "qmatmul_avx512.c",
                      NATIVE + "attention.c", NATIVE + "ops.c"],
-            depends=[NATIVE + "qmatmul.h", NATIVE + "qmatmul_impl.h", NATIVE + "attention.h", NATIVE + "ops.h"],
+            depends=[NATIVE + "qmatmul.h", NATIVE + "qmatmul_impl.h", NATIVE + "attention.h", NATIVE + "attention_lanes.h", NATIVE + "ops.h"],
             libraries=["m"],
             # -ffp-contract=off: every product and sum rounds on its own, as in numpy (ops.c is bit-identical
             # to the numpy kernels, qact.c to kernels/qact.py), never fused.

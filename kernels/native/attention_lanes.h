@@ -1,0 +1,226 @@
+/* Blocks of 16 keys for the paged attention (attention.c): scores, exp, maxima and sums in lanes.
+ *
+ * Every function here fixes the float operations of each result by its inputs alone: a score's
+ * products and its tree of adds, a row's sum over its keys, exp's polynomial. So a query row gets
+ * the same bits however many rows share a call. Built with -ffp-contract=off: nothing is fused
+ * into an FMA, so the vector code and the scalar code for the same lanes round alike.
+ */
+#ifndef LB_ATTENTION_LANES_H
+#define LB_ATTENTION_LANES_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define LANES 16
+
+/* Helpers are forced inline: one left out of line is compiled for the baseline ISA, not for the
+ * target_clones variant calling it (GCC did that to weighted_sum: 2.5x slower). */
+#if defined(__GNUC__)
+#define HOT static inline __attribute__((always_inline))
+#else
+#define HOT static inline
+#endif
+
+#if defined(__GNUC__) && (__GNUC__ >= 12 || defined(__clang__))
+#define LB_LANES_VECTOR 1
+#endif
+
+/* exp(x) for x <= 0 as Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, then a degree-7 polynomial
+ * times 2^n (within 2 ulp of the true value); below ln(FLT_MIN) it is 0, as no weight that small
+ * changes a softmax (and subnormal products would stall the value sums). */
+#define EXP_LO (-87.33654f)
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_ROUND 12582912.0f                     /* 1.5 * 2^23: adding it rounds to an integer */
+#define EXP_C1 0.693359375f                       /* ln2 in two parts: n * C1 is exact */
+#define EXP_C2 (-2.12194440e-4f)
+#define EXP_P0 1.9875691500e-4f
+#define EXP_P1 1.3981999507e-3f
+#define EXP_P2 8.3334519073e-3f
+#define EXP_P3 4.1665795894e-2f
+#define EXP_P4 1.6666665459e-1f
+#define EXP_P5 5.0000001201e-1f
+
+/* One lane of exp16 below, for compilers without vector types: the same operations. */
+HOT float exp_lane(float x)
+{
+    float t = x * EXP_LOG2E + EXP_ROUND, n = t - EXP_ROUND;
+    float r = (x - n * EXP_C1) - n * EXP_C2, r2 = r * r;
+    float y = ((((EXP_P0 * r + EXP_P1) * r + EXP_P2) * r + EXP_P3) * r + EXP_P4) * r + EXP_P5;
+    y = (y * r2 + r) + 1.0f;
+    uint32_t e;
+    memcpy(&e, &t, 4);
+    e = (e - 0x4B400000u + 127u) << 23;           /* t's low bits hold n: 2^n as float bits */
+    float two_n;
+    memcpy(&two_n, &e, 4);
+    return x < EXP_LO ? 0.0f : y * two_n;         /* NaN stays NaN: the comparison is false */
+}
+
+/* Dot product of n floats in 16 lanes (lane j sums products j, j+16, ... in order; a tail past
+ * the last 16 goes to lane 0), then the lanes summed as a tree: 8 pairs, 4, 2, 1. */
+#ifdef LB_LANES_VECTOR
+/* Lanes as one vector value: accumulators stay in registers and the tree is vector shuffles. */
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+typedef int32_t i16 __attribute__((vector_size(64), aligned(4)));
+typedef uint32_t u16 __attribute__((vector_size(64), aligned(4)));
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
+typedef float v2 __attribute__((vector_size(8)));
+#define SHUF __builtin_shufflevector
+#define LOAD(p) (*(const v16 *)(p))
+#define SPLAT(x) ((v16){0} + (x))
+
+HOT float lanes_sum(v16 acc)
+{
+    v8 s8 = SHUF(acc, acc, 0, 1, 2, 3, 4, 5, 6, 7) + SHUF(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15);
+    v4 s4 = SHUF(s8, s8, 0, 1, 2, 3) + SHUF(s8, s8, 4, 5, 6, 7);
+    v2 s2 = SHUF(s4, s4, 0, 1) + SHUF(s4, s4, 2, 3);
+    return s2[0] + s2[1];
+}
+
+HOT float dot(const float *a, const float *b, int64_t n)
+{
+    v16 acc = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        acc += LOAD(a + i) * LOAD(b + i);
+    for (; i < n; i++)
+        acc[0] += a[i] * b[i];
+    return lanes_sum(acc);
+}
+
+/* The tree of lanes_sum run on 16 keys' lanes at once (a transpose): each step adds lane j to
+ * lane j + w of every key, as lanes_sum does, packing two inputs' results into one vector. */
+HOT v16 fold8(v16 a, v16 b)         /* a, b: one key each -> lanes 0-7 a's 8 sums, 8-15 b's */
+{
+    return SHUF(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
+         + SHUF(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+}
+
+HOT v16 fold4(v16 a, v16 b)         /* two keys each (8 lanes apiece) -> four keys, 4 lanes each */
+{
+    return SHUF(a, b, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27)
+         + SHUF(a, b, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+}
+
+HOT v16 fold2(v16 a, v16 b)         /* four keys each -> eight keys, 2 lanes each */
+{
+    return SHUF(a, b, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29)
+         + SHUF(a, b, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+}
+
+HOT v16 fold1(v16 a, v16 b)         /* eight keys each -> sixteen keys' sums */
+{
+    return SHUF(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+         + SHUF(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+/* dot(q, k + at[j], dh) for 16 keys j, dh a multiple of 16: the same lanes and tree, so the same
+ * bits (but for the sign of a zero sum: lanes start at the first product, not at 0 + it). */
+HOT v16 dots16(const float *q, const float *k, const int64_t *at, int64_t dh)
+{
+    v16 x[8], y[4], z[2];
+    for (int i = 0; i < 8; i++) {
+        const float *a = k + at[2 * i], *b = k + at[2 * i + 1];
+        v16 qd = LOAD(q), sa = qd * LOAD(a), sb = qd * LOAD(b);
+        for (int64_t d = LANES; d < dh; d += LANES) {
+            qd = LOAD(q + d);
+            sa += qd * LOAD(a + d);
+            sb += qd * LOAD(b + d);
+        }
+        x[i] = fold8(sa, sb);
+    }
+    for (int i = 0; i < 4; i++)
+        y[i] = fold4(x[2 * i], x[2 * i + 1]);
+    for (int i = 0; i < 2; i++)
+        z[i] = fold2(y[2 * i], y[2 * i + 1]);
+    return fold1(z[0], z[1]);
+}
+
+/* exp_lane on 16 lanes. */
+HOT v16 exp16(v16 x)
+{
+    v16 t = x * EXP_LOG2E + EXP_ROUND, n = t - EXP_ROUND;
+    v16 r = (x - n * EXP_C1) - n * EXP_C2, r2 = r * r;
+    v16 y = ((((EXP_P0 * r + EXP_P1) * r + EXP_P2) * r + EXP_P3) * r + EXP_P4) * r + EXP_P5;
+    y = (y * r2 + r) + 1.0f;
+    u16 e = ((u16)t - 0x4B400000u + 127u) << 23;
+    i16 res = (i16)(y * (v16)e);
+    return (v16)(res & ~(x < EXP_LO));          /* comparisons give all-ones lanes where true */
+}
+#else
+HOT float dot(const float *a, const float *b, int64_t n)
+{
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++)
+            acc[j] += a[i + j] * b[i + j];
+    for (; i < n; i++)
+        acc[0] += a[i] * b[i];
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++)
+            acc[j] += acc[j + w];
+    return acc[0];
+}
+#endif
+
+/* Scores of one query head over 16 keys: dot(q, k + at[j]) * scale. */
+HOT void scores16(float *out, const float *q, const float *k, const int64_t *at, int64_t dh, float scale)
+{
+#ifdef LB_LANES_VECTOR
+    if (dh == 64) {                               /* the models' head size: a loop unrolled */
+        *(v16 *)out = dots16(q, k, at, 64) * scale;
+        return;
+    }
+    if (dh % LANES == 0) {
+        *(v16 *)out = dots16(q, k, at, dh) * scale;
+        return;
+    }
+#endif
+    for (int j = 0; j < LANES; j++)
+        out[j] = dot(q, k + at[j], dh) * scale;
+}
+
+/* Softmax in place of one head's scores p[0 .. len-1], p padded to npad (a multiple of 16): the
+ * maximum over lanes (order-free), exp, the sum in 16 lanes over blocks in order and a tree,
+ * then each weight divided by the sum, as kernels.softmax. Padding becomes weight 0. */
+HOT void softmax16(float *p, int64_t len, int64_t npad)
+{
+    for (int64_t c = len; c < npad; c++)
+        p[c] = -INFINITY;
+#ifdef LB_LANES_VECTOR
+    v16 m = LOAD(p), sum = {0};
+    for (int64_t c = LANES; c < npad; c += LANES) {
+        v16 b = LOAD(p + c);
+        m = (v16)(((i16)b & (b > m)) | ((i16)m & ~(b > m)));
+    }
+    float mx = m[0];
+    for (int j = 1; j < LANES; j++)
+        mx = m[j] > mx ? m[j] : mx;
+    for (int64_t c = 0; c < npad; c += LANES) {
+        v16 e = exp16(LOAD(p + c) - mx);
+        *(v16 *)(p + c) = e;
+        sum += e;
+    }
+    float total = lanes_sum(sum);
+    for (int64_t c = 0; c < npad; c += LANES)
+        *(v16 *)(p + c) = LOAD(p + c) / total;
+#else
+    float mx = p[0], sum[LANES] = {0};
+    for (int64_t c = 1; c < len; c++)
+        mx = p[c] > mx ? p[c] : mx;
+    for (int64_t c = 0; c < npad; c += LANES)
+        for (int j = 0; j < LANES; j++) {
+            p[c + j] = exp_lane(p[c + j] - mx);
+            sum[j] += p[c + j];
+        }
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++)
+            sum[j] += sum[j + w];
+    for (int64_t c = 0; c < npad; c++)
+        p[c] /= sum[0];
+#endif
+}
+
+#endif
