@@ -73,3 +73,30 @@ def test_bad_input_is_refused(bad):
         pytest.skip("checked by the native library")
     with pytest.raises(ValueError):
         an.attend_decode_paged(q, kc, vc, table, lens, F(0.125))
+
+
+def prompt_case(seed, n=100, h=9, kvh=3, dh=64, page=16):
+    """A prompt's rows as the shard hands them over: row i a query over keys 0..i of shared pages."""
+    rng = np.random.default_rng(seed)
+    n_pages = (n + page - 1) // page
+    kc = rng.standard_normal((n_pages + 3, page, kvh, dh), dtype=F)
+    vc = rng.standard_normal((n_pages + 3, page, kvh, dh), dtype=F)
+    q = rng.standard_normal((n, h, dh), dtype=F)
+    table = np.tile(rng.permutation(n_pages + 3)[:n_pages].astype(np.int32), (n, 1))
+    return q, kc, vc, table, np.arange(1, n + 1, dtype=np.int32)
+
+
+@pytest.mark.parametrize("shape", [{}, dict(h=4, kvh=4, dh=32, page=8), dict(h=8, kvh=2, dh=20, page=3)])
+def test_a_row_is_the_same_bits_alone_or_in_any_batch(shape):
+    """The shard's 8-bit activations amplify any last-bit change: a row must not depend on its batch."""
+    if an.load() is None:
+        pytest.skip("the numpy fallback does not promise this")
+    q, kc, vc, table, lens = prompt_case(7, **shape)
+    whole = an.attend_decode_paged(q, kc, vc, table, lens, F(0.125))
+    alone = np.stack([an.attend_decode_paged(q[i:i + 1], kc, vc, table[i:i + 1], lens[i:i + 1], F(0.125))[0]
+                      for i in range(len(lens))])
+    np.testing.assert_array_equal(whole, alone)
+    order = np.random.default_rng(8).permutation(len(lens))
+    for rows in np.array_split(order, 7):                   # shuffled batches of 14 or 15 rows
+        np.testing.assert_array_equal(an.attend_decode_paged(q[rows], kc, vc, table[rows], lens[rows], F(0.125)),
+                                      whole[rows])
