@@ -27,6 +27,9 @@ HOT void weighted_sums(float *y, const float *w, int64_t wstride, int nh, const 
         v16 acc[3][4] = {{{0}}};
         for (int64_t c = 0; c < len; c++) {
             const float *xc = x + at[c] + i;
+            if (c + 8 < len)                          /* a value row 8 keys on, from L2 (~5%) */
+                for (int j = 0; j < 4; j++)
+                    __builtin_prefetch(x + at[c + 8] + i + j * LANES);
             v16 x0 = LOAD(xc), x1 = LOAD(xc + LANES), x2 = LOAD(xc + 2 * LANES), x3 = LOAD(xc + 3 * LANES);
             for (int h = 0; h < nh; h++) {
                 float wc = w[h * wstride + c];
