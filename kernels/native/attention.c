@@ -107,7 +107,7 @@ int lb_attend_decode(const float *q, const float *k_cache, const float *v_cache,
         const float *qs = q + s * H * Dh;
         float *os = out + s * H * Dh;
         /* Slot offsets listed once, page by page: no integer division per key (~40 cycles each);
-         * the padding keys read key 0 (any slot in the cache would do: their weight is 0). */
+         * a padded key reads key 0 (any slot would do: softmax16 drops its score, the sums stop at len). */
         for (int64_t c = 0, i = 0; c < len; i++)
             for (int64_t j = 0; j < page && c < len; j++, c++)
                 at[c] = ((int64_t)t[i] * page + j) * row;
