@@ -3,8 +3,8 @@
 At one token per step, the numpy layer spends more time dispatching ~20 small ops, allocating
 their results and reading array addresses (ctypes' `.ctypes.data` costs ~1 us) than computing
 them. Here each layer is its four projections plus four C calls (RMSNorm with the residual add
-before it, RoPE with the KV write, decode attention) and SwiGLU's ufuncs into fixed buffers,
-whose addresses are read once. Same arithmetic in the same order as ShardModel._layer: the
+before it, RoPE with the KV write, attention with every row a decode query of its own length)
+and SwiGLU's ufuncs into fixed buffers, whose addresses are read once. Same arithmetic in the same order as ShardModel._layer: the
 hidden states come out bit-identical.
 """
 
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.attention import attend_prefill
-from kernels.attention_native import attend_decode_paged
 from kernels.ffn import swiglu_into
 from kernels.matmul import matmul
 from kernels.qmatmul import bound_qmatmul
@@ -83,7 +81,9 @@ class NativeLayers:
         table, lens = np.ascontiguousarray(plan.decode_table, np.int32), plan.decode_lens
         rope_args = (t, c.n_heads, c.n_kv_heads, c.head_dim, 2 * cos.shape[1], _addr(cos), _addr(sin),
                      _addr(pages), _addr(slots))
-        all_decode = plan.decode_rows.shape[0] == t and not plan.prefills
+        if plan.decode_rows.shape[0] != t or plan.prefills:
+            raise ValueError("the native layers take plans whose rows all attend alone "
+                             "(plan_attention(rows_alone=True))")
         attn_args = (_addr(table), _addr(lens), t, c.n_heads, c.n_kv_heads, c.head_dim, kv.page_size,
                      table.shape[1], kv.num_pages, float(self.scale), s.attn_p)
         k0, v0, stride, num_pages, page = _addr(kv.k), _addr(kv.v), kv.k.strides[0], kv.num_pages, kv.page_size
@@ -95,10 +95,7 @@ class NativeLayers:
             kc, vc = k0 + i * stride, v0 + i * stride
             qkv()                                                           # x -> qkv (T, (H + 2 KVH) * Dh)
             rc |= rope(qkv_p, *rope_args, kc, vc, num_pages, page, q_p)     # q -> q (T, H, Dh), k, v -> cache
-            if all_decode:
-                rc |= attend(q_p, kc, vc, *attn_args)                       # q -> attn (T, H, Dh)
-            else:
-                self._attend_mixed(i, s, plan)
+            rc |= attend(q_p, kc, vc, *attn_args)                           # q -> attn (T, H, Dh)
             o()                                                             # attn -> o (T, D)
             if trace is not None:
                 trace("attn", s.attn.copy())
@@ -115,12 +112,3 @@ class NativeLayers:
             if rc:
                 raise ValueError(f"a native op of layer {self.start + i} refused its arguments (code {rc})")
         return s.h
-
-    def _attend_mixed(self, i: int, s: Scratch, plan: AttentionPlan) -> None:
-        """Attention of a batch with prefill chunks: decode rows in C, each prefill with numpy."""
-        kc, vc = self.kv.k[i], self.kv.v[i]
-        rows = plan.decode_rows
-        if rows.shape[0]:
-            s.attn[rows] = attend_decode_paged(s.q[rows], kc, vc, plan.decode_table, plan.decode_lens, self.scale)
-        for p in plan.prefills:
-            s.attn[p.rows] = attend_prefill(np, s.q[p.rows], kc, vc, p.pages, p.start, self.scale)
