@@ -48,7 +48,7 @@ from services.modelstore.pull import pull  # noqa: E402
 from services.modelstore.weight_cache import load_weights  # noqa: E402
 from services.modelstore.weights import read_config  # noqa: E402
 from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
-from services.shard.local import Chunk, PageAllocator, build_batch  # noqa: E402
+from services.shard.inprocess import Chunk, PageAllocator, build_batch  # noqa: E402
 from services.shard.model import ShardModel  # noqa: E402
 from bench.llamacpp_figures import SINGLE_ROUNDS, figures as llama_cpp_figures  # noqa: E402
 from kernels.qmatmul import available as qmatmul_available  # noqa: E402

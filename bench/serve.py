@@ -197,7 +197,6 @@ def verdict(results: dict[str, dict[int, Summary]], args) -> list[str]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from bench.serve_stack import StackFailed
-    from services.tokenizer.errors import TokenizerError
     from services.tokenizer.tokenizer import Tokenizer
 
     if args.model is None:
@@ -214,7 +213,7 @@ def main(argv=None) -> int:
     print(f"# load average at start (1/5/15 min): {load()} on {os.cpu_count()} cores", flush=True)
     try:
         tok = Tokenizer.from_gguf(args.model)
-    except (TokenizerError, OSError) as e:
+    except (ValueError, OSError) as e:   # TokenizerError, BadModelFile
         print(f"cannot read the tokenizer of {args.model}: {e}", file=sys.stderr)
         return 2
     prompts = {c: make_prompts(tok, c * w.requests_per_client, w, salt=c) for c in args.concurrency}

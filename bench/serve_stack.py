@@ -84,7 +84,7 @@ class LocalStack:
         # EOF: nothing more to read; the poll() in start() reports an exit.
 
     def _find(self) -> dict:
-        from services.local.stacks import running
+        from services.cli.stacks import running
         stacks = running({"LLMBUS_RUNTIME_DIR": str(self.runtime)})
         if not stacks:
             self.stop()

@@ -27,10 +27,6 @@ def get_xp(name: str = "numpy"):
     raise ValueError(f"unknown array module {name!r}: use 'numpy' or 'cupy'")
 
 
-def is_numpy(xp) -> bool:
-    return xp is np
-
-
 def to_numpy(x) -> np.ndarray:
     """Host copy of an array from either module (no copy for numpy)."""
     return x if isinstance(x, np.ndarray) else x.get()

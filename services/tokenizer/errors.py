@@ -1,12 +1,10 @@
 """Typed errors of the tokenizer, named for what the caller did or must do."""
 
+from services.modelstore.errors import BadModelFile  # noqa: F401  (raised by vocab.py, bpe.py too)
+
 
 class TokenizerError(ValueError):
     """Base of every error this package raises on bad input or a bad model file."""
-
-
-class BadModelFile(TokenizerError):
-    """The file is not a GGUF we can read, or its tokenizer fields are missing or inconsistent."""
 
 
 class UnsupportedTokenizer(TokenizerError):

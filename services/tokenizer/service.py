@@ -71,7 +71,7 @@ class TokenizerService(Service):
 
     def _load(self) -> None:
         from services.modelstore.identity import model_identity
-        from services.tokenizer.gguf_meta import read_metadata
+        from services.modelstore.gguf_meta import read_metadata
         from services.tokenizer.token_bytes import token_bytes_table
         from services.tokenizer.tokenizer import Tokenizer
         from services.tokenizer.vocab import vocab_from_metadata

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from services.tokenizer.errors import BadModelFile
-from services.tokenizer.gguf_meta import read_metadata
+from services.modelstore.gguf_meta import read_metadata
 
 
 class TokenType(IntEnum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.shard.local import Chunk, PageAllocator, build_batch
+from services.shard.inprocess import Chunk, PageAllocator, build_batch
 
 
 def teacher_forced(forward, chat: dict, num_pages: int = 64, page_size: int = 16) -> np.ndarray:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from services.shard.local import Chunk, PageAllocator, build_batch
+from services.shard.inprocess import Chunk, PageAllocator, build_batch
 from tests.engine.conftest import make_shard
 
 pytestmark = pytest.mark.slow

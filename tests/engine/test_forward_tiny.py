@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from services.shard.local import Chunk, PageAllocator, Pipeline, build_batch
+from services.shard.inprocess import Chunk, PageAllocator, Pipeline, build_batch
 from tests.engine import naive_llama
 from tests.engine.conftest import make_shard
 

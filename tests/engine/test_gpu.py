@@ -5,7 +5,7 @@ import pytest
 
 from kernels.xp import ArrayModuleUnavailable, get_xp
 from services.shard.kv_cache import KVConfig, PagedKVCache
-from services.shard.local import Chunk, PageAllocator, build_batch
+from services.shard.inprocess import Chunk, PageAllocator, build_batch
 from services.shard.model import ShardModel
 from services.modelstore.weight_cache import load_weights
 from tests.engine.teacher import margins, teacher_forced

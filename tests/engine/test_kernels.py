@@ -142,6 +142,6 @@ def test_xp_picks_numpy_and_refuses_unknown():
 
 
 def test_kernels_and_engine_do_not_import_cupy():
-    code = ("import sys, services.shard.model, services.shard.local, kernels.xp; "
+    code = ("import sys, services.shard.model, services.shard.inprocess, kernels.xp; "
             "sys.exit('cupy' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

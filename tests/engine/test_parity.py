@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from services.modelstore.weight_cache import load_weights
-from services.shard.local import Pipeline
+from services.shard.inprocess import Pipeline
 from tests.engine.conftest import make_shard
 from tests.engine.teacher import margins, teacher_forced
 

@@ -11,7 +11,7 @@ from services.modelstore.quantized import QStack
 from services.modelstore.weight_cache import load_weights
 from services.modelstore.weights import read_weights
 from services.shard.kv_cache import KVConfig, PagedKVCache
-from services.shard.local import Chunk, PageAllocator, build_batch
+from services.shard.inprocess import Chunk, PageAllocator, build_batch
 from services.shard.model import ShardModel
 from tests.engine.tiny_gguf import TINY, write_tiny_llama
 

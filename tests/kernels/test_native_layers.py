@@ -5,7 +5,7 @@ import pytest
 
 from services.modelstore.weight_cache import load_weights
 from services.shard.kv_cache import KVConfig, PagedKVCache
-from services.shard.local import Chunk, PageAllocator, build_batch
+from services.shard.inprocess import Chunk, PageAllocator, build_batch
 from services.shard.model import ShardModel
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ import pytest
 from gguf import GGUFReader
 
 from services.tokenizer.errors import BadModelFile, UnsupportedTokenizer
-from services.tokenizer.gguf_meta import read_metadata
+from services.modelstore.gguf_meta import read_metadata
 from services.tokenizer.tokenizer import Tokenizer
 from services.tokenizer.vocab import load_vocab
 

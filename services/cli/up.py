@@ -76,11 +76,11 @@ async def _up(args) -> int:
     from bus.config import BusConfig
     from bus.directory import Directory
     from services.modelstore.pull import pull
-    from services.tokenizer.gguf_meta import read_metadata
+    from services.modelstore.gguf_meta import read_metadata
 
-    from .local.children import Children, free_port, private_cluster
-    from .local.ranges import head_cost_in_layers, split_layers
-    from .local.stacks import register, runtime_dir
+    from .children import Children, free_port, private_cluster
+    from .ranges import head_cost_in_layers, split_layers
+    from .stacks import register, runtime_dir
 
     model = (args.model or pull(quiet=False)).resolve()
     if not model.is_file():

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from ..bus.procs import ROOT, cli, env
+from tests.bus.procs import ROOT, cli, env
 
 pytestmark = pytest.mark.slow
 

@@ -3,13 +3,13 @@
 import pytest
 
 from bus.errors import RemoteError
-from services.chat.client import refusal
-from services.chat.conversation import Conversation, parse_line
-from services.chat.errors import NoStack
-from services.chat.options import ChatOptions
-from services.chat.target import NO_STACK, pick
+from services.cli.chat.client import refusal
+from services.cli.chat.conversation import Conversation, parse_line
+from services.cli.chat.errors import NoStack
+from services.cli.chat.options import ChatOptions
+from services.cli.chat.target import NO_STACK, pick
 
-STACKS = [  # as services/local/stacks.running() lists them: newest first
+STACKS = [  # as services/cli/stacks.running() lists them: newest first
     {"cluster": "local-new", "pid": 2, "scheduler": "127.0.0.1:2000", "model": "/m/a.gguf",
      "shards": 2},
     {"cluster": "local-old", "pid": 1, "scheduler": "127.0.0.1:1000", "model": "/m/a.gguf",

@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import TextIO
 
-from services.local.stacks import running
+from services.cli.stacks import running
 
 from .client import Answer, ChatClient
 from .conversation import Conversation, parse_line

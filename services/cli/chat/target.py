@@ -1,5 +1,5 @@
 """Which stack to talk to: the newest live `llmbus up` here, one by cluster, or a scheduler
-address. Pure: it is given the list of running stacks (services/local/stacks.py)."""
+address. Pure: it is given the list of running stacks (services/cli/stacks.py)."""
 
 from __future__ import annotations
 

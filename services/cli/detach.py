@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 
-from .local.children import private_cluster
-from .local.stacks import alive, running, runtime_dir
+from .children import private_cluster
+from .stacks import alive, running, runtime_dir
 
 
 def detach(args: argparse.Namespace, ready_timeout: float = 900.0) -> int:

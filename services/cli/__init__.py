@@ -8,7 +8,7 @@ import sys
 
 
 def _pull(args: argparse.Namespace) -> int:
-    from .modelstore.pull import PullError, pull
+    from services.modelstore.pull import PullError, pull
     try:
         path = pull(quiet=not args.verbose)
     except PullError as e:

@@ -50,11 +50,11 @@ async def _generate(args) -> int:
     from kernels.sampling_params import SamplingParams
     from services.modelstore.pull import pull
     from services.tokenizer import Tokenizer
-    from services.tokenizer.gguf_meta import read_metadata
+    from services.modelstore.gguf_meta import read_metadata
     from wire.messages.shard import Forward, Sampling
 
-    from .local.children import Children, free_port, private_cluster
-    from .local.ranges import split_layers
+    from .children import Children, free_port, private_cluster
+    from .ranges import split_layers
 
     model = args.model or pull(quiet=False)
     meta = read_metadata(model)

@@ -1,4 +1,4 @@
-"""Drive shards in one process: a plain page allocator, batch building, and a shard chain.
+"""An in-process shard chain: a plain page allocator, batch building, and shards called in turn.
 
 The scheduler does all of this across processes; this is the in-process version that tests,
 benchmarks and tools use to run the engine without a bus.

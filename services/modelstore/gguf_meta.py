@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from gguf import GGUFValueType as T
 
-from services.tokenizer.errors import BadModelFile
+from services.modelstore.errors import BadModelFile
 
 _MAGIC = b"GGUF"
 _SCALAR = {

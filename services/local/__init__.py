@@ -1,1 +1,0 @@
-"""Running llmbus services as child processes on this machine (`llmbus generate`, later `up`)."""
