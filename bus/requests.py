@@ -34,7 +34,7 @@ class RequestLoop:
     """Mixin of Service: serves `_router` with the `_handlers` table.
 
     Uses the service's name, epoch, state, counters, progress, config.max_requests and
-    `_request_limits`; tracks every handler task in `_inflight`, those under the cap in `_work`,
+    `_request_limits`; tracks every handler task in `_inflight`, those under the cap in `_capped`,
     and streams by (caller, id) in `_streams`.
     """
 
@@ -59,18 +59,18 @@ class RequestLoop:
                 self._cancel_stream(ident, msg.body.id)
                 continue
             counted = msg.type not in ALWAYS
-            if counted and len(self._work) >= self.config.max_requests:
+            if counted and len(self._capped) >= self.config.max_requests:
                 self.counters["errors.busy"] += 1
                 await self._send(ident, msg.reply(Error(
-                    code="busy", message=f"{self.name} is serving {len(self._work)} requests, "
+                    code="busy", message=f"{self.name} is serving {len(self._capped)} requests, "
                     f"its limit", retry_after=BUSY_RETRY_AFTER), self.name, self.epoch))
                 continue
             task = asyncio.get_running_loop().create_task(self._serve(ident, msg))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
             if counted:
-                self._work.add(task)
-                task.add_done_callback(self._work.discard)
+                self._capped.add(task)
+                task.add_done_callback(self._capped.discard)
 
     def _cancel_stream(self, ident: bytes, mid: int) -> None:
         task = self._streams.get((ident, mid))
@@ -114,8 +114,8 @@ class RequestLoop:
         gen = handler(self, msg)
         try:
             async for body in gen:
-                if not await self._send_frames(ident, self._encode(msg.reply(body, self.name,
-                                                                             self.epoch))):
+                frames = self._reply_frames(msg.reply(body, self.name, self.epoch))
+                if not await self._send_frames(ident, frames):
                     raise _Gone()
                 self.progress += 1
             return True
@@ -130,7 +130,7 @@ class RequestLoop:
         finally:
             self._streams.pop(key, None)
 
-    def _encode(self, reply: wire.Message) -> list:
+    def _reply_frames(self, reply: wire.Message) -> list:
         """A reply's frames; ServiceError("too_large") when the caller's socket would drop them."""
         try:
             # Callers of this service's kind receive with the limits its request socket has.
@@ -142,7 +142,7 @@ class RequestLoop:
         """Send to one caller (a reply too large becomes a `too_large` error); False when the
         caller is unreachable."""
         try:
-            frames = self._encode(msg)
+            frames = self._reply_frames(msg)
         except ServiceError as e:
             self.counters[f"errors.{e.code}"] += 1
             frames = wire.encode(msg.reply(Error(code=e.code, message=e.message[:500]),

@@ -77,7 +77,7 @@ class Service(RequestLoop, Heartbeats, BusMethods):
         self._handlers: dict[str, Handler] = handler_table(type(self))
         self._request_limits = self.request_limits or limits_for_kind(self.kind)
         self._inflight: set[asyncio.Task] = set()
-        self._work: set[asyncio.Task] = set()      # the requests under the cap (not bus.*)
+        self._capped: set[asyncio.Task] = set()      # the requests under the cap (not bus.*)
         self._streams: dict[tuple[bytes, int], asyncio.Task] = {}  # (caller, id) -> its handler task
         self._tasks: list[asyncio.Task] = []
         self._stop = asyncio.Event()

@@ -75,7 +75,7 @@ def test_the_cap_is_validated():
 
 async def test_past_the_cap_new_requests_are_refused_busy_and_bus_methods_still_answer(service, client):
     held = [asyncio.create_task(client.call(Hold(), timeout=10)) for _ in range(CAP)]
-    await wait_until(lambda: len(service._work) == CAP)
+    await wait_until(lambda: service.load == CAP)
     with pytest.raises(RemoteError) as e:
         await client.call(Hold(), timeout=5)
     assert e.value.code == "busy" and e.value.retry_after > 0
@@ -85,7 +85,7 @@ async def test_past_the_cap_new_requests_are_refused_busy_and_bus_methods_still_
     assert (await client.call(Echo(text="echo"))).text == "echo"
     service.release.set()
     assert [(await h).text for h in held] == ["released"] * CAP
-    await wait_until(lambda: not service._work)
+    await wait_until(lambda: service.load == 0)
     assert (await client.call(Hold(), timeout=5)).text == "released"   # room again
 
 
@@ -106,10 +106,10 @@ async def test_open_streams_count_against_the_cap(service, client):
 
 async def test_a_refused_request_leaves_nothing_running(service, client):
     held = [asyncio.create_task(client.call(Hold(), timeout=10)) for _ in range(CAP)]
-    await wait_until(lambda: len(service._work) == CAP)
+    await wait_until(lambda: service.load == CAP)
     for _ in range(20):
         with pytest.raises(RemoteError):
             await client.call(Hold(), timeout=5)
-    assert len(service._work) == CAP and len(service._inflight) == CAP
+    assert service.load == CAP
     service.release.set()
     await asyncio.gather(*held)
