@@ -62,8 +62,9 @@ class RequestLoop:
             if counted and len(self._capped) >= self.config.max_requests:
                 self.counters["errors.busy"] += 1
                 await self._send(ident, msg.reply(Error(
-                    code="busy", message=f"{self.name} is serving {len(self._capped)} requests, "
-                    f"its limit", retry_after=BUSY_RETRY_AFTER), self.name, self.epoch))
+                    code="busy", message=f"{self.name} is at its limit of {len(self._capped)} "
+                    "requests at once: retry later", retry_after=BUSY_RETRY_AFTER),
+                    self.name, self.epoch))
                 continue
             task = asyncio.get_running_loop().create_task(self._serve(ident, msg))
             self._inflight.add(task)
