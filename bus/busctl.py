@@ -140,11 +140,13 @@ async def cmd_call(ctl: Ctl) -> int:
 async def _call(ctl: Ctl, name: str, body: Any):
     from bus.client import RpcClient
     from bus.errors import BusError, RemoteError
+    from bus.sockets import limits_for_kind
 
     entry = await ctl.find(name)
     if entry is None:
         return None
-    async with RpcClient(ctl.ctx, entry.rpc_endpoint, sender=ctl.directory.me, name=name) as c:
+    async with RpcClient(ctl.ctx, entry.rpc_endpoint, sender=ctl.directory.me, name=name,
+                         limits=limits_for_kind(entry.kind)) as c:
         try:
             return await c.call(body, ctl.args.timeout)
         except RemoteError as e:

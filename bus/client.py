@@ -17,10 +17,11 @@ import zmq
 import zmq.asyncio
 
 import wire
+from wire.errors import Oversized
 from wire.messages.bus import Cancel, Error, Hello, StreamEnd, Welcome
 
-from .errors import CallTimeout, PeerRestarted, RemoteError
-from .sockets import make_socket
+from .errors import BadReply, CallTimeout, ClientClosed, MessageTooLarge, PeerRestarted, RemoteError
+from .sockets import CONTROL, SocketLimits, make_socket
 
 _ids = itertools.count(1)
 
@@ -46,8 +47,11 @@ class _StreamWaiter:
 
 
 class RpcClient:
+    """Calls one peer. `limits` must match the peer's request socket (sockets.limits_for_kind):
+    a request with a frame over them is refused here, as the peer would drop it unread."""
+
     def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, sender: str = "client",
-                 sender_epoch: int = 0, name: str = ""):
+                 sender_epoch: int = 0, name: str = "", limits: SocketLimits = CONTROL):
         self.ctx = ctx
         self.endpoint = endpoint
         self.sender = sender
@@ -57,23 +61,24 @@ class RpcClient:
         self.stale_dropped = 0
         self.bad_frames = 0
         self._pending: dict[int, tuple[asyncio.Future, int]] = {}  # id -> (future, epoch sent to)
-        self._sock = make_socket(ctx, zmq.DEALER)
+        self.limits = limits
+        self._sock = make_socket(ctx, zmq.DEALER, limits)
         self._sock.connect(endpoint)
         self._closed = False
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def call(self, body: Any, timeout: float = 5.0) -> Any:
-        """Send a request, await its reply body; raises RemoteError, CallTimeout, PeerRestarted."""
-        if self._closed:
-            raise RuntimeError("client is closed")
+        """Send a request, await its reply body; raises RemoteError, CallTimeout, PeerRestarted,
+        MessageTooLarge, BadReply, ClientClosed."""
+        self._check_open()
         mid = next(_ids)
         deadline = time.time() + timeout
+        frames = self._encode(wire.Message(body=body, id=mid, sender=self.sender,
+                                           epoch=self.sender_epoch, deadline=deadline))
         fut = asyncio.get_running_loop().create_future()
         self._pending[mid] = (fut, self.peer_epoch)
-        msg = wire.Message(body=body, id=mid, sender=self.sender, epoch=self.sender_epoch,
-                           deadline=deadline)
         try:
-            await self._sock.send_multipart(wire.encode(msg), copy=False)
+            await self._sock.send_multipart(frames, copy=False)
             reply = await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
             raise CallTimeout(f"{self.name}: no reply to {type(body).TYPE} within {timeout:g}s") from None
@@ -90,14 +95,14 @@ class RpcClient:
         when nothing came for `idle_timeout` seconds. Closing the generator early (use
         `contextlib.aclosing`, or cancel the task) tells the service to stop the handler.
         """
-        if self._closed:
-            raise RuntimeError("client is closed")
+        self._check_open()
         mid = next(_ids)
+        frames = self._encode(wire.Message(body=body, id=mid, sender=self.sender,
+                                           epoch=self.sender_epoch))
         waiter = _StreamWaiter()
         self._pending[mid] = (waiter, self.peer_epoch)
-        msg = wire.Message(body=body, id=mid, sender=self.sender, epoch=self.sender_epoch)
         try:
-            await self._sock.send_multipart(wire.encode(msg), copy=False)
+            await self._sock.send_multipart(frames, copy=False)
             while True:
                 try:
                     item = await asyncio.wait_for(waiter.queue.get(), idle_timeout)
@@ -116,6 +121,16 @@ class RpcClient:
             self._pending.pop(mid, None)
             if not waiter.done() and not self._closed:
                 self._send_cancel(mid)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed(f"{self.name}: the client is closed")
+
+    def _encode(self, msg: wire.Message) -> list:
+        try:
+            return wire.encode(msg, max_frame_bytes=self.limits.max_msg_size)
+        except Oversized as e:
+            raise MessageTooLarge(f"{self.name}: {msg.type} not sent: {e}") from None
 
     def _send_cancel(self, mid: int) -> None:
         cancel = wire.Message(body=Cancel(id=mid), id=next(_ids), sender=self.sender,
@@ -162,8 +177,9 @@ class RpcClient:
                 raise
             try:
                 msg = wire.decode(frames)
-            except wire.BadFrame:
+            except wire.BadFrame as e:
                 self.bad_frames += 1
+                self._fail_undecodable(e)
                 continue
             if self.peer_epoch and msg.epoch < self.peer_epoch:
                 self.stale_dropped += 1
@@ -175,13 +191,21 @@ class RpcClient:
                 continue
             entry[0].set_result(msg)
 
+    def _fail_undecodable(self, e: wire.BadFrame) -> None:
+        # A sound header names the call it answers: fail that call now rather than at its timeout.
+        entry = self._pending.get(e.msg_id) if e.msg_id else None
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(BadReply(f"{self.name}: reply to call {e.msg_id} "
+                                            f"cannot be decoded ({e})"))
+
     async def close(self) -> None:
+        """Close the socket; every call in flight ends with ClientClosed."""
         if self._closed:
             return
         self._closed = True
         for fut, _ in self._pending.values():
             if not fut.done():
-                fut.set_exception(RuntimeError("client closed"))
+                fut.set_exception(ClientClosed(f"{self.name}: the client was closed during the call"))
         await asyncio.gather(self._reader, return_exceptions=True)
         self._sock.close(linger=0)
 

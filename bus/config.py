@@ -52,11 +52,17 @@ class ServiceConfig:
     pub_port: int = 0
     drain_timeout: float = 10.0
     discover: bool = False              # run a directory of peers (services that call others)
+    # Requests handled at once (streams count; bus.* do not); past it new ones get `busy`.
+    # Above what a scheduler admits (its own queue answers `queue_full` first), below what
+    # would let one flood of callers hold unbounded memory.
+    max_requests: int = 1024
 
     def __post_init__(self):
         for what in ("name", "kind", "instance"):
             if not _NAME.match(getattr(self, what)):
                 raise ValueError(f"{what} {getattr(self, what)!r}: letters, digits, '-', '_', '.' only")
+        if self.max_requests < 1:
+            raise ValueError("max_requests must be at least 1")
         for port in (self.rpc_port, self.pub_port):
             if not 0 <= port <= 65535:
                 raise ValueError(f"port {port} out of range")

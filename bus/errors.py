@@ -42,3 +42,16 @@ class ServiceError(BusError):
         self.code = code
         self.message = message
         self.retry_after = retry_after
+
+
+class MessageTooLarge(BusError):
+    """A request too large to send was refused before sending (the peer would drop it unread):
+    send less per call (page it), or call a service whose socket takes larger frames."""
+
+
+class BadReply(BusError):
+    """The peer's reply to this call could not be decoded; the peer is likely of another version."""
+
+
+class ClientClosed(BusError):
+    """The client was closed: calls in flight end with this, and it takes no new calls."""

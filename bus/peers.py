@@ -13,6 +13,7 @@ from .client import RpcClient
 from .directory import Directory
 from .errors import PeerDead
 from .liveness import PeerEntry
+from .sockets import limits_for_kind
 
 
 class Peers:
@@ -33,12 +34,13 @@ class Peers:
     async def client(self, name: str, wait: float = 5.0) -> RpcClient:
         entry = await self.directory.wait_for(name, wait)
         c = self._clients.get(name)
-        if c is not None and c.endpoint != entry.rpc_endpoint:
+        limits = limits_for_kind(entry.kind)
+        if c is not None and (c.endpoint != entry.rpc_endpoint or c.limits != limits):
             await c.close()
             c = None
         if c is None:
             c = RpcClient(self.ctx, entry.rpc_endpoint, sender=self.me, sender_epoch=self.epoch,
-                          name=name)
+                          name=name, limits=limits)
             self._clients[name] = c
         c.saw_epoch(entry.epoch)
         return c

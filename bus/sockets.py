@@ -1,4 +1,19 @@
-"""A tiny typed layer over zmq.asyncio sockets: every limit set on purpose, bind/connect explicit."""
+"""A tiny typed layer over zmq.asyncio sockets: every limit set on purpose, bind/connect explicit.
+
+Every socket's limits are chosen here, by what it carries:
+
+- CONTROL: heartbeats, events, handshakes and most RPC (tokenizer, scheduler, busctl). No frame
+  is larger than a message header may be (wire.limits.MAX_HEADER_BYTES, 1 MiB).
+- ACTIVATIONS: a shard's request socket and the clients that call shards. A frame holds a
+  batch's activations (512 tokens x 32768 hidden x fp32 = 64 MiB) or the logits of its sampled
+  rows (64 rows x 262144 vocab x fp32 = 64 MiB), and few messages are queued per peer.
+
+ZeroMQ disconnects a peer whose frame is over MAXMSGSIZE when the frame's length arrives, so an
+oversized frame is never allocated; the sending side refuses such a frame before it leaves
+(wire.encode's max_frame_bytes), so a caller gets a typed error instead of a silent drop. What a
+peer can make a socket hold is at most RCVHWM messages, each of MAX_FRAMES frames of at most
+max_msg_size, and the reader drains them as they come.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +22,7 @@ from dataclasses import dataclass
 import zmq
 import zmq.asyncio
 
-from wire.limits import MAX_FRAMES, MAX_TENSOR_BYTES
+from wire.limits import MAX_HEADER_BYTES, MAX_TENSOR_BYTES
 
 
 @dataclass(frozen=True)
@@ -15,19 +30,37 @@ class SocketLimits:
     sndhwm: int = 10_000           # messages queued per peer before send drops/blocks
     rcvhwm: int = 10_000
     linger_ms: int = 0             # never hang on close waiting for a dead peer
-    max_msg_size: int = MAX_FRAMES * MAX_TENSOR_BYTES  # per frame, in zmq terms; frames are checked again on decode
+    max_msg_size: int = MAX_HEADER_BYTES  # per frame, in zmq terms; frames are checked again on decode
     reconnect_ivl_ms: int = 100
     reconnect_ivl_max_ms: int = 2000
 
+    def __post_init__(self):
+        if not MAX_HEADER_BYTES <= self.max_msg_size <= MAX_TENSOR_BYTES:
+            # Below a header's limit a sound header could be dropped unread.
+            raise ValueError(f"max_msg_size must be within {MAX_HEADER_BYTES}..{MAX_TENSOR_BYTES}")
+        if self.sndhwm < 1 or self.rcvhwm < 1:
+            raise ValueError("high-water marks must be at least 1")
 
-DEFAULT_LIMITS = SocketLimits()
+
+CONTROL = SocketLimits()
+ACTIVATIONS = SocketLimits(sndhwm=64, rcvhwm=64, max_msg_size=64 << 20)
+DEFAULT_LIMITS = CONTROL
+
+# The request socket of a service of this kind, and every client calling one, use these limits;
+# a kind not named here is control traffic.
+LIMITS_BY_KIND: dict[str, SocketLimits] = {"shard": ACTIVATIONS}
+
+
+def limits_for_kind(kind: str) -> SocketLimits:
+    """The limits of a `kind` service's request socket, which its callers' sockets match."""
+    return LIMITS_BY_KIND.get(kind, CONTROL)
 
 
 def _apply(sock: zmq.Socket, limits: SocketLimits) -> None:
     sock.setsockopt(zmq.SNDHWM, limits.sndhwm)
     sock.setsockopt(zmq.RCVHWM, limits.rcvhwm)
     sock.setsockopt(zmq.LINGER, limits.linger_ms)
-    sock.setsockopt(zmq.MAXMSGSIZE, min(limits.max_msg_size, MAX_TENSOR_BYTES))
+    sock.setsockopt(zmq.MAXMSGSIZE, limits.max_msg_size)
     sock.setsockopt(zmq.RECONNECT_IVL, limits.reconnect_ivl_ms)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, limits.reconnect_ivl_max_ms)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import limits
 from .codecs import CODECS, encode_tensor
-from .errors import BadFrame
+from .errors import BadFrame, Oversized
 from .schema import from_wire, lookup, to_wire
 from .tensor import Tensor
 
@@ -43,8 +43,12 @@ class Message:
         return Message(body=body, id=self.id, sender=sender, epoch=epoch, deadline=self.deadline)
 
 
-def encode(msg: Message) -> list:
-    """Message -> list of frames (bytes for the header, buffers for tensors, sent zero-copy)."""
+def encode(msg: Message, max_frame_bytes: int = limits.MAX_TENSOR_BYTES) -> list:
+    """Message -> list of frames (bytes for the header, buffers for tensors, sent zero-copy).
+
+    Raises Oversized for what the receiver would drop: a header over MAX_HEADER_BYTES, more than
+    MAX_FRAMES frames, or a tensor frame over `max_frame_bytes` (the socket's limit).
+    """
     payload: list = []
 
     def put(t: Tensor) -> dict:
@@ -62,8 +66,15 @@ def encode(msg: Message) -> list:
         "epoch": msg.epoch, "deadline": float(msg.deadline), "body": to_wire(msg.body, put),
     }
     if len(payload) + 1 > limits.MAX_FRAMES:
-        raise ValueError(f"message has {len(payload)} tensor frames, limit {limits.MAX_FRAMES - 1}")
-    return [msgpack.packb(header, use_bin_type=True)] + [_bytes_view(b) for b in payload]
+        raise Oversized("frames", len(payload) + 1, limits.MAX_FRAMES)
+    head = msgpack.packb(header, use_bin_type=True)
+    if len(head) > limits.MAX_HEADER_BYTES:
+        raise Oversized("header", len(head), limits.MAX_HEADER_BYTES)
+    frames = [_bytes_view(b) for b in payload]
+    for i, f in enumerate(frames, 1):
+        if f.nbytes > max_frame_bytes:
+            raise Oversized(f"frame {i}", f.nbytes, max_frame_bytes)
+    return [head] + frames
 
 
 def _bytes_view(b: Any) -> memoryview:

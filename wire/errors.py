@@ -1,4 +1,4 @@
-"""The one error a bad frame raises, whatever is wrong with it."""
+"""The errors of the frame format: one for what cannot be decoded, one for what may not be sent."""
 
 
 class BadFrame(ValueError):
@@ -14,3 +14,19 @@ class BadFrame(ValueError):
         self.reason = reason
         self.detail = detail
         self.msg_id = msg_id
+
+
+class Oversized(ValueError):
+    """A message too large to send (its header, a frame, or its frame count): refused on encode,
+    because the receiver would drop it unread and its caller would wait for nothing.
+
+    `what` names the part ("header", "frame 3", "frames"), `size` and `limit` are in bytes (or
+    frames).
+    """
+
+    def __init__(self, what: str, size: int, limit: int):
+        super().__init__(f"{what} of {size} {'frames' if what == 'frames' else 'bytes'} "
+                         f"is over the limit of {limit}")
+        self.what = what
+        self.size = size
+        self.limit = limit

@@ -121,3 +121,33 @@ def test_encode_refuses_an_undeclared_body():
         pass
     with pytest.raises(TypeError):
         wire.encode(wire.Message(NotAMessage()))
+
+
+def test_encode_refuses_a_header_the_receiver_would_drop():
+    from wire.errors import Oversized
+    from wire.limits import MAX_HEADER_BYTES
+    fits = wire.encode(wire.Message(Echo(text="x" * (MAX_HEADER_BYTES - 100))))
+    assert len(fits[0]) <= MAX_HEADER_BYTES
+    wire.decode(fits)
+    with pytest.raises(Oversized) as e:
+        wire.encode(wire.Message(Echo(text="x" * MAX_HEADER_BYTES)))
+    assert e.value.what == "header" and e.value.limit == MAX_HEADER_BYTES
+    assert e.value.size > MAX_HEADER_BYTES
+
+
+def test_encode_refuses_a_frame_over_the_sockets_limit_and_too_many_frames():
+    from wire.errors import Oversized
+    from wire.limits import MAX_FRAMES
+    from .declared import Batch, Item
+    x = np.zeros(1001, np.uint8)
+    assert len(wire.encode(wire.Message(Echo(payload=wire.Tensor(x, "raw"))),
+                           max_frame_bytes=1001)[1]) == 1001
+    with pytest.raises(Oversized) as e:
+        wire.encode(wire.Message(Echo(payload=wire.Tensor(x, "raw"))), max_frame_bytes=1000)
+    assert (e.value.what, e.value.size, e.value.limit) == ("frame 1", 1001, 1000)
+    many = Batch(ids=wire.Tensor(np.zeros(1, np.int32)),
+                 items=[Item(name=str(i), x=wire.Tensor(activations(1), "fp32"))
+                        for i in range(MAX_FRAMES)])
+    with pytest.raises(Oversized) as e:
+        wire.encode(wire.Message(many))
+    assert e.value.what == "frames" and e.value.limit == MAX_FRAMES

@@ -1,0 +1,56 @@
+"""The `bus.*` methods every service answers: handshake, status, echo, probe."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import wire
+from wire.messages.bus import (Echo, EchoReply, Hello, Probe, ProbeReply, Status, StatusReply,
+                               Welcome)
+
+from .dispatch import handles
+from .errors import ServiceError
+
+# Answered in every state and past the request cap: they are how peers and people see a service.
+ALWAYS = frozenset({Hello.TYPE, Status.TYPE, Echo.TYPE})
+
+
+class BusMethods:
+    """Mixin of Service: the built-in handlers, found in the handler table like any other."""
+
+    @handles(Hello)
+    async def _hello(self, msg: wire.Message) -> Welcome:
+        return Welcome(name=self.name, kind=self.kind, instance=self.instance, epoch=self.epoch,
+                       cluster=self.config.bus.cluster, host=self.config.bus.advertised,
+                       rpc_port=self.rpc_port, pub_port=self.pub_port, state=self.state,
+                       info=self.info())
+
+    @handles(Status)
+    async def _status(self, msg: wire.Message) -> StatusReply:
+        counters = dict(self.counters)
+        if self.directory is not None:
+            counters.update({f"directory.{k}": v for k, v in self.directory.counters.items()})
+        return StatusReply(name=self.name, kind=self.kind, instance=self.instance,
+                           epoch=self.epoch, state=self.state, load=self.load,
+                           progress=self.progress, uptime=time.monotonic() - self.started_at,
+                           counters=counters,
+                           info={**self.info(), "host": socket.gethostname(), "pid": os.getpid(),
+                                 "peers": [e.name for e in self.directory.live()] if self.directory else []})
+
+    @handles(Echo)
+    async def _echo(self, msg: wire.Message) -> EchoReply:
+        # A received tensor goes back out as its own frames: no decode, no copy.
+        return EchoReply(text=msg.body.text, payload=msg.body.payload)
+
+    @handles(Probe)
+    async def _probe(self, msg: wire.Message) -> ProbeReply:
+        if self.peers is None:
+            raise ServiceError("no_directory", f"{self.name} runs without discovery")
+        target = msg.body.target
+        client = await self.peers.client(target, wait=msg.body.timeout)
+        t0 = time.perf_counter()
+        await client.call(Echo(text=f"probe from {self.name}"), msg.body.timeout)
+        return ProbeReply(target=target, epoch=client.peer_epoch, endpoint=client.endpoint,
+                          rtt_ms=(time.perf_counter() - t0) * 1e3)

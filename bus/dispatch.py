@@ -1,0 +1,45 @@
+"""Handlers found by message type: the decorators that mark them and the table built from them."""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+import wire
+
+Handler = Callable[[Any, wire.Message], Awaitable[Any]]
+
+
+def handles(msg_cls: type) -> Callable[[Handler], Handler]:
+    """Mark a method as the handler of one message type."""
+
+    def mark(fn: Handler) -> Handler:
+        fn.__handles__ = msg_cls.TYPE
+        return fn
+
+    return mark
+
+
+def streams(msg_cls: type) -> Callable[[Handler], Handler]:
+    """Mark an async generator method as the streaming handler of one message type."""
+
+    def mark(fn: Handler) -> Handler:
+        fn.__handles__ = msg_cls.TYPE
+        fn.__streams__ = True
+        return fn
+
+    return mark
+
+
+def handler_table(cls: type) -> dict[str, Handler]:
+    """Message type -> handler over a class and its bases; a subclass's handler wins."""
+    table: dict[str, Handler] = {}
+    for klass in reversed(cls.__mro__):
+        for attr in vars(klass).values():
+            t = getattr(attr, "__handles__", None)
+            if t is not None:
+                table[t] = attr
+    return table
+
+
+def is_stream(handler: Handler) -> bool:
+    return getattr(handler, "__streams__", False)
