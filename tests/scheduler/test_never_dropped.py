@@ -68,11 +68,17 @@ class SchedulerEvents(RuleBasedStateMachine):
             self._record(self.sched.complete(plan.batch_id, samples))
 
     @precondition(lambda self: self.plans)
-    @rule()
-    def abort_oldest(self):
+    @rule(how=st.sampled_from(["abort", "retry", "refuse"]))
+    def abort_oldest(self, how):
         plan = self.plans.pop(0)
-        if plan.batch_id in self.sched.inflight:
+        if plan.batch_id not in self.sched.inflight:
+            return
+        if how == "abort":
             self.sched.abort_batch(plan.batch_id)
+        elif how == "retry":
+            self._record(self.sched.retry_batch(plan.batch_id, "test"))
+        else:
+            self._record(self.sched.refuse_batch(plan.batch_id, "test"))
 
     @precondition(lambda self: self.submitted)
     @rule(i=st.integers(0, 100), how=st.sampled_from(["cancel", "fail", "reset"]))
