@@ -80,9 +80,11 @@ class Rig:
                              backoff=(1.0, 4.0), poll_s=0.005, clock=self.clock)
         self.events: dict[str, list] = {}
 
-    def submit(self, rid, n=5, first=1, max_tokens=4, top_k=0):
+    def submit(self, rid, n=5, first=1, max_tokens=4, top_k=0, penalized=False):
         self.policy.submit(req(rid, n=n, first=first, max_tokens=max_tokens))
-        self.requests[rid] = RequestStream(rid, n, Sampling(temperature=0.0, top_k=top_k), False)
+        sampling = Sampling(temperature=0.0, top_k=top_k,
+                            repetition_penalty=1.3 if penalized else 1.0)
+        self.requests[rid] = RequestStream(rid, n, sampling, penalized)
         self.driver.wake.set()
 
     def _drain(self):
@@ -168,6 +170,19 @@ async def test_a_shard_restart_reprefills_every_running_sequence_and_streams_onl
         assert list(t) == prompt(first) + r.tokens(rid)[:len(t) - 5]
         assert len(t) == 7             # the two tokens generated before the restart were kept
     assert r.driver.counters["pipeline_changes"] == 1
+    r.assert_nothing_left()
+
+
+async def test_penalties_get_every_token_seen_and_others_no_history(rig):
+    r = rig()
+    r.submit("pen", first=10, max_tokens=4, penalized=True)
+    r.submit("plain", first=30, max_tokens=4)
+    await r.run_until_all_finish()
+    for k, body in enumerate(r.pipe.forwards):
+        # Row order is the plan's; the penalized row's history is prompt + tokens so far.
+        assert body.history_lens == [5 + k if s.repetition_penalty != 1.0 else 0
+                                     for s in body.sampling]
+        assert body.history.array().tolist() == prompt(10) + r.tokens("pen")[:k]
     r.assert_nothing_left()
 
 
