@@ -42,10 +42,9 @@ class BatchPlan:
 
 @dataclass(frozen=True)
 class Sample:
-    """A sampled token and its text piece from the tokenizer's incremental decoder ('' if incomplete)."""
+    """A sampled token id and its log-probability; the policy decodes its text."""
 
     token_id: int
-    text: str = ""
     logprob: float | None = None
 
 

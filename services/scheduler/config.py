@@ -17,12 +17,15 @@ class SchedulerConfig:
     max_tokens_limit: int = 1 << 20    # a max_tokens above this is a client bug, not a clamp
     vocab_size: int | None = None      # when set, prompt ids are checked against it
     eos_ids: frozenset[int] = field(default_factory=frozenset)
+    # The bytes of every token id: generated tokens are decoded here, where stop rules need them.
+    token_bytes: tuple[bytes, ...] = field(default=(), repr=False, compare=False)
     max_stop_strings: int = 16
     max_stop_chars: int = 256
     loop_repeats: int = 4              # same non-trivial line this many times → repeated_line_loop
     loop_window: int = 8               # ... within this many recent non-trivial lines
     loop_min_chars: int = 8            # a line is non-trivial with at least this many non-space chars
     max_recoveries: int = 3            # KV resets one sequence survives before it fails
+    max_batch_retries: int = 3         # unusable results in a row one sequence survives
     retry_after_min_s: float = 1.0
     retry_after_max_s: float = 300.0
     throughput_window_s: float = 10.0
@@ -30,6 +33,10 @@ class SchedulerConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "eos_ids", frozenset(self.eos_ids))
+        object.__setattr__(self, "token_bytes", tuple(self.token_bytes))
+        if not self.token_bytes or not all(isinstance(b, bytes) for b in self.token_bytes):
+            raise ConfigError("token_bytes must hold the bytes of every token id: generated "
+                              "tokens are decoded with it")
         for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:

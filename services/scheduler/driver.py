@@ -2,9 +2,14 @@
 
 One task owns the loop. Each micro-batch the policy plans goes to the first shard as a
 `shard.forward` and is awaited in its own task, so up to `max_inflight` batches are in the
-pipeline at once. When a batch fails because a shard died or restarted, every sequence that
-held KV is re-prefilled (the policy's `reset_for_recovery`) once the pipeline is whole again;
-streams only pause. A batch the shards refuse as malformed fails its own requests.
+pipeline at once. Whatever goes wrong, a batch leaves the policy's in-flight set:
+- the pipeline broke (a shard died, restarted, timed out): every sequence that held KV is
+  re-prefilled (the policy's `reset_for_recovery`) once the pipeline is whole again, after a
+  backoff while it is the same pipeline; streams only pause;
+- the shards refused the batch (`_REFUSED`), naming no row: its sequences run again each in a
+  batch of its own; a request refused alone fails with the shard's reason;
+- the reply does not fit the batch, or anything else is raised: the batch runs again, and a
+  request whose results are unusable `max_batch_retries` times in a row fails with the reason.
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ from collections import Counter
 from collections.abc import Callable
 
 from bus.errors import BusError, RemoteError
+from wire.messages.shard import Sampled
 
 from .batch_plan import BatchPlan, Output, Sample
-from .errors import UnknownBatch
+from .errors import BadReply, UnknownBatch
 from .forward_plan import to_forward
 from .pipeline import Stage, signature
 from .policy import Scheduler
-from .streams import Event, RequestStream
+from .streams import RequestStream, StreamEvent
 
 log = logging.getLogger("llmbus.scheduler")
 
@@ -32,22 +38,28 @@ _REFUSED = frozenset({"bad_batch", "bad_sampling", "bad_logits", "bad_frame", "i
 
 
 class Driver:
+    """Runs the policy's micro-batches through the pipeline that `chain` names, with `call`."""
+
     def __init__(self, policy: Scheduler, requests: dict[str, RequestStream],
                  call: Callable, chain: Callable[[], list[Stage] | None],
-                 batch_timeout: float = 120.0):
+                 batch_timeout: float = 120.0, *, backoff: tuple[float, float] = (0.5, 5.0),
+                 poll_s: float = 0.2, clock: Callable[[], float] = time.monotonic):
         self.policy = policy
         self.requests = requests
         self._call = call            # async (shard name, Forward, timeout) -> Sampled
         self._chain = chain          # the pipeline now, or None while it has a gap
         self.batch_timeout = batch_timeout
+        self.poll_s = poll_s         # how often a gap or a backoff is looked at again
+        self._clock = clock
+        self._first_backoff, self._max_backoff = backoff
         self.wake = asyncio.Event()
         self.counters: Counter[str] = Counter()
         self.timing: Counter[str] = Counter()      # summed milliseconds
         self.pipeline: list[Stage] = []
         self._seen: tuple | None = None          # signature the KV on the shards belongs to
         self._failed: tuple | None = None        # signature a batch last failed against
-        self._retry_at = 0.0
-        self._backoff = 0.5
+        self.retry_at = 0.0                      # no batch runs on `_failed` before this
+        self.backoff = self._first_backoff       # the wait after the next failure
         self._batches: set[asyncio.Task] = set()
 
     async def run(self) -> None:
@@ -71,22 +83,33 @@ class Driver:
         if not self.policy.has_work():
             return
         chain = self._chain()
-        if chain is None or (signature(chain) == self._failed and time.monotonic() < self._retry_at):
-            self._poll_later(0.2)  # waiting for the pipeline to be whole (again)
+        if chain is None:
+            self.counters["waits.gap"] += 1
+            self._poll_later(self.poll_s)  # waiting for the pipeline to be whole again
             return
         sig = signature(chain)
+        if sig == self._failed and (wait := self.retry_at - self._clock()) > 0:
+            self.counters["waits.backoff"] += 1  # the same pipeline just failed: give it time
+            self._poll_later(min(wait, self.poll_s))
+            return
         if self._seen is not None and sig != self._seen:
             # A shard restarted (new epoch) or was replaced: the KV on it is gone.
             self.counters["pipeline_changes"] += 1
             self._recover(f"pipeline changed to {[n for n, _ in sig]}")
         self._seen, self.pipeline = sig, chain
         while (plan := self.policy.schedule()) is not None:
-            # Built now, while every planned request still has its stream (a cancel may come
-            # before the task first runs).
-            body = to_forward(plan, {c.request_id: self.requests[c.request_id].sampling
-                                     for c in plan.chunks if c.sample},
-                              {c.request_id: h for c in plan.chunks if c.sample
-                               and (h := self.requests[c.request_id].history) is not None})
+            try:
+                # Built now, while every planned request still has its stream (a cancel may come
+                # before the task first runs).
+                body = to_forward(plan, {c.request_id: self.requests[c.request_id].sampling
+                                         for c in plan.chunks if c.sample},
+                                  {c.request_id: self.policy.history(c.request_id)
+                                   for c in plan.chunks
+                                   if c.sample and self.requests[c.request_id].penalized})
+            except Exception as e:  # a bug: its requests end with the reason, none hangs
+                log.exception("batch %d could not be built", plan.batch_id)
+                self._give_up(plan, f"the scheduler could not build the batch: {e!r}")
+                continue
             task = asyncio.get_running_loop().create_task(
                 self._run_batch(plan, body, chain[0].name, sig))
             self._batches.add(task)
@@ -98,51 +121,61 @@ class Driver:
     async def _run_batch(self, plan: BatchPlan, body, first: str, sig: tuple) -> None:
         try:
             t0 = time.perf_counter()
-            reply = await self._call(first, body, self.batch_timeout)
-            # Where a batch's time goes: compute per shard against the whole round trip.
-            self.timing["batch_ms"] += (time.perf_counter() - t0) * 1e3
-            for shard, ms in reply.hop_ms.items():
-                self.timing[f"compute_ms.{shard}"] += ms
-        except BusError as e:
-            self._batch_failed(plan, sig, e)
-        else:
             try:
-                self._batch_done(plan, reply)
-            except Exception as e:  # a malformed reply: the batch runs again, nothing is lost
-                log.exception("batch %d: bad reply", plan.batch_id)
-                self.counters["bad_replies"] += 1
-                self._batch_failed(plan, sig, BusError(f"bad reply: {e}"))
+                reply = await self._call(first, body, self.batch_timeout)
+            except BusError as e:
+                self._batch_failed(plan, sig, e)
+                return
+            except Exception as e:  # not the bus's own error: e.g. a reply that did not decode
+                self._bad_reply(plan, e)
+                return
+            try:
+                self._batch_done(plan, reply, time.perf_counter() - t0)
+            except Exception as e:  # checked before the policy applies anything: nothing is lost
+                self._bad_reply(plan, e)
+        except Exception as e:  # a bug in the handling above: the batch must still end
+            log.exception("batch %d: handling its result failed", plan.batch_id)
+            self.counters["driver_errors"] += 1
+            self._give_up(plan, f"the scheduler failed handling this batch: {e!r}")
         finally:
             self.wake.set()
 
-    def _batch_done(self, plan: BatchPlan, reply) -> None:
+    def _batch_done(self, plan: BatchPlan, reply, seconds: float) -> None:
         if plan.batch_id not in self.policy.inflight:
             return  # dropped by a recovery while it ran
-        self._failed, self._backoff = None, 0.5
+        if not isinstance(reply, Sampled) or reply.batch_id != plan.batch_id:
+            raise BadReply(f"batch {plan.batch_id} came back as {type(reply).__name__} "
+                           f"{getattr(reply, 'batch_id', '')}")
         tokens = reply.tokens.array()
         logprobs = reply.logprobs.array()
         top_ids = reply.top_ids.array() if reply.top_ids is not None else None
         top_lps = reply.top_logprobs.array() if reply.top_logprobs is not None else None
         n = sum(c.sample for c in plan.chunks)
-        if tokens.shape != (n,) or logprobs.shape != (n,) or \
-                (top_ids is not None and (top_ids.shape[0] != n or top_lps.shape != top_ids.shape)):
-            # Checked before any decoder is fed, so that running the batch again loses nothing.
-            raise ValueError(f"{n} sampled rows expected, got tokens {tokens.shape}")
+        if tokens.shape != (n,) or logprobs.shape != (n,) or tokens.dtype.kind not in "iu" or \
+                logprobs.dtype.kind != "f" or (top_ids is not None and (
+                    top_ids.ndim != 2 or top_ids.shape[0] != n or top_lps is None
+                    or top_lps.shape != top_ids.shape)):
+            raise BadReply(f"{n} sampled rows expected, got tokens {tokens.dtype}{tokens.shape}, "
+                           f"logprobs {logprobs.dtype}{logprobs.shape}")
+        # Where a batch's time goes: compute per shard against the whole round trip.
+        self.timing["batch_ms"] += seconds * 1e3
+        for shard, ms in reply.hop_ms.items():
+            self.timing[f"compute_ms.{shard}"] += ms
         samples, tops = {}, {}
         for row, chunk in enumerate(c for c in plan.chunks if c.sample):
             stream = self.requests.get(chunk.request_id)
             if stream is None or not self.policy.is_tracked(chunk.request_id):
                 continue  # cancelled while the batch ran
-            tok = int(tokens[row])
-            samples[chunk.request_id] = Sample(tok, stream.text_of(tok), float(logprobs[row]))
-            n = stream.sampling.top_logprobs
-            if n and top_ids is not None:
-                tops[chunk.request_id] = ([int(t) for t in top_ids[row, :n]],
-                                          [float(x) for x in top_lps[row, :n]])
+            samples[chunk.request_id] = Sample(int(tokens[row]), float(logprobs[row]))
+            k = stream.sampling.top_logprobs
+            if k and top_ids is not None:
+                tops[chunk.request_id] = ([int(t) for t in top_ids[row, :k]],
+                                          [float(x) for x in top_lps[row, :k]])
         try:
             outputs = self.policy.complete(plan.batch_id, samples)
         except UnknownBatch:
             return
+        self._failed, self.backoff = None, self._first_backoff
         self.counters["batches_done"] += 1
         for o in outputs:
             self._deliver(o, *tops.get(o.request_id, ((), ())))
@@ -153,25 +186,41 @@ class Driver:
         code = e.code if isinstance(e, RemoteError) else type(e).__name__
         self.counters[f"batch_errors.{code}"] += 1
         if code in _REFUSED:
-            # Deterministic: the same batch would fail again. End its requests with the reason.
-            self.policy.abort_batch(plan.batch_id)
-            for c in plan.chunks:
-                out = self.policy.fail(c.request_id, f"the pipeline refused the batch: {e}")
-                if out is not None:
-                    self._deliver(out)
+            # Deterministic for this batch, but usually one row is to blame: the policy runs its
+            # sequences alone, and fails one the shards refuse alone.
+            log.warning("batch %d refused (%s)", plan.batch_id, e)
+            self._deliver_all(self.policy.refuse_batch(
+                plan.batch_id, f"the pipeline refused this request: {e}"))
             return
         log.warning("batch %d failed (%s); re-prefilling after the pipeline recovers", plan.batch_id, e)
-        self._failed, self._retry_at = sig, time.monotonic() + self._backoff
-        self._backoff = min(self._backoff * 2, 5.0)
+        self._failed, self.retry_at = sig, self._clock() + self.backoff
+        self.backoff = min(self.backoff * 2, self._max_backoff)
         self._recover(str(e))
+
+    def _bad_reply(self, plan: BatchPlan, e: Exception) -> None:
+        if plan.batch_id not in self.policy.inflight:
+            return
+        log.warning("batch %d: unusable result (%r); running it again", plan.batch_id, e)
+        self.counters["bad_replies"] += 1
+        self._deliver_all(self.policy.retry_batch(
+            plan.batch_id, f"the pipeline's results were unusable: {e}"))
+
+    def _give_up(self, plan: BatchPlan, reason: str) -> None:
+        """End every request of a batch with `reason`: used when no retry can be trusted."""
+        if plan.batch_id in self.policy.inflight:
+            self.policy.abort_batch(plan.batch_id)
+        self._deliver_all(o for c in plan.chunks if (o := self.policy.fail(c.request_id, reason)))
 
     def _recover(self, why: str) -> None:
         self.counters["recoveries"] += 1
-        for out in self.policy.reset_for_recovery():
-            self._deliver(out)
+        self._deliver_all(self.policy.reset_for_recovery())
         log.warning("recovery: %s", why)
+
+    def _deliver_all(self, outputs) -> None:
+        for out in outputs:
+            self._deliver(out)
 
     def _deliver(self, output: Output, top_ids=(), top_logprobs=()) -> None:
         stream = self.requests.get(output.request_id)
         if stream is not None:
-            stream.deliver(Event(output, list(top_ids), list(top_logprobs)))
+            stream.deliver(StreamEvent(output, list(top_ids), list(top_logprobs)))

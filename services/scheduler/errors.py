@@ -76,3 +76,7 @@ class UnknownBatch(SchedulerError, LookupError):
 
 class BadCompletion(SchedulerError, ValueError):
     """The sampled tokens handed to complete() do not match the batch plan; nothing was applied."""
+
+
+class BadReply(SchedulerError, ValueError):
+    """The pipeline's reply to a batch does not match the batch (type, id, shapes, dtypes)."""

@@ -7,9 +7,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from .admission import Admission, validate
+from services.tokenizer.stream import IncrementalDecoder
+
 from .batch_plan import BatchPlan, Draft, Output, Sample, SeqChunk, check_samples
+from .client_text import ClientText
 from .config import SchedulerConfig
-from .errors import DuplicateRequest, QueueFull, UnknownBatch
+from .errors import BadCompletion, DuplicateRequest, QueueFull, UnknownBatch
 from .kv import KVManager
 from .loop_detect import LineLoopDetector
 from .sequence import Request, Sequence, Status
@@ -20,9 +23,8 @@ from .throughput import Throughput
 class Scheduler:
     """Admission, priorities, continuous batching, KV pages and stop rules of every request."""
 
-    def __init__(self, config: SchedulerConfig | None = None,
-                 clock: Callable[[], float] = time.monotonic):
-        self.config = config or SchedulerConfig()
+    def __init__(self, config: SchedulerConfig, clock: Callable[[], float] = time.monotonic):
+        self.config = config
         self.clock = clock
         self.kv = KVManager(self.config.num_pages, self.config.page_size)
         self._seqs: dict[str, Sequence] = {}          # every unfinished request
@@ -48,7 +50,8 @@ class Scheduler:
         loop = LineLoopDetector(cfg.loop_repeats, cfg.loop_window, cfg.loop_min_chars)
         stop = StopState(max_tokens=terms.max_tokens, stop=tuple(request.stop),
                          eos_ids=cfg.eos_ids, loop=loop)
-        seq = Sequence(request, terms.max_tokens, next(self._arrivals), stop)
+        text = ClientText(IncrementalDecoder(cfg.token_bytes), stop)
+        seq = Sequence(request, terms.max_tokens, next(self._arrivals), text)
         self._seqs[seq.request_id] = seq
         self._enqueue(seq)
         self._counts["submitted"] += 1
@@ -79,12 +82,16 @@ class Scheduler:
         draft = Draft(cfg.max_batch_tokens, cfg.max_batch_seqs)
         preempted: set[str] = set()
         ready = sorted((s for s in self._running.values() if not s.busy), key=lambda s: s.key)
+        alone = min((s for s in itertools.chain(ready, self._waiting) if s.solo),
+                    key=lambda s: s.key, default=None)
+        if alone is not None and self._add_alone(alone, draft, preempted):
+            return self._launch(draft)
         # Decode tokens first: one token each keeps streaming latency low.
         for seq in ready:
             if draft.full():
                 break
-            if seq.remaining != 1 or seq.status is not Status.RUNNING:  # prefilling, or preempted
-                continue
+            if seq.remaining != 1 or seq.status is not Status.RUNNING or seq.solo:
+                continue  # prefilling, preempted, or runs alone
             if self._fit(seq, 1, draft, preempted):
                 draft.add(seq, 1)
         # Then prefill chunks: running prefills and waiting requests, by priority then arrival.
@@ -93,6 +100,10 @@ class Scheduler:
             if draft.full():
                 break
             if seq.request_id in preempted:
+                continue
+            if seq.solo:
+                if seq.status is Status.WAITING:
+                    break  # FIFO, as for any request that could not be admitted
                 continue
             if seq.status is Status.WAITING:
                 if not self._admit(seq, draft, preempted):
@@ -112,19 +123,23 @@ class Scheduler:
             raise UnknownBatch(f"batch {batch_id} is not in flight")
         attached = {rid: c for rid, c in chunks.items() if self._holds(rid, batch_id)}
         check_samples(batch_id, chunks, attached, samples)
+        vocab = len(self.config.token_bytes)
+        if bad := {rid: s.token_id for rid, s in samples.items() if s.token_id >= vocab}:
+            raise BadCompletion(f"batch {batch_id}: token ids {bad} are past the vocabulary ({vocab})")
         del self._inflight[batch_id]
         outputs = []
         done = 0
         for rid, chunk in attached.items():
             seq = self._seqs[rid]
             seq.busy_batch = None
+            seq.solo, seq.retries = False, 0
             seq.num_computed = chunk.start + len(chunk.token_ids)
             done += len(chunk.token_ids)
             self.kv.register_full_pages(seq)
             if chunk.sample:
                 s = samples[rid]
                 seq.tokens.append(s.token_id)
-                text, finish = seq.stop.feed(s.text or "", s.token_id)
+                text, finish = seq.text.accept(s.token_id)
                 if finish is not None:
                     self._finish(seq, finish)
                 outputs.append(Output(rid, s.token_id, text, finish, s.logprob))
@@ -134,13 +149,32 @@ class Scheduler:
 
     def abort_batch(self, batch_id: int) -> None:
         """A batch was lost but shard KV is intact: its sequences run the same chunk again."""
-        chunks = self._inflight.pop(batch_id, None)
-        if chunks is None:
-            raise UnknownBatch(f"batch {batch_id} is not in flight")
-        for rid in chunks:
-            if self._holds(rid, batch_id):
-                self._seqs[rid].busy_batch = None
-        self._counts["batches_aborted"] += 1
+        self._abort(batch_id)
+
+    def retry_batch(self, batch_id: int, reason: str) -> list[Output]:
+        """A batch's result was unusable: its sequences run the same chunk again, except one whose
+        results were unusable `max_batch_retries` times in a row: it fails with `reason`.
+        Returns those failures."""
+        failed = []
+        for seq in self._abort(batch_id):
+            seq.retries += 1
+            if seq.retries >= self.config.max_batch_retries:
+                failed.append(self._end(seq.request_id, Finish(
+                    "failed", detail=f"{reason} ({seq.retries} times in a row)")))
+        self._counts["batches_retried"] += 1
+        return failed
+
+    def refuse_batch(self, batch_id: int, reason: str) -> list[Output]:
+        """The shards refused a batch as a whole, naming no row: with several sequences, each
+        runs its chunk again in a batch of its own; a sequence refused alone fails with `reason`.
+        Returns that failure."""
+        held = self._abort(batch_id)
+        if len(held) == 1:
+            return [self._end(held[0].request_id, Finish("failed", detail=reason))]
+        for seq in held:
+            seq.solo = True
+        self._counts["batches_split"] += 1
+        return []
 
     # ---- recovery -------------------------------------------------------------------------
 
@@ -178,6 +212,10 @@ class Scheduler:
 
     def is_tracked(self, request_id: str) -> bool:
         return request_id in self._seqs
+
+    def history(self, request_id: str) -> list[int]:
+        """Every token the sequence has seen, prompt then generated: what penalties count."""
+        return list(self._seqs[request_id].tokens)
 
     def has_work(self) -> bool:
         return bool(self._seqs)
@@ -230,6 +268,15 @@ class Scheduler:
         draft.add(seq, n)
         return True
 
+    def _add_alone(self, seq: Sequence, draft: Draft, preempted: set[str]) -> bool:
+        """Put `seq` in the empty draft as its only sequence; False if its pages do not fit."""
+        if seq.status is Status.WAITING:
+            return self._admit(seq, draft, preempted)
+        n = self._fit(seq, min(seq.remaining, draft.budget), draft, preempted)
+        if n:
+            draft.add(seq, n)
+        return n > 0
+
     def _fit(self, seq: Sequence, want: int, draft: Draft, preempted: set[str]) -> int:
         """Grow `seq`'s pages for up to `want` more tokens, preempting later sequences if needed;
         return how many tokens fit."""
@@ -274,6 +321,18 @@ class Scheduler:
 
     def _enqueue(self, seq: Sequence) -> None:
         bisect.insort(self._waiting, seq, key=lambda s: s.key)
+
+    def _abort(self, batch_id: int) -> list[Sequence]:
+        """Drop a batch from flight; return the sequences it still held, now free to run again
+        (KV writes of a chunk run twice are the same writes)."""
+        chunks = self._inflight.pop(batch_id, None)
+        if chunks is None:
+            raise UnknownBatch(f"batch {batch_id} is not in flight")
+        held = [self._seqs[rid] for rid in chunks if self._holds(rid, batch_id)]
+        for seq in held:
+            seq.busy_batch = None
+        self._counts["batches_aborted"] += 1
+        return held
 
     def _holds(self, request_id: str, batch_id: int) -> bool:
         seq = self._seqs.get(request_id)

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .stop_rules import StopState
+from .client_text import ClientText
 
 PRIORITIES = {"high": 0, "normal": 1, "low": 2}  # lower rank runs first
 
@@ -31,13 +31,13 @@ class Status(Enum):
 class Sequence:
     """Tokens (prompt + generated), KV progress and page table of one request."""
 
-    def __init__(self, request: Request, max_tokens: int, arrival: int, stop: StopState):
+    def __init__(self, request: Request, max_tokens: int, arrival: int, text: ClientText):
         self.request = request
         self.request_id = request.request_id
         self.max_tokens = max_tokens
         self.arrival = arrival
         self.rank = PRIORITIES[request.priority]
-        self.stop = stop
+        self.text = text
         self.tokens: list[int] = list(request.prompt)
         self.prompt_len = len(self.tokens)
         self.num_computed = 0          # tokens whose KV is on the shards
@@ -47,6 +47,8 @@ class Sequence:
         self.status = Status.WAITING
         self.busy_batch: int | None = None  # id of the in-flight micro-batch holding it
         self.recoveries = 0
+        self.solo = False              # runs alone: a batch holding it was refused as a whole
+        self.retries = 0               # unusable results of its chunks in a row
 
     @property
     def key(self) -> tuple[int, int]:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from bus.config import ServiceConfig
 from bus.errors import ServiceError
 from bus.service import Service, handles, streams
-from services.tokenizer.stream import IncrementalDecoder
 from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Generate, Started, Stats,
                                      StatsRequest, Tokens)
 from wire.messages.shard import Sampling
@@ -30,7 +29,7 @@ from .errors import BadRequest, QueueFull
 from .pipeline import explain_missing, find_chain
 from .policy import Scheduler
 from .sequence import Request
-from .streams import Event, RequestStream
+from .streams import RequestStream, StreamEvent
 
 log = logging.getLogger("llmbus.scheduler")
 
@@ -88,7 +87,8 @@ class SchedulerService(Service):
             num_pages=num_pages, page_size=page_size, context_length=ctx,
             max_batch_tokens=self.sched.max_batch_tokens, max_batch_seqs=self.sched.max_batch_seqs,
             max_inflight=self.sched.max_inflight or len(chain) + 1, max_queue=self.sched.max_queue,
-            vocab_size=info.vocab_size, eos_ids=frozenset(info.eot_ids)))
+            vocab_size=info.vocab_size, eos_ids=frozenset(info.eot_ids),
+            token_bytes=tuple(self.token_bytes)))
         self.driver = Driver(self.policy, self.requests, self._forward, self._chain,
                              self.sched.batch_timeout)
         self.driver.pipeline = chain
@@ -102,7 +102,7 @@ class SchedulerService(Service):
             for rid in list(self.requests):
                 out = self.policy.fail(rid, "the scheduler stopped before this request finished")
                 if out is not None:
-                    self.requests[rid].deliver(Event(out))
+                    self.requests[rid].deliver(StreamEvent(out))
             if self._inflight:
                 await asyncio.wait(self._inflight, timeout=1.0)
         if self.driver is not None:
@@ -153,8 +153,8 @@ class SchedulerService(Service):
             raise ServiceError("duplicate_request_id", f"request {rid!r} is already running")
         params = _sampling(req)
         prompt = await self._prompt_ids(req)
-        stream = RequestStream(rid, prompt, Sampling(**dataclasses.asdict(params), step=0), params.penalized,
-                               IncrementalDecoder(self.token_bytes))
+        stream = RequestStream(rid, len(prompt), Sampling(**dataclasses.asdict(params), step=0),
+                               params.penalized)
         max_tokens = req.max_tokens if req.max_tokens is not None else self.policy.config.context_length
         try:
             terms = self.policy.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
@@ -219,7 +219,7 @@ class SchedulerService(Service):
             out = self.policy.cancel(rid)
             stream = self.requests.get(rid)
             if stream is not None and out is not None:
-                stream.deliver(Event(out))
+                stream.deliver(StreamEvent(out))
             self.driver.wake.set()
         return Cancelled(request_id=rid, found=found)
 

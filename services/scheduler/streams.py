@@ -1,19 +1,18 @@
-"""What the service keeps per request beside the policy: its stream of events and its decoder."""
+"""What the service keeps per request beside the policy: its stream of events to the caller."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 
-from services.tokenizer.stream import IncrementalDecoder
 from wire.messages.shard import Sampling
 
 from .batch_plan import Output
 
 
 @dataclass
-class Event:
-    """One policy Output with the alternatives the sampler returned for its token."""
+class StreamEvent:
+    """One policy Output on its way to the caller, with the alternatives the sampler returned."""
 
     output: Output
     top_ids: list[int] = field(default_factory=list)
@@ -21,31 +20,17 @@ class Event:
 
 
 class RequestStream:
-    """Events of one request on their way to its caller, and the state to produce them."""
+    """Events of one request on their way to its caller, and how its tokens are sampled."""
 
-    def __init__(self, request_id: str, prompt: list[int], sampling: Sampling, penalized: bool,
-                 decoder: IncrementalDecoder):
+    def __init__(self, request_id: str, prompt_tokens: int, sampling: Sampling, penalized: bool):
         self.request_id = request_id
-        self.prompt_tokens = len(prompt)
+        self.prompt_tokens = prompt_tokens
         self.sampling = sampling
-        # Penalties need every token the sequence has seen; others send no history.
-        self.history: list[int] | None = list(prompt) if penalized else None
-        self.decoder = decoder
-        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.penalized = penalized     # its penalties need every token seen sent with each batch
+        self.events: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self.completion_tokens = 0
 
-    def text_of(self, token_id: int) -> str:
-        """Feed the decoder (once per accepted token) and return the text it completed."""
-        self.completion_tokens += 1
-        if self.history is not None:
-            self.history.append(token_id)
-        return self.decoder.push(token_id)
-
-    def deliver(self, event: Event) -> None:
-        if event.output.finish is not None:
-            tail = self.decoder.flush()  # bytes held for a character that never completed
-            if tail and event.output.finish.reason in ("length", "repeated_line_loop"):
-                o = event.output
-                event = Event(Output(o.request_id, o.token_id, o.text + tail, o.finish, o.logprob),
-                              event.top_ids, event.top_logprobs)
+    def deliver(self, event: StreamEvent) -> None:
+        if event.output.token_id is not None:
+            self.completion_tokens += 1
         self.events.put_nowait(event)

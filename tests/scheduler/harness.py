@@ -11,9 +11,16 @@ class ManualClock:
         return self.t
 
 
+# Token t reads "w{t} "; EOS (0) reads as nothing; LINE is a whole line of text.
+LINE = 120
+TOKEN_BYTES = tuple(b"" if t == 0 else b"same line again\n" if t == LINE else f"w{t} ".encode()
+                    for t in range(128))
+
+
 def small(**kw) -> SchedulerConfig:
     base = dict(num_pages=32, page_size=4, context_length=64, max_batch_tokens=16,
-                max_batch_seqs=8, max_inflight=1, max_queue=16, eos_ids={0})
+                max_batch_seqs=8, max_inflight=1, max_queue=16, eos_ids={0},
+                token_bytes=TOKEN_BYTES)
     base.update(kw)
     return SchedulerConfig(**base)
 
@@ -28,8 +35,7 @@ def token_for(chunk) -> int:
 
 
 def samples_for(plan, token=token_for):
-    return {c.request_id: Sample(t, f"w{t} ") for c in plan.chunks if c.sample
-            for t in [token(c)]}
+    return {c.request_id: Sample(token(c)) for c in plan.chunks if c.sample}
 
 
 def step(sched: Scheduler, token=token_for):

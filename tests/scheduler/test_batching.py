@@ -4,7 +4,7 @@ import pytest
 
 from services.scheduler import BadCompletion, Request, Sample, Scheduler, UnknownBatch
 
-from .harness import req, run_to_end, samples_for, small, step
+from .harness import LINE, req, run_to_end, samples_for, small, step
 
 
 def ids(plan):
@@ -119,7 +119,7 @@ def test_eos_and_stop_strings_end_a_sequence_and_free_its_pages():
     sched.submit(req("eos", max_tokens=10))
     sched.submit(req("stop", max_tokens=10, stop=("w9",)))
     plan = sched.schedule()
-    sched.complete(plan.batch_id, {"eos": Sample(0, ""), "stop": Sample(9, "w9 ")})
+    sched.complete(plan.batch_id, {"eos": Sample(0), "stop": Sample(9)})
     assert not sched.has_work()
     assert sched.stats()["pages_used"] == 0
     assert sched.stats()["finished_stop"] == 2
@@ -150,7 +150,7 @@ def test_a_request_looping_on_one_line_is_stopped_and_its_pages_freed():
     finish = None
     for _ in range(10):
         plan = sched.schedule()
-        (out,) = sched.complete(plan.batch_id, {"loop": Sample(5, "same line again\n")})
+        (out,) = sched.complete(plan.batch_id, {"loop": Sample(LINE)})
         if out.finish:
             finish = out.finish
             break

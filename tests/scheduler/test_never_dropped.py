@@ -7,7 +7,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from services.scheduler import PromptTooLong, QueueFull, Request, Sample, Scheduler, SchedulerConfig
 
-from .harness import run_to_end
+from .harness import TOKEN_BYTES, run_to_end
 
 SYSTEM = (7, 8, 7, 8, 5, 5, 5, 5)   # a shared "system prompt": two full pages
 PIECES = ["a", "b", "\n", "STOP", "ST", "OP", "line that repeats\n", ""]
@@ -20,7 +20,8 @@ class SchedulerEvents(RuleBasedStateMachine):
         self.sched = Scheduler(SchedulerConfig(
             num_pages=pages, page_size=4, context_length=24, max_batch_tokens=budget,
             max_batch_seqs=seqs, max_inflight=inflight, max_queue=6, eos_ids={0},
-            loop_repeats=2, loop_window=4, loop_min_chars=5, max_recoveries=2))
+            loop_repeats=2, loop_window=4, loop_min_chars=5, max_recoveries=2,
+            token_bytes=tuple(p.encode() for p in PIECES) + TOKEN_BYTES[len(PIECES):]))
         self.submitted: list[str] = []
         self.finishes: Counter[str] = Counter()
         self.plans = []
@@ -60,18 +61,24 @@ class SchedulerEvents(RuleBasedStateMachine):
     @rule(which=st.integers(0, 2), data=st.data())
     def complete(self, which, data):
         plan = self.plans.pop(which % len(self.plans))
-        samples = {c.request_id: Sample(data.draw(st.integers(0, 6)),
-                                        data.draw(st.sampled_from(PIECES)))
+        # Token t reads PIECES[t]; 0 is also EOS.
+        samples = {c.request_id: Sample(data.draw(st.integers(0, len(PIECES) - 1)))
                    for c in plan.chunks if c.sample}
         if plan.batch_id in self.sched.inflight:
             self._record(self.sched.complete(plan.batch_id, samples))
 
     @precondition(lambda self: self.plans)
-    @rule()
-    def abort_oldest(self):
+    @rule(how=st.sampled_from(["abort", "retry", "refuse"]))
+    def abort_oldest(self, how):
         plan = self.plans.pop(0)
-        if plan.batch_id in self.sched.inflight:
+        if plan.batch_id not in self.sched.inflight:
+            return
+        if how == "abort":
             self.sched.abort_batch(plan.batch_id)
+        elif how == "retry":
+            self._record(self.sched.retry_batch(plan.batch_id, "test"))
+        else:
+            self._record(self.sched.refuse_batch(plan.batch_id, "test"))
 
     @precondition(lambda self: self.submitted)
     @rule(i=st.integers(0, 100), how=st.sampled_from(["cancel", "fail", "reset"]))

@@ -1,0 +1,332 @@
+"""The driver with the real policy and a fake pipeline: how each request ends when shards
+restart, refuse batches, answer garbage, or raise what nobody expected."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+import wire
+from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError
+from services.scheduler import Scheduler
+from services.scheduler.driver import _REFUSED, Driver
+from services.scheduler.pipeline import Stage
+from services.scheduler.streams import RequestStream
+from wire.messages.shard import Sampled, Sampling
+
+from .harness import ManualClock, req, small
+
+GUILTY_TOP_K = 13   # a sampling row the fake last shard refuses, as a real one refuses bad params
+
+
+def sampled_token(tokens: np.ndarray, positions: np.ndarray) -> int:
+    """The fake sampler: a function of the row's last token and position, never EOS (0)."""
+    return 1 + int(tokens[-1] * 7 + positions[-1] * 3) % 97
+
+
+class FakePipeline:
+    """Two stages; `call` answers like the last shard unless a test scripts something else."""
+
+    def __init__(self):
+        self.epochs = [1, 1]
+        self.gap = False
+        self.forwards = []             # every Forward sent, in order
+        self.script = []               # callables run instead of the sampler, one per call
+        self.refuse_guilty = False
+
+    def chain(self):
+        if self.gap:
+            return None
+        return [Stage(f"shard-{i}", e, 15 * i, 15 * (i + 1), 32, 4) for i, e in enumerate(self.epochs)]
+
+    async def call(self, shard, body, timeout):
+        assert shard == "shard-0"
+        self.forwards.append(body)
+        await asyncio.sleep(0)         # a round trip: other tasks run meanwhile
+        if self.script:
+            return self.script.pop(0)(body)
+        if self.refuse_guilty and any(s.top_k == GUILTY_TOP_K for s in body.sampling):
+            raise RemoteError("bad_sampling", f"top_k {GUILTY_TOP_K} is refused", peer="shard-1")
+        return answer(body)
+
+
+def rows(body):
+    """(tokens, positions) of every row of a Forward."""
+    lens = body.query_lens.array()
+    cuts = np.cumsum(lens)[:-1]
+    return list(zip(np.split(body.tokens.array(), cuts), np.split(body.positions.array(), cuts)))
+
+
+def answer(body, **override):
+    want = body.want_logits.array() if body.want_logits is not None else None
+    ids = [sampled_token(t, p) for i, (t, p) in enumerate(rows(body)) if want is None or want[i]]
+    fields = dict(batch_id=body.batch_id, tokens=wire.Tensor(np.array(ids, np.int32)),
+                  logprobs=wire.Tensor(np.full(len(ids), -0.5, np.float32)))
+    fields.update(override)
+    return Sampled(**fields)
+
+
+class Rig:
+    """A policy, its streams and a driver over a FakePipeline, run by a real event loop."""
+
+    def __init__(self, **config):
+        self.clock = ManualClock()
+        self.pipe = FakePipeline()
+        self.policy = Scheduler(small(**{"max_inflight": 2, **config}))
+        self.requests: dict[str, RequestStream] = {}
+        self.driver = Driver(self.policy, self.requests, self.pipe.call, self.pipe.chain,
+                             backoff=(1.0, 4.0), poll_s=0.005, clock=self.clock)
+        self.events: dict[str, list] = {}
+
+    def submit(self, rid, n=5, first=1, max_tokens=4, top_k=0, penalized=False):
+        self.policy.submit(req(rid, n=n, first=first, max_tokens=max_tokens))
+        sampling = Sampling(temperature=0.0, top_k=top_k,
+                            repetition_penalty=1.3 if penalized else 1.0)
+        self.requests[rid] = RequestStream(rid, n, sampling, penalized)
+        self.driver.wake.set()
+
+    def _drain(self):
+        for rid, stream in self.requests.items():
+            while not stream.events.empty():
+                self.events.setdefault(rid, []).append(stream.events.get_nowait().output)
+
+    def finish(self, rid):
+        self._drain()
+        outs = self.events.get(rid, [])
+        return outs[-1].finish if outs and outs[-1].finish is not None else None
+
+    def tokens(self, rid):
+        self._drain()
+        return [o.token_id for o in self.events.get(rid, []) if o.token_id is not None]
+
+    async def until(self, cond, what, timeout=10.0):
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not cond():
+            assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.002)
+
+    async def run_until_all_finish(self):
+        await self.until(lambda: all(self.finish(r) for r in self.requests), "every request to end")
+
+    def assert_nothing_left(self):
+        stats = self.policy.stats()
+        assert self.policy.inflight == () and not self.policy.has_work()
+        assert stats["pages_used"] == 0 and stats["inflight_batches"] == 0
+        self.policy.check()
+
+
+@pytest.fixture
+async def rig():
+    made = []
+
+    def make(**config):
+        r = Rig(**config)
+        made.append((r, asyncio.get_running_loop().create_task(r.driver.run())))
+        return r
+
+    yield make
+    for r, task in made:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await r.driver.stop()
+
+
+def prompt(first, n=5):
+    return list(range(first, first + n))
+
+
+async def test_tokens_flow_and_every_request_ends_with_its_length(rig):
+    r = rig()
+    for i, rid in enumerate("abc"):
+        r.submit(rid, first=10 + 20 * i, max_tokens=3 + i)
+    await r.run_until_all_finish()
+    for i, rid in enumerate("abc"):
+        assert r.finish(rid).reason == "length" and len(r.tokens(rid)) == 3 + i
+    r.assert_nothing_left()
+
+
+async def test_a_shard_restart_reprefills_every_running_sequence_and_streams_only_pause(rig):
+    r = rig()
+    failed = []
+
+    def restart(body):
+        failed.append(next(i for i, f in enumerate(r.pipe.forwards) if f is body))
+        r.pipe.epochs[1] += 1          # shard-1 comes back with a new epoch and no KV
+        raise PeerRestarted("shard-1 restarted")
+    r.pipe.script = [answer, answer, restart]   # two tokens each, then the restart
+    r.submit("a", first=10, max_tokens=6)
+    r.submit("b", first=30, max_tokens=6)
+    await r.run_until_all_finish()
+    sent = failed[0]
+    for rid, first in (("a", 10), ("b", 30)):
+        assert r.finish(rid).reason == "length" and len(r.tokens(rid)) == 6
+    # After the restart each sequence is fed again from position 0: prompt + tokens so far.
+    refills = {int(t[0]): (t, p) for body in r.pipe.forwards[sent + 1:] for t, p in rows(body)
+               if p[0] == 0}
+    for rid, first in (("a", 10), ("b", 30)):
+        t, p = refills[first]
+        assert list(t) == prompt(first) + r.tokens(rid)[:len(t) - 5]
+        assert len(t) == 7             # the two tokens generated before the restart were kept
+    assert r.driver.counters["pipeline_changes"] == 1
+    r.assert_nothing_left()
+
+
+async def test_penalties_get_every_token_seen_and_others_no_history(rig):
+    r = rig()
+    r.submit("pen", first=10, max_tokens=4, penalized=True)
+    r.submit("plain", first=30, max_tokens=4)
+    await r.run_until_all_finish()
+    for k, body in enumerate(r.pipe.forwards):
+        # Row order is the plan's; the penalized row's history is prompt + tokens so far.
+        assert body.history_lens == [5 + k if s.repetition_penalty != 1.0 else 0
+                                     for s in body.sampling]
+        assert body.history.array().tolist() == prompt(10) + r.tokens("pen")[:k]
+    r.assert_nothing_left()
+
+
+async def test_while_the_pipeline_has_a_gap_nothing_is_sent_and_nothing_fails(rig):
+    r = rig()
+    r.pipe.gap = True
+    r.submit("a", max_tokens=3)
+    await r.until(lambda: r.driver.counters["waits.gap"] >= 3, "the driver to wait on the gap")
+    assert r.pipe.forwards == [] and r.finish("a") is None
+    r.pipe.gap = False
+    r.driver.wake.set()
+    await r.run_until_all_finish()
+    assert r.finish("a").reason == "length" and len(r.tokens("a")) == 3
+    r.assert_nothing_left()
+
+
+@pytest.mark.parametrize("error", [PeerDead("gone"), CallTimeout("late"),
+                                   RemoteError("overloaded", "busy", peer="shard-1")])
+async def test_the_same_pipeline_failing_is_retried_after_a_doubling_backoff(rig, error):
+    r = rig()
+    r.pipe.script = [lambda body: (_ for _ in ()).throw(error)] * 2
+    r.submit("a", max_tokens=3)
+    for attempt, wait in ((1, 1.0), (2, 2.0)):
+        await r.until(lambda: len(r.pipe.forwards) == attempt and not r.policy.inflight,
+                      f"failure {attempt}")
+        assert r.driver.retry_at == pytest.approx(r.clock.t + wait)
+        held = r.driver.counters["waits.backoff"]
+        await r.until(lambda: r.driver.counters["waits.backoff"] >= held + 3, "the backoff")
+        assert len(r.pipe.forwards) == attempt, "retried before the backoff ended"
+        r.clock.t += wait
+    await r.run_until_all_finish()
+    assert r.finish("a").reason == "length" and len(r.tokens("a")) == 3
+    assert r.driver.backoff == 1.0     # a good batch resets it
+    r.assert_nothing_left()
+
+
+async def test_a_refused_batch_is_rerun_row_by_row_and_only_the_guilty_request_fails(rig):
+    r = rig(max_inflight=3)
+    r.pipe.refuse_guilty = True
+    r.submit("a", first=10, max_tokens=4)
+    r.submit("guilty", first=30, max_tokens=4, top_k=GUILTY_TOP_K)
+    r.submit("c", first=50, max_tokens=4)
+    await r.run_until_all_finish()
+    finish = r.finish("guilty")
+    assert finish.reason == "failed" and "bad_sampling" in finish.detail
+    assert "top_k 13 is refused" in finish.detail and r.tokens("guilty") == []
+    for rid in "ac":
+        assert r.finish(rid).reason == "length" and len(r.tokens(rid)) == 4
+    first = r.pipe.forwards[0]
+    assert len(first.query_lens.array()) == 3            # refused together ...
+    assert [len(b.query_lens.array()) for b in r.pipe.forwards[1:4]] == [1, 1, 1]  # ... run alone
+    r.assert_nothing_left()
+
+
+@pytest.mark.parametrize("code", sorted(_REFUSED))
+async def test_each_refusal_of_one_request_fails_it_with_the_shards_reason(rig, code):
+    r = rig()
+    r.pipe.script = [lambda body: (_ for _ in ()).throw(RemoteError(code, "no", peer="shard-1"))]
+    r.submit("a", max_tokens=3)
+    await r.run_until_all_finish()
+    finish = r.finish("a")
+    assert finish.reason == "failed" and f"shard-1: {code}: no" in finish.detail
+    assert len(r.pipe.forwards) == 1 and r.driver.counters[f"batch_errors.{code}"] == 1
+    r.assert_nothing_left()
+
+
+async def test_a_refusal_that_passes_alone_loses_nothing(rig):
+    r = rig(max_inflight=3)
+    r.pipe.script = [lambda body: (_ for _ in ()).throw(RemoteError("internal", "oops"))]
+    r.submit("a", first=10, max_tokens=4)
+    r.submit("b", first=30, max_tokens=4)
+    await r.run_until_all_finish()
+    assert all(r.finish(x).reason == "length" and len(r.tokens(x)) == 4 for x in "ab")
+    r.assert_nothing_left()
+
+
+def wrong_shape(body):
+    good = answer(body)
+    return answer(body, tokens=wire.Tensor(np.append(good.tokens.array(), np.int32(5))))
+
+
+def float_tokens(body):
+    return answer(body, tokens=wire.Tensor(answer(body).tokens.array().astype(np.float32)))
+
+
+def other_batch(body):
+    return answer(body, batch_id=body.batch_id + 100)
+
+
+def past_vocab(body):
+    return answer(body, tokens=wire.Tensor(np.full(len(answer(body).tokens.array()), 10_000,
+                                                   np.int32)))
+
+
+def not_sampled(body):
+    return {"tokens": [1]}
+
+
+def raises_value_error(body):
+    raise ValueError("a frame did not decode")
+
+
+def raises_type_error(body):
+    raise TypeError("a bug in the caller")
+
+
+GARBAGE = [wrong_shape, float_tokens, other_batch, past_vocab, not_sampled, raises_value_error,
+           raises_type_error]
+
+
+@pytest.mark.parametrize("garbage", GARBAGE, ids=lambda f: f.__name__)
+async def test_an_unusable_reply_is_counted_and_the_batch_runs_again(rig, garbage):
+    r = rig()
+    r.pipe.script = [garbage, garbage]
+    r.submit("a", first=10, max_tokens=4)
+    r.submit("b", first=30, max_tokens=4)
+    await r.run_until_all_finish()
+    for rid in "ab":               # every token once: nothing was applied from a bad reply
+        assert r.finish(rid).reason == "length" and len(r.tokens(rid)) == 4
+    assert r.driver.counters["bad_replies"] == 2
+    assert r.pipe.forwards[0].tokens.array().tolist() == r.pipe.forwards[2].tokens.array().tolist()
+    r.assert_nothing_left()
+
+
+@pytest.mark.parametrize("garbage", GARBAGE, ids=lambda f: f.__name__)
+async def test_a_pipeline_that_always_answers_garbage_fails_the_requests_with_the_reason(rig, garbage):
+    r = rig(max_batch_retries=3)
+    r.pipe.script = [garbage] * 100
+    r.submit("a", max_tokens=4)
+    await r.run_until_all_finish()
+    finish = r.finish("a")
+    assert finish.reason == "failed" and "unusable" in finish.detail
+    assert "3 times in a row" in finish.detail
+    assert len(r.pipe.forwards) == 3 and r.tokens("a") == []
+    r.assert_nothing_left()
+
+
+async def test_a_batch_that_cannot_be_built_fails_its_requests_instead_of_hanging(rig):
+    r = rig()
+    r.submit("a", first=10, max_tokens=3)
+    r.submit("b", first=30, max_tokens=3)
+    del r.requests["a"]            # a bug: the policy tracks a request the service forgot
+    await r.until(lambda: not r.policy.has_work(), "the unbuildable batch to end")
+    finish = r.finish("b")         # planned in the same batch: it ends with the reason too
+    assert finish.reason == "failed" and "could not build the batch" in finish.detail
+    assert r.pipe.forwards == []
+    r.assert_nothing_left()
