@@ -3,8 +3,10 @@
 from dataclasses import dataclass
 
 from .config import SchedulerConfig
-from .errors import (BadMaxTokens, BadRequestId, BadSeed, BadStopStrings, BadTokenIds, EmptyPrompt,
-                     PromptTooLong, UnknownPriority)
+from wire.messages.sampling import BadSamplingParams, SamplingParams
+
+from .errors import (BadMaxTokens, BadRequestId, BadSampling, BadSeed, BadStopStrings, BadTokenIds,
+                     EmptyPrompt, PromptTooLong, UnknownPriority)
 from .sequence import PRIORITIES, Request
 
 
@@ -49,6 +51,18 @@ def validate(request: Request, config: SchedulerConfig) -> Admission:
                          f"max_tokens {mt} clamped to {room}: prompt {len(prompt)} + max_tokens "
                          f"must fit the context of {config.context_length}")
     return Admission(request.request_id, mt)
+
+
+def check_sampling(params: SamplingParams) -> SamplingParams:
+    """The request's sampling parameters with their seed fixed, or BadSampling naming the field
+    out of range: nothing a shard's sampler cannot take gets past admission."""
+    if not isinstance(params, SamplingParams):
+        raise BadSampling(f"sampling parameters must be SamplingParams, not {type(params).__name__}")
+    try:
+        params.check()
+    except BadSamplingParams as e:
+        raise BadSampling(str(e)) from None
+    return params.resolved()
 
 
 def _check_stop(stop, config: SchedulerConfig) -> None:

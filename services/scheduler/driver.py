@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from bus.errors import BusError, RemoteError
 
-from .batch_plan import BatchPlan, Output, Sample
+from .batch_plan import BatchPlan, Output, SampledToken
 from .errors import UnknownBatch
 from .forward_plan import to_forward
 from .pipeline import Stage, signature
@@ -37,7 +37,7 @@ class Driver:
                  batch_timeout: float = 120.0):
         self.policy = policy
         self.requests = requests
-        self._call = call            # async (shard name, Forward, timeout) -> Sampled
+        self._call = call            # async (shard name, Forward, timeout) -> ForwardReply
         self._chain = chain          # the pipeline now, or None while it has a gap
         self.batch_timeout = batch_timeout
         self.wake = asyncio.Event()
@@ -124,26 +124,33 @@ class Driver:
         top_ids = reply.top_ids.array() if reply.top_ids is not None else None
         top_lps = reply.top_logprobs.array() if reply.top_logprobs is not None else None
         n = sum(c.sample for c in plan.chunks)
-        if tokens.shape != (n,) or logprobs.shape != (n,) or \
+        errors = reply.errors or [""] * n   # []: every row sampled
+        if tokens.shape != (n,) or logprobs.shape != (n,) or len(errors) != n or \
                 (top_ids is not None and (top_ids.shape[0] != n or top_lps.shape != top_ids.shape)):
             # Checked before any decoder is fed, so that running the batch again loses nothing.
-            raise ValueError(f"{n} sampled rows expected, got tokens {tokens.shape}")
-        samples, tops = {}, {}
+            raise ValueError(f"{n} sampled rows expected, got tokens {tokens.shape}, "
+                             f"{len(errors)} errors")
+        samples, failures, tops = {}, {}, {}
         for row, chunk in enumerate(c for c in plan.chunks if c.sample):
             stream = self.requests.get(chunk.request_id)
             if stream is None or not self.policy.is_tracked(chunk.request_id):
                 continue  # cancelled while the batch ran
+            if errors[row]:
+                # This row alone failed on the last shard (its params, history or logits).
+                failures[chunk.request_id] = f"the last shard could not sample it: {errors[row]}"
+                continue
             tok = int(tokens[row])
-            samples[chunk.request_id] = Sample(tok, stream.text_of(tok), float(logprobs[row]))
-            n = stream.sampling.top_logprobs
-            if n and top_ids is not None:
-                tops[chunk.request_id] = ([int(t) for t in top_ids[row, :n]],
-                                          [float(x) for x in top_lps[row, :n]])
+            samples[chunk.request_id] = SampledToken(tok, stream.text_of(tok), float(logprobs[row]))
+            k = stream.sampling.top_logprobs
+            if k and top_ids is not None:
+                tops[chunk.request_id] = ([int(t) for t in top_ids[row, :k]],
+                                          [float(x) for x in top_lps[row, :k]])
         try:
-            outputs = self.policy.complete(plan.batch_id, samples)
+            outputs = self.policy.complete(plan.batch_id, samples, failures)
         except UnknownBatch:
             return
         self.counters["batches_done"] += 1
+        self.counters["rows_failed"] += len(failures)
         for o in outputs:
             self._deliver(o, *tops.get(o.request_id, ((), ())))
 

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from services.tokenizer.stream import IncrementalDecoder
-from wire.messages.shard import Sampling
+from wire.messages.sampling import SamplingParams
 
 from .batch_plan import Output
 
@@ -23,13 +23,13 @@ class Event:
 class RequestStream:
     """Events of one request on their way to its caller, and the state to produce them."""
 
-    def __init__(self, request_id: str, prompt: list[int], sampling: Sampling, penalized: bool,
+    def __init__(self, request_id: str, prompt: list[int], sampling: SamplingParams,
                  decoder: IncrementalDecoder):
         self.request_id = request_id
         self.prompt_tokens = len(prompt)
         self.sampling = sampling
         # Penalties need every token the sequence has seen; others send no history.
-        self.history: list[int] | None = list(prompt) if penalized else None
+        self.history: list[int] | None = list(prompt) if sampling.penalized else None
         self.decoder = decoder
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.completion_tokens = 0

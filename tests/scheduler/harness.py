@@ -1,6 +1,6 @@
 """Drives a Scheduler the way the service shell will, playing the last shard's sampler."""
 
-from services.scheduler import Request, Sample, Scheduler, SchedulerConfig
+from services.scheduler import Request, SampledToken, Scheduler, SchedulerConfig
 
 
 class ManualClock:
@@ -28,7 +28,7 @@ def token_for(chunk) -> int:
 
 
 def samples_for(plan, token=token_for):
-    return {c.request_id: Sample(t, f"w{t} ") for c in plan.chunks if c.sample
+    return {c.request_id: SampledToken(t, f"w{t} ") for c in plan.chunks if c.sample
             for t in [token(c)]}
 
 

@@ -5,7 +5,7 @@ from collections import Counter
 from hypothesis import event, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from services.scheduler import PromptTooLong, QueueFull, Request, Sample, Scheduler, SchedulerConfig
+from services.scheduler import PromptTooLong, QueueFull, Request, SampledToken, Scheduler, SchedulerConfig
 
 from .harness import run_to_end
 
@@ -60,7 +60,7 @@ class SchedulerEvents(RuleBasedStateMachine):
     @rule(which=st.integers(0, 2), data=st.data())
     def complete(self, which, data):
         plan = self.plans.pop(which % len(self.plans))
-        samples = {c.request_id: Sample(data.draw(st.integers(0, 6)),
+        samples = {c.request_id: SampledToken(data.draw(st.integers(0, 6)),
                                         data.draw(st.sampled_from(PIECES)))
                    for c in plan.chunks if c.sample}
         if plan.batch_id in self.sched.inflight:
