@@ -215,3 +215,11 @@ def test_empty_batch_gives_empty_result():
     assert r.tokens.shape == (0,) and r.top_ids.shape == (0, 0)
     with pytest.raises(BadLogits):
         sample(np.zeros((1, 0), np.float32), [SamplingParams(temperature=0)], [[]], [0])
+
+
+@pytest.mark.parametrize("top_k", [V, V + 1, 2**31 - 1, 2**63, 2**70])
+def test_top_k_past_the_vocabulary_keeps_every_token(vocab_logits, top_k):
+    # The sampler clamps top_k to V: past it the filter is off, and no size overflows an index.
+    off = batch(vocab_logits, [SamplingParams(seed=s) for s in range(16)]).tokens
+    wide = batch(vocab_logits, [SamplingParams(top_k=top_k, seed=s) for s in range(16)]).tokens
+    assert wide.tolist() == off.tolist()
