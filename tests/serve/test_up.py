@@ -191,11 +191,11 @@ async def test_bad_requests_get_typed_errors(stack, body, code):
 
 async def test_a_prompt_longer_than_one_batch_is_answered(stack):
     # Its first chunks sample nothing: the last shard must answer those batches with no rows.
-    text = " ".join(f"Line {k} of the log says the pump is fine." for k in range(120))
+    text = " ".join(f"Line {k} of the log says the pump is fine." for k in range(50))
     res = await asyncio.wait_for(generate(stack.endpoint, Generate(
         messages=[{"role": "user", "content": f"{text} Is the pump fine?"}],
         temperature=0.0, max_tokens=4)), 180)
-    assert res.started.prompt_tokens > 2 * 512, res.started
+    assert res.started.prompt_tokens > 512, res.started     # the default batch budget
     assert res.done.finish_reason in ("length", "stop"), res.done
     assert 1 <= len(res.token_ids) <= 4
     assert await wait_for(lambda: idle(stack), timeout=30)
