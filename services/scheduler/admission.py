@@ -2,9 +2,9 @@
 
 from dataclasses import dataclass
 
-from .config import SchedulerConfig
 from wire.messages.sampling import BadSamplingParams, SamplingParams
 
+from .config import SchedulerConfig
 from .errors import (BadMaxTokens, BadRequestId, BadSampling, BadSeed, BadStopStrings, BadTokenIds,
                      EmptyPrompt, PromptTooLong, UnknownPriority)
 from .sequence import PRIORITIES, Request
