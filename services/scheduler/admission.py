@@ -1,13 +1,17 @@
 """Checks a request before it is queued; clamps max_tokens to the context and says so."""
 
-from dataclasses import dataclass
+from __future__ import annotations
 
-from wire.messages.sampling import BadSamplingParams, SamplingParams
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .config import SchedulerConfig
 from .errors import (BadMaxTokens, BadRequestId, BadSampling, BadSeed, BadStopStrings, BadTokenIds,
                      EmptyPrompt, PromptTooLong, UnknownPriority)
 from .sequence import PRIORITIES, Request
+
+if TYPE_CHECKING:  # the policy stays importable without wire (and numpy): `llmbus run` builds
+    from wire.messages.sampling import SamplingParams   # its parser from this package
 
 
 @dataclass(frozen=True)
@@ -56,11 +60,11 @@ def validate(request: Request, config: SchedulerConfig) -> Admission:
 def check_sampling(params: SamplingParams) -> SamplingParams:
     """The request's sampling parameters with their seed fixed, or BadSampling naming the field
     out of range: nothing a shard's sampler cannot take gets past admission."""
-    if not isinstance(params, SamplingParams):
+    if not callable(getattr(params, "check", None)):
         raise BadSampling(f"sampling parameters must be SamplingParams, not {type(params).__name__}")
     try:
-        params.check()
-    except BadSamplingParams as e:
+        params.check()   # every range, declared once with the fields
+    except ValueError as e:
         raise BadSampling(str(e)) from None
     return params.resolved()
 
