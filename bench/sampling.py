@@ -8,7 +8,8 @@ import time
 
 import numpy as np
 
-from kernels.sampling import SamplingParams, sample
+from kernels.sampling import sample
+from wire.messages.sampling import SamplingParams
 
 V = 49152
 CASES = {

@@ -50,7 +50,7 @@ class RequestLoop:
             except wire.BadFrame as e:
                 self.counters["bad_frames"] += 1
                 self.counters[f"bad_frames.{e.reason}"] += 1
-                await self._send(ident, wire.Message(Error(code="bad_frame", message=str(e)[:500]),
+                await self._send(ident, wire.Message(Error(code=e.code, message=str(e)[:500]),
                                                      id=e.msg_id, sender=self.name,
                                                      epoch=self.epoch))
                 continue

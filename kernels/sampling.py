@@ -4,6 +4,10 @@ Order per row: penalties -> temperature -> top-k -> top-p -> min-p -> one draw u
 walked through the kept tokens' weights in id order (inverse CDF).
 Reported log-probabilities are those of the raw model distribution (logits as given,
 temperature 1, no penalties or filters), as OpenAI and vLLM report them by default.
+
+A row's parameters are any object with the fields of wire.messages.sampling.SamplingParams
+(temperature, top_k, top_p, min_p, the three penalties, seed, top_logprobs) and its
+`penalized` flag; their ranges are checked where they are declared, not here.
 """
 
 import dataclasses
@@ -14,14 +18,21 @@ import numpy as np
 from kernels._sampling_xp import array_module, to_host
 from kernels.penalties import apply_penalties
 from kernels.sampling_filters import keep_mask
-from kernels.sampling_params import BadSamplingParams, SamplingParams, fresh_seed
 from kernels.sampling_rng import uniforms
 
 # Ids per block of the two-level inverse-CDF walk; 49152 = 192 blocks.
 BLOCK = 256
+# Below this a temperature is treated as greedy: dividing float32 logits by it would only
+# produce ties and overflow, and the limit T -> 0 of the distribution is argmax anyway.
+GREEDY_TEMPERATURE = 1e-5
 
-__all__ = ["BadBatch", "BadLogits", "BadSamplingParams", "SampleResult", "SamplingParams",
-           "fresh_seed", "sample"]
+__all__ = ["BadLogits", "BadSamplerInput", "GREEDY_TEMPERATURE", "SampleResult", "greedy",
+           "sample"]
+
+
+def greedy(p) -> bool:
+    """Whether a row takes the argmax rather than a random draw."""
+    return p.temperature < GREEDY_TEMPERATURE
 
 
 class BadLogits(ValueError):
@@ -33,8 +44,9 @@ class BadLogits(ValueError):
         self.rows = rows
 
 
-class BadBatch(ValueError):
-    """The batch around the logits is inconsistent: lengths, steps or history token ids."""
+class BadSamplerInput(ValueError):
+    """What comes with the logits is inconsistent: lengths, steps, history token ids, or a
+    sampled row without a seed."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +62,7 @@ class SampleResult:
     top_logprobs: np.ndarray  # (B, n) float32, descending
 
 
-def sample(logits, params: Sequence[SamplingParams], histories: Sequence, steps: Sequence[int]
-           ) -> SampleResult:
+def sample(logits, params: Sequence, histories: Sequence, steps: Sequence[int]) -> SampleResult:
     """Pick one token per row of logits (B, V) float32 (numpy or cupy; never modified).
 
     histories[b]: prompt + generated token ids so far (host ints); steps[b]: how many of them
@@ -72,7 +83,7 @@ def sample(logits, params: Sequence[SamplingParams], histories: Sequence, steps:
         z = apply_penalties(logits.copy(), params, histories, steps, xp)
 
     tokens = xp.argmax(z, axis=1)  # (B,) greedy for every row; sampled rows are overwritten
-    rows = [b for b, p in enumerate(params) if not p.greedy]
+    rows = [b for b, p in enumerate(params) if not greedy(p)]
     if rows:
         sel = slice(None) if len(rows) == B else xp.asarray(np.array(rows, dtype=np.int64))
         tokens[sel] = _draw(z[sel], [params[b] for b in rows], [steps[b] for b in rows], xp)
@@ -96,8 +107,10 @@ def _draw(z, params, steps, xp):
     # Subtract the max before dividing: z / T overflows to inf for small T, (z - max) / T cannot.
     w = xp.exp((z - zmax[:, None]) / temp[:, None])  # (S, V) float32, best token weighs 1
     total = w.sum(axis=1)
+    V = z.shape[1]
+    # Clamped here: top_k >= V keeps every token, and a huge top_k must not overflow int64.
     keep = keep_mask(z, w, total, zmax, temp,
-                     xp.asarray(np.array([p.top_k for p in params], dtype=np.int64)),
+                     xp.asarray(np.array([min(p.top_k, V) for p in params], dtype=np.int64)),
                      f32([p.top_p for p in params]), f32([p.min_p for p in params]), xp)
     u = xp.asarray(uniforms([p.seed for p in params], steps))
     return _inverse_cdf(xp.where(keep, w, xp.float32(0)), u, xp)
@@ -166,22 +179,20 @@ def _check_batch(logits, params, histories, steps):
                             f"{getattr(logits, 'dtype', type(logits))} {getattr(logits, 'shape', '')}")
     B, V = logits.shape
     if not (len(params) == len(histories) == len(steps) == B):
-        raise BadBatch(f"batch of {B} logits rows needs as many params, histories and steps; "
+        raise BadSamplerInput(f"batch of {B} logits rows needs as many params, histories and steps; "
                        f"got {len(params)}, {len(histories)}, {len(steps)}")
     for b, (p, h, s) in enumerate(zip(params, histories, steps)):
-        if not isinstance(p, SamplingParams):
-            raise BadBatch(f"params[{b}] is {type(p).__name__}, not SamplingParams")
-        if not p.greedy and p.seed is None:
-            raise BadSamplingParams("seed", None, "an int for a sampled request: call "
-                                    "SamplingParams.resolved() once, at admission")
+        if not greedy(p) and p.seed is None:
+            raise BadSamplerInput(f"params[{b}] samples without a seed: resolve the seed once, "
+                                  "at admission (SamplingParams.resolved())")
         h = np.asarray(h)
         if h.ndim != 1 or (h.size and h.dtype.kind not in "iu"):
-            raise BadBatch(f"histories[{b}] must be a 1-D array of token ids")
+            raise BadSamplerInput(f"histories[{b}] must be a 1-D array of token ids")
         if h.size and (h.min() < 0 or h.max() >= V):
-            raise BadBatch(f"histories[{b}] holds token ids outside [0, {V})")
+            raise BadSamplerInput(f"histories[{b}] holds token ids outside [0, {V})")
         # Only penalties read the history; an unpenalized row may come without one.
         limit = h.size if p.penalized else 1 << 62
         if not isinstance(s, (int, np.integer)) or not 0 <= s <= limit:
-            raise BadBatch(f"steps[{b}]={s!r} must be an int in [0, len(histories[{b}])={h.size}]"
+            raise BadSamplerInput(f"steps[{b}]={s!r} must be an int in [0, len(histories[{b}])={h.size}]"
                            if p.penalized else f"steps[{b}]={s!r} must be an int >= 0")
     return B, V

@@ -6,14 +6,16 @@ class BadFrame(ValueError):
 
     `reason` is a short machine-friendly tag (counted by services), the message says what.
     `msg_id` is the message's id when the header was readable, so the error reply reaches the
-    caller waiting on it; 0 otherwise.
+    caller waiting on it; 0 otherwise. `code` is the bus error the caller gets: "bad_frame", or
+    the typed refusal a message's own `check()` names (e.g. "bad_sampling").
     """
 
-    def __init__(self, reason: str, detail: str = "", msg_id: int = 0):
+    def __init__(self, reason: str, detail: str = "", msg_id: int = 0, code: str = "bad_frame"):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
         self.msg_id = msg_id
+        self.code = code
 
 
 class Oversized(ValueError):

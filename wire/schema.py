@@ -8,7 +8,9 @@
 `message` makes the class a frozen dataclass, registers it by type name and compiles a checker
 from its annotations. Supported field types: str, int, float, bool, bytes, Tensor, nested
 `record` classes, list[T], dict[str, T], tuple[T, ...] and `T | None`. A class may define
-`check(self)` raising ValueError for rules the types cannot say (ranges, enums).
+`check(self)` raising ValueError for rules the types cannot say (ranges, enums); a class that
+extends a record (dataclass inheritance) inherits its fields, and its own `check` should call
+the base's. An error with a `code` attribute becomes the bus error its caller gets.
 """
 
 from __future__ import annotations
@@ -91,7 +93,9 @@ def _compile_record(cls: type):
             try:
                 check(obj)
             except ValueError as e:
-                raise BadFrame("schema", f"{path}: {e}") from None
+                # A check may name the refusal its caller should see (a `code` attribute).
+                raise BadFrame("schema", f"{path}: {e}",
+                               code=getattr(e, "code", None) or "bad_frame") from None
         return obj
 
     # Set before compiling the fields so that a record containing itself compiles.

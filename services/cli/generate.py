@@ -47,11 +47,11 @@ async def _generate(args) -> int:
     from bus.directory import Directory
     from bus.errors import BusError
     from bus.peers import Peers
-    from kernels.sampling_params import SamplingParams
     from services.modelstore.pull import pull
     from services.tokenizer import Tokenizer
     from services.modelstore.gguf_meta import read_metadata
-    from wire.messages.shard import Forward, Sampling
+    from wire.messages.sampling import SamplingParams
+    from wire.messages.shard import Forward
 
     from .children import Children, free_port, private_cluster
     from .ranges import split_layers
@@ -107,12 +107,14 @@ async def _generate(args) -> int:
                 positions=wire.Tensor(np.arange(start, start + len(feed), dtype=np.int32)),
                 query_lens=wire.Tensor(np.array([len(feed)], np.int32)), page_table=table,
                 tokens=wire.Tensor(np.asarray(feed, np.int32)),
-                sampling=[Sampling(temperature=params.temperature, top_p=params.top_p,
-                                   seed=params.seed, step=step)])
+                sampling=[params], steps=[step])
             try:
                 reply = await peers.call(f"shard-{ranges[0][0]}", body, timeout=60)
             except BusError as e:
                 print(f"\nllmbus generate: {e}", file=sys.stderr)
+                return 1
+            if reply.errors:
+                print(f"\nllmbus generate: {reply.errors[0]}", file=sys.stderr)
                 return 1
             token = int(reply.tokens.array()[0])
             if step == 0:

@@ -5,22 +5,23 @@ Pure (no sockets, no asyncio, no arrays): the service shell owns the I/O and dri
     sched = Scheduler(SchedulerConfig(num_pages=4096, page_size=16, eos_ids={2},
                                       token_bytes=vocabulary_bytes))
     terms = sched.submit(Request("r1", prompt_ids, max_tokens=256, priority="normal",
-                                 stop=("</answer>",), sampling=params, seed=7))
+                                 stop=("</answer>",), seed=7))
     # raises a BadRequest subclass (reply 400) or QueueFull(retry_after) (reply 429/503)
     while (plan := sched.schedule()) is not None:   # at most max_inflight plans in flight
         send_to_first_shard(plan)                    # every shard gets the same page tables
     # when the last shard returns token ids for plan.batch_id:
-    outs = sched.complete(batch_id, {rid: Sample(tok, logprob)})
+    outs = sched.complete(batch_id, {rid: SampledToken(tok, logprob)},
+                          failures={rid2: "bad_logits: ..."})   # rows the last shard could not sample
     for o in outs:                                   # o.text: stream it; o.finish: close stream
         ...
     # then schedule() again. Client went away: sched.cancel(rid). A shard restarted:
     # sched.reset_for_recovery() (failures past the retry budget come back as Outputs).
 """
 
-from .admission import Admission
-from .batch_plan import BatchPlan, Output, Sample, SeqChunk
+from .admission import Admission, check_sampling
+from .batch_plan import BatchPlan, Output, SampledToken, SeqChunk
 from .config import SchedulerConfig
-from .errors import (BadCompletion, BadMaxTokens, BadRequest, BadRequestId, BadSeed,
+from .errors import (BadCompletion, BadMaxTokens, BadRequest, BadRequestId, BadSampling, BadSeed,
                      BadStopStrings, BadTokenIds, ConfigError, DuplicateRequest, EmptyPrompt,
                      PromptTooLong, QueueFull, SchedulerError, UnknownBatch, UnknownPriority)
 from .policy import Scheduler
@@ -28,8 +29,9 @@ from .sequence import PRIORITIES, Request
 from .client_text import ClientText
 from .stop_rules import FINISH_REASONS, Finish, StopState
 
-__all__ = ["Admission", "BadCompletion", "ClientText", "BadMaxTokens", "BadRequest", "BadRequestId", "BadSeed",
-           "BadStopStrings", "BadTokenIds", "BatchPlan", "ConfigError", "DuplicateRequest",
-           "EmptyPrompt", "FINISH_REASONS", "Finish", "Output", "PRIORITIES", "PromptTooLong",
-           "QueueFull", "Request", "Sample", "Scheduler", "SchedulerConfig", "SchedulerError",
-           "SeqChunk", "StopState", "UnknownBatch", "UnknownPriority"]
+__all__ = ["Admission", "BadCompletion", "BadMaxTokens", "BadRequest", "BadRequestId",
+           "BadSampling", "BadSeed", "BadStopStrings", "BadTokenIds", "BatchPlan", "ClientText",
+           "ConfigError", "DuplicateRequest", "EmptyPrompt", "FINISH_REASONS", "Finish", "Output",
+           "PRIORITIES", "PromptTooLong", "QueueFull", "Request", "SampledToken", "Scheduler",
+           "SchedulerConfig", "SchedulerError", "SeqChunk", "StopState", "UnknownBatch",
+           "UnknownPriority", "check_sampling"]

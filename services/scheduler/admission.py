@@ -1,11 +1,17 @@
 """Checks a request before it is queued; clamps max_tokens to the context and says so."""
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .config import SchedulerConfig
-from .errors import (BadMaxTokens, BadRequestId, BadSeed, BadStopStrings, BadTokenIds, EmptyPrompt,
-                     PromptTooLong, UnknownPriority)
+from .errors import (BadMaxTokens, BadRequestId, BadSampling, BadSeed, BadStopStrings, BadTokenIds,
+                     EmptyPrompt, PromptTooLong, UnknownPriority)
 from .sequence import PRIORITIES, Request
+
+if TYPE_CHECKING:  # the policy stays importable without wire (and numpy): `llmbus run` builds
+    from wire.messages.sampling import SamplingParams   # its parser from this package
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,18 @@ def validate(request: Request, config: SchedulerConfig) -> Admission:
                          f"max_tokens {mt} clamped to {room}: prompt {len(prompt)} + max_tokens "
                          f"must fit the context of {config.context_length}")
     return Admission(request.request_id, mt)
+
+
+def check_sampling(params: SamplingParams) -> SamplingParams:
+    """The request's sampling parameters with their seed fixed, or BadSampling naming the field
+    out of range: nothing a shard's sampler cannot take gets past admission."""
+    if not callable(getattr(params, "check", None)):
+        raise BadSampling(f"sampling parameters must be SamplingParams, not {type(params).__name__}")
+    try:
+        params.check()   # every range, declared once with the fields
+    except ValueError as e:
+        raise BadSampling(str(e)) from None
+    return params.resolved()
 
 
 def _check_stop(stop, config: SchedulerConfig) -> None:

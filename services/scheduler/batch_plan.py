@@ -2,7 +2,6 @@
 
 from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import Any
 
 from .errors import BadCompletion
 
@@ -24,7 +23,6 @@ class SeqChunk:
     cached: int
     page_table: tuple[int, ...]   # KV page of positions [i*page_size, (i+1)*page_size)
     sample: bool                  # last chunk of the sequence: sample the next token
-    sampling: Any
     seed: int
     step: int                     # tokens generated so far: with the seed, fixes the sampler's draw
 
@@ -41,7 +39,7 @@ class BatchPlan:
 
 
 @dataclass(frozen=True)
-class Sample:
+class SampledToken:
     """A sampled token id and its log-probability; the policy decodes its text."""
 
     token_id: int
@@ -79,16 +77,25 @@ class Draft:
 
 
 def check_samples(batch_id: int, chunks: Mapping[str, SeqChunk], attached: Mapping[str, SeqChunk],
-                  samples: Mapping[str, Sample]) -> None:
-    """Raise BadCompletion unless `samples` has exactly one Sample per attached sampling chunk."""
-    for rid, sample in samples.items():
+                  samples: Mapping[str, SampledToken], failures: Mapping[str, str]) -> None:
+    """Raise BadCompletion unless every attached sampling chunk has exactly one SampledToken or
+    one failure reason (its row failed on the last shard), and nothing else has either."""
+    for rid in [*samples, *failures]:
         if rid not in chunks:
             raise BadCompletion(f"batch {batch_id} has no sequence {rid!r}")
         if rid in attached and not chunks[rid].sample:
             raise BadCompletion(f"{rid!r} was a prefill chunk in batch {batch_id}: nothing to sample")
-        if not isinstance(sample, Sample) or not isinstance(sample.token_id, int) \
+    for rid, sample in samples.items():
+        if not isinstance(sample, SampledToken) or not isinstance(sample.token_id, int) \
                 or sample.token_id < 0:
-            raise BadCompletion(f"sample for {rid!r} is not a Sample with a token id: {sample!r}")
-    missing = [rid for rid, c in attached.items() if c.sample and rid not in samples]
+            raise BadCompletion(f"sample for {rid!r} is not a SampledToken with a token id: {sample!r}")
+    both = [rid for rid in failures if rid in samples]
+    if both:
+        raise BadCompletion(f"{both} both sampled and failed in batch {batch_id}")
+    for rid, why in failures.items():
+        if not isinstance(why, str) or not why:
+            raise BadCompletion(f"failure of {rid!r} must say why, got {why!r}")
+    missing = [rid for rid, c in attached.items() if c.sample and rid not in samples
+               and rid not in failures]
     if missing:
         raise BadCompletion(f"batch {batch_id} lacks samples for {missing}")

@@ -21,9 +21,9 @@ from collections import Counter
 from collections.abc import Callable
 
 from bus.errors import BusError, RemoteError
-from wire.messages.shard import Sampled
+from wire.messages.shard import ForwardReply
 
-from .batch_plan import BatchPlan, Output, Sample
+from .batch_plan import BatchPlan, Output, SampledToken
 from .errors import BadReply, UnknownBatch
 from .forward_plan import to_forward
 from .pipeline import Stage, signature
@@ -46,7 +46,7 @@ class Driver:
                  poll_s: float = 0.2, clock: Callable[[], float] = time.monotonic):
         self.policy = policy
         self.requests = requests
-        self._call = call            # async (shard name, Forward, timeout) -> Sampled
+        self._call = call            # async (shard name, Forward, timeout) -> ForwardReply
         self._chain = chain          # the pipeline now, or None while it has a gap
         self.batch_timeout = batch_timeout
         self.poll_s = poll_s         # how often a gap or a backoff is looked at again
@@ -105,7 +105,7 @@ class Driver:
                                          for c in plan.chunks if c.sample},
                                   {c.request_id: self.policy.history(c.request_id)
                                    for c in plan.chunks
-                                   if c.sample and self.requests[c.request_id].penalized})
+                                   if c.sample and self.requests[c.request_id].sampling.penalized})
             except Exception as e:  # a bug: its requests end with the reason, none hangs
                 log.exception("batch %d could not be built", plan.batch_id)
                 self._give_up(plan, f"the scheduler could not build the batch: {e!r}")
@@ -143,7 +143,7 @@ class Driver:
     def _batch_done(self, plan: BatchPlan, reply, seconds: float) -> None:
         if plan.batch_id not in self.policy.inflight:
             return  # dropped by a recovery while it ran
-        if not isinstance(reply, Sampled) or reply.batch_id != plan.batch_id:
+        if not isinstance(reply, ForwardReply) or reply.batch_id != plan.batch_id:
             raise BadReply(f"batch {plan.batch_id} came back as {type(reply).__name__} "
                            f"{getattr(reply, 'batch_id', '')}")
         tokens = reply.tokens.array()
@@ -151,32 +151,38 @@ class Driver:
         top_ids = reply.top_ids.array() if reply.top_ids is not None else None
         top_lps = reply.top_logprobs.array() if reply.top_logprobs is not None else None
         n = sum(c.sample for c in plan.chunks)
+        errors = reply.errors or [""] * n   # []: every row sampled
         if tokens.shape != (n,) or logprobs.shape != (n,) or tokens.dtype.kind not in "iu" or \
-                logprobs.dtype.kind != "f" or (top_ids is not None and (
+                logprobs.dtype.kind != "f" or len(errors) != n or (top_ids is not None and (
                     top_ids.ndim != 2 or top_ids.shape[0] != n or top_lps is None
                     or top_lps.shape != top_ids.shape)):
             raise BadReply(f"{n} sampled rows expected, got tokens {tokens.dtype}{tokens.shape}, "
-                           f"logprobs {logprobs.dtype}{logprobs.shape}")
+                           f"logprobs {logprobs.dtype}{logprobs.shape}, {len(errors)} errors")
         # Where a batch's time goes: compute per shard against the whole round trip.
         self.timing["batch_ms"] += seconds * 1e3
         for shard, ms in reply.hop_ms.items():
             self.timing[f"compute_ms.{shard}"] += ms
-        samples, tops = {}, {}
+        samples, failures, tops = {}, {}, {}
         for row, chunk in enumerate(c for c in plan.chunks if c.sample):
             stream = self.requests.get(chunk.request_id)
             if stream is None or not self.policy.is_tracked(chunk.request_id):
                 continue  # cancelled while the batch ran
-            samples[chunk.request_id] = Sample(int(tokens[row]), float(logprobs[row]))
+            if errors[row]:
+                # This row alone failed on the last shard (its params, history or logits).
+                failures[chunk.request_id] = f"the last shard could not sample it: {errors[row]}"
+                continue
+            samples[chunk.request_id] = SampledToken(int(tokens[row]), float(logprobs[row]))
             k = stream.sampling.top_logprobs
             if k and top_ids is not None:
                 tops[chunk.request_id] = ([int(t) for t in top_ids[row, :k]],
                                           [float(x) for x in top_lps[row, :k]])
         try:
-            outputs = self.policy.complete(plan.batch_id, samples)
+            outputs = self.policy.complete(plan.batch_id, samples, failures)
         except UnknownBatch:
             return
         self._failed, self.backoff = None, self._first_backoff
         self.counters["batches_done"] += 1
+        self.counters["rows_failed"] += len(failures)
         for o in outputs:
             self._deliver(o, *tops.get(o.request_id, ((), ())))
 

@@ -57,6 +57,12 @@ class BadSeed(BadRequest):
     reason = "bad_seed"
 
 
+class BadSampling(BadRequest):
+    """A sampling parameter is out of its range; the message names it and the range."""
+
+    reason = "bad_sampling"
+
+
 class DuplicateRequest(BadRequest):
     reason = "duplicate_request_id"
 

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 import wire
-from wire.messages.shard import Forward, Sampling
+from wire.messages.sampling import SamplingParams
+from wire.messages.shard import Forward
 
 from .batch_plan import BatchPlan
 
 
-def to_forward(plan: BatchPlan, sampling: Mapping[str, Sampling],
+def to_forward(plan: BatchPlan, sampling: Mapping[str, SamplingParams],
                histories: Mapping[str, Sequence[int]]) -> Forward:
-    """`sampling[rid]` is the request's Sampling (step filled in here); a request is in
-    `histories` only when its penalties need the tokens it has seen."""
+    """`sampling[rid]` is the request's SamplingParams, for each chunk that samples; a request is
+    in `histories` only when its penalties need the tokens it has seen."""
     chunks = plan.chunks
     width = max(len(c.page_table) for c in chunks)
     table = np.full((len(chunks), width), -1, np.int32)
@@ -26,7 +26,6 @@ def to_forward(plan: BatchPlan, sampling: Mapping[str, Sampling],
     positions = np.concatenate([np.arange(c.start, c.start + len(c.token_ids), dtype=np.int32)
                                 for c in chunks])
     samplers = [c for c in chunks if c.sample]
-    rows = [dataclasses.replace(sampling[c.request_id], step=c.step) for c in samplers]
     hist = [histories.get(c.request_id, ()) for c in samplers]
     penalized = any(hist)
     return Forward(
@@ -37,7 +36,8 @@ def to_forward(plan: BatchPlan, sampling: Mapping[str, Sampling],
         tokens=wire.Tensor(tokens),
         want_logits=None if len(samplers) == len(chunks) else
         wire.Tensor(np.array([c.sample for c in chunks], np.bool_)),
-        sampling=rows,
+        sampling=[sampling[c.request_id] for c in samplers],
+        steps=[c.step for c in samplers],
         history=wire.Tensor(np.fromiter((t for h in hist for t in h), np.int32))
         if penalized else None,
         history_lens=[len(h) for h in hist] if penalized else [])

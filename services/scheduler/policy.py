@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from .admission import Admission, validate
 from services.tokenizer.stream import IncrementalDecoder
 
-from .batch_plan import BatchPlan, Draft, Output, Sample, SeqChunk, check_samples
+from .batch_plan import BatchPlan, Draft, Output, SampledToken, SeqChunk, check_samples
 from .client_text import ClientText
 from .config import SchedulerConfig
 from .errors import BadCompletion, DuplicateRequest, QueueFull, UnknownBatch
@@ -116,13 +116,16 @@ class Scheduler:
             return None
         return self._launch(draft)
 
-    def complete(self, batch_id: int, samples: Mapping[str, Sample]) -> list[Output]:
-        """Apply a returned micro-batch: one Sample per sampling chunk. Returns what to stream."""
+    def complete(self, batch_id: int, samples: Mapping[str, SampledToken],
+                 failures: Mapping[str, str] | None = None) -> list[Output]:
+        """Apply a returned micro-batch: per sampling chunk, its SampledToken or, where its row
+        failed on the last shard, the reason (that request ends failed). Returns what to stream."""
+        failures = failures or {}
         chunks = self._inflight.get(batch_id)
         if chunks is None:
             raise UnknownBatch(f"batch {batch_id} is not in flight")
         attached = {rid: c for rid, c in chunks.items() if self._holds(rid, batch_id)}
-        check_samples(batch_id, chunks, attached, samples)
+        check_samples(batch_id, chunks, attached, samples, failures)
         vocab = len(self.config.token_bytes)
         if bad := {rid: s.token_id for rid, s in samples.items() if s.token_id >= vocab}:
             raise BadCompletion(f"batch {batch_id}: token ids {bad} are past the vocabulary ({vocab})")
@@ -130,11 +133,14 @@ class Scheduler:
         outputs = []
         done = 0
         for rid, chunk in attached.items():
+            done += len(chunk.token_ids)
+            if rid in failures:
+                outputs.append(self._end(rid, Finish("failed", detail=failures[rid])))
+                continue
             seq = self._seqs[rid]
             seq.busy_batch = None
             seq.solo, seq.retries = False, 0
             seq.num_computed = chunk.start + len(chunk.token_ids)
-            done += len(chunk.token_ids)
             self.kv.register_full_pages(seq)
             if chunk.sample:
                 s = samples[rid]
@@ -304,7 +310,7 @@ class Scheduler:
             start = seq.num_computed
             chunks[rid] = SeqChunk(rid, tuple(seq.tokens[start:start + n]), start, seq.num_cached,
                                    tuple(seq.pages), start + n == len(seq.tokens),
-                                   seq.request.sampling, seq.request.seed, seq.num_generated)
+                                   seq.request.seed, seq.num_generated)
             seq.busy_batch = batch_id
         if not self._inflight:  # the pipeline was idle: its idle time must not dilute the rate
             self._throughput.started(self.clock())

@@ -2,7 +2,6 @@
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from .client_text import ClientText
 
@@ -18,7 +17,6 @@ class Request:
     max_tokens: int
     priority: str = "normal"
     stop: tuple[str, ...] = ()
-    sampling: Any = None   # opaque here: travels with every batch chunk to the sampler
     seed: int = 0
 
 

@@ -10,7 +10,6 @@ the bus handlers.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass
@@ -20,9 +19,10 @@ from bus.errors import ServiceError
 from bus.service import Service, handles, streams
 from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Generate, Started, Stats,
                                      StatsRequest, Tokens)
-from wire.messages.shard import Sampling
+from wire.messages.sampling import SamplingParams
 from wire.messages.tokenizer import Encode, InfoRequest, Render, VocabRequest
 
+from .admission import check_sampling
 from .config import SchedulerConfig
 from .driver import Driver
 from .errors import BadRequest, QueueFull
@@ -151,14 +151,16 @@ class SchedulerService(Service):
         rid = req.request_id or uuid.uuid4().hex
         if rid in self.requests:
             raise ServiceError("duplicate_request_id", f"request {rid!r} is already running")
-        params = _sampling(req)
+        try:
+            params = check_sampling(SamplingParams.of(req))
+        except BadRequest as e:
+            raise ServiceError(e.reason, e.detail) from None
         prompt = await self._prompt_ids(req)
-        stream = RequestStream(rid, len(prompt), Sampling(**dataclasses.asdict(params), step=0),
-                               params.penalized)
+        stream = RequestStream(rid, len(prompt), params)
         max_tokens = req.max_tokens if req.max_tokens is not None else self.policy.config.context_length
         try:
             terms = self.policy.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
-                                               tuple(req.stop), None, params.seed))
+                                               tuple(req.stop), params.seed))
         except QueueFull as e:
             raise ServiceError("queue_full", str(e), retry_after=round(e.retry_after, 1)) from None
         except BadRequest as e:
@@ -233,12 +235,3 @@ class SchedulerService(Service):
         s.update({f"driver.{k}": round(float(v), 3) for k, v in self.driver.timing.items()})
         return Stats(stats=s, pipeline=[st.name for st in self.driver.pipeline])
 
-
-def _sampling(req: Generate):
-    """The request's sampling parameters (Generate carries every SamplingParams field), checked."""
-    from kernels.sampling_params import BadSamplingParams, SamplingParams
-    try:
-        return SamplingParams(**{f.name: getattr(req, f.name)
-                                 for f in dataclasses.fields(SamplingParams)}).resolved()
-    except BadSamplingParams as e:
-        raise ServiceError("bad_sampling", str(e)) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from wire.messages.shard import Sampling
+from wire.messages.sampling import SamplingParams
 
 from .batch_plan import Output
 
@@ -22,11 +22,10 @@ class StreamEvent:
 class RequestStream:
     """Events of one request on their way to its caller, and how its tokens are sampled."""
 
-    def __init__(self, request_id: str, prompt_tokens: int, sampling: Sampling, penalized: bool):
+    def __init__(self, request_id: str, prompt_tokens: int, sampling: SamplingParams):
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens
         self.sampling = sampling
-        self.penalized = penalized     # its penalties need every token seen sent with each batch
         self.events: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self.completion_tokens = 0
 

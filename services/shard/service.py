@@ -13,7 +13,7 @@ import asyncio
 import resource
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ import wire
 from bus.config import ServiceConfig
 from bus.errors import ServiceError
 from bus.service import Service, handles
-from wire.messages.shard import Forward, Sampled
+from wire.messages.shard import Forward, ForwardReply
 
 
 DEVICES = ("cpu", "cuda")
@@ -125,7 +125,7 @@ class ShardService(Service):
 
     # ------------------------------------------------------------------ the work
     @handles(Forward)
-    async def forward(self, msg: wire.Message) -> Sampled:
+    async def forward(self, msg: wire.Message) -> ForwardReply:
         f: Forward = msg.body
         if self.model is None:
             raise ServiceError("loading", f"{self.name} is still loading", retry_after=1.0)
@@ -156,20 +156,14 @@ class ShardService(Service):
             raise ServiceError("bad_batch", str(e)) from None
 
     async def _run(self, fn, *args):
-        from kernels.sampling import BadBatch as BadSamplingBatch
-        from kernels.sampling import BadLogits
-        from kernels.sampling_params import BadSamplingParams
+        from kernels.sampling import BadSamplerInput
         from services.shard.batch import BadBatch
         try:
             return await asyncio.get_running_loop().run_in_executor(self._compute, fn, *args)
-        except (BadBatch, BadSamplingBatch) as e:
+        except (BadBatch, BadSamplerInput) as e:
             raise ServiceError("bad_batch", str(e)) from None
-        except BadSamplingParams as e:
-            raise ServiceError("bad_sampling", str(e)) from None
-        except BadLogits as e:
-            raise ServiceError("bad_logits", str(e)) from None
 
-    async def _hand_on(self, msg: wire.Message, f: Forward, hidden: np.ndarray) -> Sampled:
+    async def _hand_on(self, msg: wire.Message, f: Forward, hidden: np.ndarray) -> ForwardReply:
         nxt = self._next_shard()
         onward = replace(f, first_layer=self.shard.end, tokens=None,
                          hidden=wire.Tensor(hidden, self.shard.codec))
@@ -188,32 +182,20 @@ class ShardService(Service):
                                retry_after=1.0)
         return min(live, key=lambda e: e.load).name
 
-    async def _sample(self, f: Forward, logits: np.ndarray) -> Sampled:
-        from kernels.sampling import sample
-        from kernels.sampling_params import SamplingParams
-        from kernels.sampling_params import BadSamplingParams
+    async def _sample(self, f: Forward, logits: np.ndarray) -> ForwardReply:
+        from services.shard.sampling_step import sample_rows, split_histories
 
         n = logits.shape[0]
         if len(f.sampling) != n:
             raise ServiceError("bad_batch", f"{n} sequences sample but {len(f.sampling)} "
                                             "sampling entries were sent")
         hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
-        lens = f.history_lens or [0] * n
-        if len(lens) != n or sum(lens) != hist.shape[0] or min(lens) < 0:
-            raise ServiceError("bad_batch", "history_lens do not match the history tensor")
-        cuts = np.cumsum([0] + list(lens))
-        histories = [hist[cuts[i]:cuts[i + 1]] for i in range(n)]
-        try:  # the wire record carries SamplingParams' fields plus the step
-            params = [SamplingParams(**{k: v for k, v in asdict(s).items() if k != "step"})
-                      for s in f.sampling]
-        except BadSamplingParams as e:
-            raise ServiceError("bad_sampling", str(e)) from None
-        steps = [s.step for s in f.sampling]
-        res = await self._run(sample, logits, params, histories, steps)
+        res = await self._run(lambda: sample_rows(logits, f.sampling, f.steps,
+                                                  split_histories(hist, f.history_lens, n)))
         want_top = res.top_ids.shape[1] > 0
-        return Sampled(
-            batch_id=f.batch_id, tokens=wire.Tensor(res.tokens.astype(np.int32)),
-            logprobs=wire.Tensor(res.logprobs.astype(np.float32)),
-            top_ids=wire.Tensor(res.top_ids.astype(np.int32)) if want_top else None,
-            top_logprobs=wire.Tensor(res.top_logprobs.astype(np.float32)) if want_top else None,
-            logits=wire.Tensor(logits, "fp32") if f.return_logits else None)
+        return ForwardReply(
+            batch_id=f.batch_id, tokens=wire.Tensor(res.tokens), logprobs=wire.Tensor(res.logprobs),
+            top_ids=wire.Tensor(res.top_ids) if want_top else None,
+            top_logprobs=wire.Tensor(res.top_logprobs) if want_top else None,
+            logits=wire.Tensor(logits, "fp32") if f.return_logits else None,
+            errors=res.errors if res.failed else [])

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from kernels.sampling import SamplingParams, sample
+from kernels.sampling import sample
+from wire.messages.sampling import SamplingParams
 
 
 def draw_many(logits_row, params: SamplingParams, n: int) -> np.ndarray:

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from kernels.sampling import SamplingParams, sample
+from kernels.sampling import sample
+from wire.messages.sampling import SamplingParams
 
 cp = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu

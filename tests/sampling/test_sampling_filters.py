@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kernels.sampling import SamplingParams
+from wire.messages.sampling import SamplingParams
 
 N = 4000
 # A small vocabulary with known probabilities; the -inf token must never come out.

@@ -3,7 +3,8 @@
 import numpy as np
 
 from kernels.penalties import apply_penalties
-from kernels.sampling import SamplingParams, sample
+from kernels.sampling import sample
+from wire.messages.sampling import SamplingParams
 
 LOGITS = np.array([2.0, -2.0, 1.0, 0.5, -1.0], dtype=np.float32)
 

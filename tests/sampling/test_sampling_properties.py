@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels.penalties import apply_penalties
-from kernels.sampling import SamplingParams, sample
+from kernels.sampling import greedy, sample
+from wire.messages.sampling import SamplingParams
 
 params_st = st.builds(
     SamplingParams,
@@ -65,7 +66,7 @@ def test_tokens_obey_filters_and_logprobs_are_raw(b):
         assert np.isfinite(logits[i, t])
         assert r.logprobs[i] <= 0
         np.testing.assert_allclose(r.logprobs[i], raw[i, t] - lse[i], atol=1e-5)
-        if p.greedy:
+        if greedy(p):
             assert t == int(np.argmax(z[i]))
             continue
         zi = z[i]

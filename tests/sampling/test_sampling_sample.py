@@ -6,7 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from kernels.sampling import BadBatch, BadLogits, BadSamplingParams, SamplingParams, sample
+from kernels.sampling import BadLogits, BadSamplerInput, sample
+from wire.messages.sampling import SamplingParams
 from kernels.sampling_rng import uniform
 
 V = 49152
@@ -76,7 +77,8 @@ def test_draw_is_fixed_across_versions_and_processes():
     # Golden values: a change here breaks the continuation of every recovered request.
     assert [uniform(0, 0), uniform(1, 0), uniform(1, 1), uniform(2**64 - 1, 7)] == \
         [_u(0, 0), _u(1, 0), _u(1, 1), _u(2**64 - 1, 7)]
-    code = ("import numpy as np; from kernels.sampling import sample, SamplingParams as P;"
+    code = ("import numpy as np; from kernels.sampling import sample;"
+            "from wire.messages.sampling import SamplingParams as P;"
             "x=np.random.default_rng(5).standard_normal((3, 1000)).astype(np.float32);"
             "print(sample(x,[P(seed=42,top_p=0.9)]*3,[np.zeros(9,int)]*3,[0,4,9]).tokens.tolist())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -183,28 +185,26 @@ def test_logits_must_be_2d_float32(bad):
         sample(bad, [SamplingParams(temperature=0)] * 2, [np.zeros(0, int)] * 2, [0, 0])
 
 
-def test_inconsistent_batch_raises_bad_batch():
+def test_inconsistent_inputs_raise_bad_sampler_input():
     x = np.zeros((2, 10), dtype=np.float32)
     p = [SamplingParams(temperature=0)] * 2
     h = [np.zeros(3, np.int64)] * 2
-    with pytest.raises(BadBatch):
+    with pytest.raises(BadSamplerInput):
         sample(x, p[:1], h, [0, 0])
     pen = [SamplingParams(temperature=0, presence_penalty=0.5)] * 2
-    with pytest.raises(BadBatch):
+    with pytest.raises(BadSamplerInput):
         sample(x, pen, h, [0, 4])  # penalties need the generated tokens the history lacks
     # Without penalties nothing reads the history: a decode step may come without one.
     assert sample(x, p, [np.zeros(0, np.int32)] * 2, [0, 4]).tokens.tolist() == [0, 0]
-    with pytest.raises(BadBatch):
+    with pytest.raises(BadSamplerInput):
         sample(x, p, [np.array([1, 10])] * 2, [0, 0])  # id 10 is outside V = 10
-    with pytest.raises(BadBatch):
+    with pytest.raises(BadSamplerInput):
         sample(x, p, [np.array([0.5])] * 2, [0, 0])
-    with pytest.raises(BadBatch):
-        sample(x, [{"temperature": 0}] * 2, h, [0, 0])
 
 
 def test_sampled_row_without_seed_is_refused():
     x = np.zeros((1, 10), dtype=np.float32)
-    with pytest.raises(BadSamplingParams, match="resolved"):
+    with pytest.raises(BadSamplerInput, match="resolved"):
         batch(x, [SamplingParams(temperature=1.0)])
     assert batch(x, [SamplingParams(temperature=1.0).resolved()]).tokens.shape == (1,)
     assert batch(x, [SamplingParams(temperature=0)]).tokens[0] == 0  # greedy needs no seed
@@ -215,3 +215,11 @@ def test_empty_batch_gives_empty_result():
     assert r.tokens.shape == (0,) and r.top_ids.shape == (0, 0)
     with pytest.raises(BadLogits):
         sample(np.zeros((1, 0), np.float32), [SamplingParams(temperature=0)], [[]], [0])
+
+
+@pytest.mark.parametrize("top_k", [V, V + 1, 2**31 - 1, 2**63, 2**70])
+def test_top_k_past_the_vocabulary_keeps_every_token(vocab_logits, top_k):
+    # The sampler clamps top_k to V: past it the filter is off, and no size overflows an index.
+    off = batch(vocab_logits, [SamplingParams(seed=s) for s in range(16)]).tokens
+    wide = batch(vocab_logits, [SamplingParams(top_k=top_k, seed=s) for s in range(16)]).tokens
+    assert wide.tolist() == off.tolist()

@@ -1,6 +1,6 @@
 """Drives a Scheduler the way the service shell will, playing the last shard's sampler."""
 
-from services.scheduler import Request, Sample, Scheduler, SchedulerConfig
+from services.scheduler import Request, SampledToken, Scheduler, SchedulerConfig
 
 
 class ManualClock:
@@ -35,7 +35,7 @@ def token_for(chunk) -> int:
 
 
 def samples_for(plan, token=token_for):
-    return {c.request_id: Sample(token(c)) for c in plan.chunks if c.sample}
+    return {c.request_id: SampledToken(token(c)) for c in plan.chunks if c.sample}
 
 
 def step(sched: Scheduler, token=token_for):

@@ -2,9 +2,11 @@
 
 import pytest
 
-from services.scheduler import (BadMaxTokens, BadRequestId, BadSeed, BadStopStrings, BadTokenIds,
-                                ConfigError, DuplicateRequest, EmptyPrompt, PromptTooLong,
-                                QueueFull, Request, Sample, Scheduler, UnknownPriority)
+from services.scheduler import (BadMaxTokens, BadRequestId, BadSampling, BadSeed, BadStopStrings,
+                                BadTokenIds, ConfigError, DuplicateRequest, EmptyPrompt,
+                                PromptTooLong, QueueFull, Request, SampledToken, Scheduler,
+                                UnknownPriority, check_sampling)
+from wire.messages.sampling import SamplingParams
 
 from .harness import ManualClock, req, small, step
 
@@ -60,7 +62,7 @@ def test_full_queue_refuses_with_retry_after_from_measured_throughput():
     sched.submit(req("warm", n=16, max_tokens=1))
     plan = sched.schedule()
     clock.t += 0.1                                   # 16 tokens in 0.1 s: 160 tokens/s
-    sched.complete(plan.batch_id, {"warm": Sample(5)})
+    sched.complete(plan.batch_id, {"warm": SampledToken(5)})
     for i in range(3):
         sched.submit(req(f"q{i}", n=20, max_tokens=12))   # 32 tokens of work each
     with pytest.raises(QueueFull) as info:
@@ -110,3 +112,25 @@ def test_throughput_is_measured_over_busy_time_not_idle_time():
     meter.started(500.0)                         # busy again after a long idle spell
     meter.record(500.5, 100)
     assert meter.rate(500.5) == 200.0
+
+
+@pytest.mark.parametrize("field, value", [
+    ("top_k", 2**63), ("top_k", 2**31), ("top_k", -1), ("top_k", True),
+    ("temperature", float("nan")), ("temperature", float("inf")), ("temperature", -0.5),
+    ("top_p", 0.0), ("min_p", float("-inf")), ("repetition_penalty", 0.0),
+    ("presence_penalty", 2.01), ("frequency_penalty", float("nan")),
+    ("seed", -1), ("seed", 2**64), ("seed", 3.0), ("top_logprobs", 21), ("top_logprobs", True),
+])
+def test_sampling_out_of_range_is_refused_at_admission_naming_the_field(field, value):
+    with pytest.raises(BadSampling) as info:
+        check_sampling(SamplingParams(**{field: value}))
+    assert info.value.reason == "bad_sampling"
+    assert f"sampling parameter {field}=" in str(info.value) and "must be" in str(info.value)
+
+
+def test_admitted_sampling_has_its_seed_fixed_once():
+    p = check_sampling(SamplingParams(temperature=0.7, top_k=2**31 - 1))
+    assert p.seed is not None and p.top_k == 2**31 - 1
+    assert check_sampling(SamplingParams(seed=9)).seed == 9
+    with pytest.raises(BadSampling):
+        check_sampling({"temperature": 0.7})

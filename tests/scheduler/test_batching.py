@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.scheduler import BadCompletion, Request, Sample, Scheduler, UnknownBatch
+from services.scheduler import BadCompletion, Request, SampledToken, Scheduler, UnknownBatch
 
 from .harness import LINE, req, run_to_end, samples_for, small, step
 
@@ -82,12 +82,12 @@ def test_no_more_than_max_inflight_batches():
 
 def test_step_index_and_seed_travel_with_each_chunk():
     sched = Scheduler(small())
-    sched.submit(req("r", max_tokens=4, seed=1234, sampling={"temperature": 0.7}))
+    sched.submit(req("r", max_tokens=4, seed=1234))
     steps = []
     for _ in range(4):
         c = step(sched)[0].chunks[0]
         steps.append(c.step)
-        assert c.seed == 1234 and c.sampling == {"temperature": 0.7}
+        assert c.seed == 1234
     assert steps == [0, 1, 2, 3]
 
 
@@ -119,7 +119,7 @@ def test_eos_and_stop_strings_end_a_sequence_and_free_its_pages():
     sched.submit(req("eos", max_tokens=10))
     sched.submit(req("stop", max_tokens=10, stop=("w9",)))
     plan = sched.schedule()
-    sched.complete(plan.batch_id, {"eos": Sample(0), "stop": Sample(9)})
+    sched.complete(plan.batch_id, {"eos": SampledToken(0), "stop": SampledToken(9)})
     assert not sched.has_work()
     assert sched.stats()["pages_used"] == 0
     assert sched.stats()["finished_stop"] == 2
@@ -130,18 +130,18 @@ def test_complete_refuses_a_result_that_does_not_match_the_plan():
     sched.submit(req("r", n=6))
     plan = sched.schedule()                      # a prefill chunk: nothing to sample
     with pytest.raises(BadCompletion):
-        sched.complete(plan.batch_id, {"r": Sample(3)})
+        sched.complete(plan.batch_id, {"r": SampledToken(3)})
     with pytest.raises(BadCompletion):
-        sched.complete(plan.batch_id, {"ghost": Sample(3)})
+        sched.complete(plan.batch_id, {"ghost": SampledToken(3)})
     sched.complete(plan.batch_id, {})
     plan = sched.schedule()
     with pytest.raises(BadCompletion):
         sched.complete(plan.batch_id, {})        # the last chunk must come back with a token
     with pytest.raises(BadCompletion):
         sched.complete(plan.batch_id, {"r": 3})
-    sched.complete(plan.batch_id, {"r": Sample(3)})
+    sched.complete(plan.batch_id, {"r": SampledToken(3)})
     with pytest.raises(UnknownBatch):
-        sched.complete(plan.batch_id, {"r": Sample(3)})
+        sched.complete(plan.batch_id, {"r": SampledToken(3)})
 
 
 def test_a_request_looping_on_one_line_is_stopped_and_its_pages_freed():
@@ -150,7 +150,7 @@ def test_a_request_looping_on_one_line_is_stopped_and_its_pages_freed():
     finish = None
     for _ in range(10):
         plan = sched.schedule()
-        (out,) = sched.complete(plan.batch_id, {"loop": Sample(LINE)})
+        (out,) = sched.complete(plan.batch_id, {"loop": SampledToken(LINE)})
         if out.finish:
             finish = out.finish
             break

@@ -14,7 +14,8 @@ from services.scheduler import Scheduler
 from services.scheduler.driver import _REFUSED, Driver
 from services.scheduler.pipeline import Stage
 from services.scheduler.streams import RequestStream
-from wire.messages.shard import Sampled, Sampling
+from wire.messages.sampling import SamplingParams
+from wire.messages.shard import ForwardReply
 
 from .harness import ManualClock, req, small
 
@@ -65,7 +66,7 @@ def answer(body, **override):
     fields = dict(batch_id=body.batch_id, tokens=wire.Tensor(np.array(ids, np.int32)),
                   logprobs=wire.Tensor(np.full(len(ids), -0.5, np.float32)))
     fields.update(override)
-    return Sampled(**fields)
+    return ForwardReply(**fields)
 
 
 class Rig:
@@ -82,9 +83,9 @@ class Rig:
 
     def submit(self, rid, n=5, first=1, max_tokens=4, top_k=0, penalized=False):
         self.policy.submit(req(rid, n=n, first=first, max_tokens=max_tokens))
-        sampling = Sampling(temperature=0.0, top_k=top_k,
-                            repetition_penalty=1.3 if penalized else 1.0)
-        self.requests[rid] = RequestStream(rid, n, sampling, penalized)
+        sampling = SamplingParams(temperature=0.0, top_k=top_k,
+                                  repetition_penalty=1.3 if penalized else 1.0)
+        self.requests[rid] = RequestStream(rid, n, sampling)
         self.driver.wake.set()
 
     def _drain(self):

@@ -5,7 +5,7 @@ from collections import Counter
 from hypothesis import event, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from services.scheduler import PromptTooLong, QueueFull, Request, Sample, Scheduler, SchedulerConfig
+from services.scheduler import PromptTooLong, QueueFull, Request, SampledToken, Scheduler, SchedulerConfig
 
 from .harness import TOKEN_BYTES, run_to_end
 
@@ -62,7 +62,7 @@ class SchedulerEvents(RuleBasedStateMachine):
     def complete(self, which, data):
         plan = self.plans.pop(which % len(self.plans))
         # Token t reads PIECES[t]; 0 is also EOS.
-        samples = {c.request_id: Sample(data.draw(st.integers(0, len(PIECES) - 1)))
+        samples = {c.request_id: SampledToken(data.draw(st.integers(0, len(PIECES) - 1)))
                    for c in plan.chunks if c.sample}
         if plan.batch_id in self.sched.inflight:
             self._record(self.sched.complete(plan.batch_id, samples))

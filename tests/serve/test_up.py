@@ -170,16 +170,35 @@ async def test_a_full_queue_refuses_at_once_with_retry_after(stack):
     (Generate(prompt="hi", temperature=-1.0), "bad_sampling"),
     (Generate(prompt="hi", top_p=0.0), "bad_sampling"),
     (Generate(prompt="hi", top_logprobs=1000), "bad_sampling"),
+    (Generate(prompt="hi", top_k=2**63), "bad_sampling"),
+    (Generate(prompt="hi", temperature=float("nan")), "bad_sampling"),
+    (Generate(prompt="hi", min_p=float("inf")), "bad_sampling"),
+    (Generate(prompt="hi", seed=-1), "bad_sampling"),
     (Generate(prompt="hi", priority="urgent"), "unknown_priority"),
     (Generate(prompt="hi", stop=[""]), "bad_stop_strings"),
 ], ids=["empty-messages", "unknown-role", "no-content", "empty-ids", "too-long", "bad-id",
         "negative-max-tokens", "absurd-max-tokens", "negative-temperature", "zero-top-p",
-        "top-logprobs", "priority", "empty-stop"])
+        "top-logprobs", "huge-top-k", "nan-temperature", "inf-min-p", "negative-seed", "priority",
+        "empty-stop"])
 async def test_bad_requests_get_typed_errors(stack, body, code):
+    before = (await stats(stack)).get("batches", 0)
     with pytest.raises(RemoteError) as e:
         await generate(stack.endpoint, body)
     assert e.value.code == code, e.value
     assert await idle(stack)
+    assert (await stats(stack)).get("batches", 0) == before   # refused before it was queued: no shard saw it
+
+
+async def test_a_prompt_longer_than_one_batch_is_answered(stack):
+    # Its first chunks sample nothing: the last shard must answer those batches with no rows.
+    text = " ".join(f"Line {k} of the log says the pump is fine." for k in range(50))
+    res = await asyncio.wait_for(generate(stack.endpoint, Generate(
+        messages=[{"role": "user", "content": f"{text} Is the pump fine?"}],
+        temperature=0.0, max_tokens=4)), 180)
+    assert res.started.prompt_tokens > 512, res.started     # the default batch budget
+    assert res.done.finish_reason in ("length", "stop"), res.done
+    assert 1 <= len(res.token_ids) <= 4
+    assert await wait_for(lambda: idle(stack), timeout=30)
 
 
 async def test_two_prompts_at_once_are_refused_by_the_schema(stack):

@@ -18,7 +18,8 @@ from bus.config import BusConfig
 from bus.directory import Directory
 from bus.errors import RemoteError
 from bus.peers import Peers
-from wire.messages.shard import Forward, Sampling
+from wire.messages.sampling import SamplingParams
+from wire.messages.shard import Forward
 
 from ..bus.procs import Procs, cli, unique_cluster
 
@@ -47,7 +48,8 @@ class Driver:
         self.peers = peers
         self.batch_id = 0
 
-    async def step(self, ids, start, *, first_layer=0, sampling=None, table=None, **kw):
+    async def step(self, ids, start, *, first_layer=0, sampling=None, table=None, rows=None, **kw):
+        """One chunk of one sequence; `rows` overrides its one sampling row (e.g. [] for none)."""
         self.batch_id += 1
         n = len(ids)
         pages = (start + n + PAGE - 1) // PAGE
@@ -57,7 +59,8 @@ class Driver:
                        query_lens=wire.Tensor(np.array([n], np.int32)),
                        page_table=wire.Tensor(table),
                        tokens=wire.Tensor(np.asarray(ids, np.int32)),
-                       sampling=[sampling or Sampling(temperature=0.0)], **kw)
+                       sampling=[sampling or SamplingParams(temperature=0.0)] if rows is None else rows,
+                       steps=[0] if rows is None else [0] * len(rows), **kw)
         return await self.peers.call("shard-0", body, timeout=60)
 
     async def teacher_forced(self, chat, steps):
@@ -143,7 +146,7 @@ async def test_the_last_shard_returns_token_ids_and_logprobs_not_logits(pipeline
     chat, k = next((c, k) for c in REFERENCE["chats"] for k, t in enumerate(c["greedy_steps_top5"])
                    if t[0][1] - t[1][1] >= 1.0)
     r = await drive.step(chat["prompt_ids"] + chat["greedy_ids"][:k], 0,
-                         sampling=Sampling(temperature=0.0, top_logprobs=5))
+                         sampling=SamplingParams(temperature=0.0, top_logprobs=5))
     assert r.logits is None
     ref = chat["greedy_steps_top5"][k]
     assert r.tokens.array().tolist() == [ref[0][0]]
@@ -159,7 +162,7 @@ async def test_bad_batches_get_typed_errors_and_the_shard_keeps_serving(pipeline
     cases = {
         "range_mismatch": dict(first_layer=10),
         "bad_batch": dict(table=np.array([[PAGES + 7]], np.int32)),           # a page it lacks
-        "bad_sampling": dict(sampling=Sampling(temperature=-1.0)),
+        "bad_sampling": dict(sampling=SamplingParams(temperature=-1.0)),
     }
     for code, kw in cases.items():
         with pytest.raises(RemoteError) as e:
@@ -169,12 +172,26 @@ async def test_bad_batches_get_typed_errors_and_the_shard_keeps_serving(pipeline
     bad = Forward(batch_id=99, first_layer=0, positions=wire.Tensor(np.zeros(5, np.float32)),
                   query_lens=wire.Tensor(np.array([5], np.int32)),
                   page_table=wire.Tensor(np.zeros((1, 1), np.int32)),
-                  tokens=wire.Tensor(np.asarray(ids, np.int32)), sampling=[Sampling()])
+                  tokens=wire.Tensor(np.asarray(ids, np.int32)),
+                  sampling=[SamplingParams(temperature=0.0)], steps=[0])
     with pytest.raises(RemoteError) as e:
         await drive.peers.call("shard-0", bad)
     assert e.value.code == "bad_batch"
     r = await drive.step(ids, 0)
     assert r.tokens.array().shape == (1,)
+
+
+async def test_a_batch_in_which_no_row_samples_comes_back_empty(pipeline):
+    # A prompt longer than one batch: its first chunks sample nothing.
+    _, _, _, drive, _ = pipeline
+    # A reference step that llama.cpp decides by a clear margin, teacher-forced up to it.
+    chat, k = next((c, k) for c in REFERENCE["chats"] for k, t in enumerate(c["greedy_steps_top5"])
+                   if t[0][1] - t[1][1] >= 1.0)
+    ids = chat["prompt_ids"] + chat["greedy_ids"][:k]
+    r = await drive.step(ids[:6], 0, rows=[], want_logits=wire.Tensor(np.array([False])))
+    assert r.tokens.array().shape == (0,) and r.logprobs.array().shape == (0,) and not r.errors
+    r = await drive.step(ids[6:], 6)             # the rest of the prompt, then its next token
+    assert r.tokens.array().tolist() == [chat["greedy_steps_top5"][k][0][0]]
 
 
 async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_model, model_path):

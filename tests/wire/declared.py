@@ -55,3 +55,28 @@ class Kitchen:
 class Batch:
     ids: Tensor
     items: list[Item]
+
+
+class OutOfRange(ValueError):
+    code = "bad_range"   # the bus error a caller gets for it
+
+
+@record
+class Window:
+    """A record a message extends: its fields go flat on the wire with the message's own."""
+    lo: int = 0
+    hi: int = 10
+
+    def check(self):
+        if not 0 <= self.lo <= self.hi:
+            raise OutOfRange(f"window [{self.lo}, {self.hi}] is empty or negative")
+
+
+@message("test.wire.windowed")
+class Windowed(Window):
+    name: str = ""
+
+    def check(self):
+        super().check()
+        if not self.name:
+            raise ValueError("name must not be empty")

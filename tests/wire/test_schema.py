@@ -7,7 +7,7 @@ import pytest
 import wire
 from wire.schema import REGISTRY
 
-from .declared import Kitchen, Node, Span
+from .declared import Kitchen, Node, Span, Window, Windowed
 from .frames import header, pack
 
 
@@ -97,6 +97,22 @@ def test_check_hooks_turn_value_errors_into_bad_frames():
     body["spans"][0] = {"start": 5, "stop": 1}           # a nested record's own check
     with pytest.raises(wire.BadFrame, match=r"body.spans\[0\]: bad span"):
         decode_body(body)
+
+
+def test_a_message_extending_a_record_carries_its_fields_flat_and_runs_both_checks():
+    w = Windowed(lo=2, hi=5, name="w")
+    assert wire_body(w) == {"lo": 2, "hi": 5, "name": "w"}
+    assert wire.decode(wire.encode(wire.Message(w))).body == w
+    assert decode_body({"name": "d"}, "test.wire.windowed") == Windowed(0, 10, "d")
+    with pytest.raises(wire.BadFrame, match="window") as e:        # the record's check
+        decode_body({"lo": 7, "hi": 3, "name": "w"}, "test.wire.windowed")
+    assert e.value.code == "bad_range" and e.value.reason == "schema"
+    with pytest.raises(wire.BadFrame, match="name must not be empty") as e:   # its own
+        decode_body({"lo": 1, "hi": 3}, "test.wire.windowed")
+    assert e.value.code == "bad_frame"
+    with pytest.raises(wire.BadFrame, match="unknown field"):
+        decode_body({"lo": 1, "name": "w", "width": 3}, "test.wire.windowed")
+    assert issubclass(Windowed, Window)
 
 
 def test_bus_heartbeat_state_is_checked():

@@ -11,30 +11,24 @@ from dataclasses import field
 from typing import Any
 
 from ..schema import message
+from .sampling import SamplingParams
 
 
 @message("scheduler.generate")
-class Generate:
-    """A request: exactly one of a chat (`messages`), a text `prompt`, or `prompt_ids`."""
+class Generate(SamplingParams):
+    """A request: exactly one of a chat (`messages`), a text `prompt`, or `prompt_ids`, with the
+    sampling parameters as flat fields of their own (inherited; seed None: the scheduler picks)."""
     messages: list[dict[str, Any]] | None = None   # rendered with the model's chat template
     prompt: str | None = None                      # raw text, tokenized as is (a completion)
     prompt_ids: list[int] | None = None            # token ids, used as they are
     max_tokens: int | None = None                  # None: up to the end of the context
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    seed: int | None = None                        # None: the scheduler picks one
-    top_logprobs: int = 0
     stop: list[str] = field(default_factory=list)  # never emitted; may span tokens
     priority: str = "normal"                       # high, normal, low
     request_id: str = ""                           # "": the scheduler names it
     template: str | None = None                    # a named chat template instead of the model's
 
     def check(self):
+        super().check()   # the sampling ranges: refused as bad_sampling
         given = [n for n in ("messages", "prompt", "prompt_ids") if getattr(self, n) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of messages, prompt, prompt_ids"

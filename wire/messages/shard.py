@@ -5,23 +5,9 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from ..schema import message, record
+from ..schema import message
 from ..tensor import Tensor
-
-
-@record
-class Sampling:
-    """How to pick the next token of one sequence; checked by the last shard's sampler."""
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    seed: int = 0
-    top_logprobs: int = 0
-    step: int = 0          # index of the token being sampled within its request
+from .sampling import SamplingParams
 
 
 @message("shard.forward")
@@ -35,7 +21,8 @@ class Forward:
     tokens: Tensor | None = None       # int32 (T,), to the first shard
     hidden: Tensor | None = None       # float32 (T, D) in the hop's codec, to later shards
     want_logits: Tensor | None = None  # bool (S,); None: every sequence samples
-    sampling: list[Sampling] = field(default_factory=list)      # one per sampling sequence, in order
+    sampling: list[SamplingParams] = field(default_factory=list)  # one per sampling sequence, in order
+    steps: list[int] = field(default_factory=list)  # per sampling row: index of the token it samples
     history: Tensor | None = None      # int32: prompt+generated ids of sampling sequences, end to end
     history_lens: list[int] = field(default_factory=list)
     return_logits: bool = False        # diagnostics and parity tests only
@@ -45,14 +32,20 @@ class Forward:
             raise ValueError("batch_id and first_layer must be >= 0")
         if (self.tokens is None) == (self.hidden is None):
             raise ValueError("exactly one of tokens and hidden")
+        if len(self.steps) != len(self.sampling) or any(t < 0 for t in self.steps):
+            raise ValueError(f"{len(self.sampling)} sampling rows need as many steps >= 0, "
+                             f"got {len(self.steps)}")
 
 
-@message("shard.sampled")
-class Sampled:
+@message("shard.forward_reply")
+class ForwardReply:
+    """What a `shard.forward` comes back with: one sampled token per sampling row, or that row's
+    error (a row's bad parameters, history or logits fail that row alone)."""
     batch_id: int
-    tokens: Tensor                     # int32 (S_sample,)
+    tokens: Tensor                     # int32 (S_sample,); 0 where the row failed
     logprobs: Tensor                   # float32 (S_sample,), raw distribution
     top_ids: Tensor | None = None      # int32 (S_sample, n)
     top_logprobs: Tensor | None = None
     logits: Tensor | None = None       # float32 (S_sample, V), only when return_logits
+    errors: list[str] = field(default_factory=list)  # per row, "" when it sampled; []: none failed
     hop_ms: dict[str, float] = field(default_factory=dict)      # compute time per shard name, for per-hop metrics
