@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from services.local.stacks import running
+from tests.conftest import require
 
 from ..bus.procs import ROOT, cli, env
 from .tmux import TMUX, Tmux, after_question, is_prompt
@@ -119,8 +120,7 @@ def test_a_scheduler_address_where_nothing_answers_is_one_clear_line(stack, tmp_
 
 @pytest.fixture
 def terminal(tmp_path):
-    if not Path(TMUX).exists():
-        pytest.skip("tmux is not installed: the terminal tests need a real terminal")
+    require(Path(TMUX).exists(), "tmux is not installed: the terminal tests need a real terminal")
     t = Tmux(tmp_path / "tmux.sock", cwd=str(ROOT))
     yield t
     t.close()
