@@ -48,7 +48,7 @@ def test_teacher_forced_parity_with_llama_cpp(weights, request, reference):
         return
     # Exact float32 arithmetic, without llama.cpp's 8-bit activations: the reference is one draw of a
     # chaotic computation, and a 1-ulp change anywhere moves its logits. This forward lands 1.04 and
-    # 1.36 from it on two of 310 top-5 logits (chat 0, step 10). llama.cpp itself, rerun here with one
+    # 1.36 from it on two of 400 top-5 logits (chat 0, step 10). llama.cpp itself, rerun here with one
     # norm nudged by +-1 ulp, lands 0.75-1.57 from the reference at worst and past 1.0 in 5 of 12 runs
     # (`python3 bench/parity_probe.py cloud 12`). Hence: 99% within 1.0, all within the README's
     # "1.36 at worst", itself inside llama.cpp's own spread.
