@@ -1,5 +1,7 @@
 """Hidden states between shards through the lossy wire codecs: how far do logits move?"""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -27,6 +29,17 @@ def through(codec_name):
 # turn it into flipped quant roundings downstream, as any 1-ulp change would.
 README_MAX_DIFF = {("quantized", "fp16"): 1.4, ("quantized", "int8"): 2.5,
                    ("float32", "fp16"): 0.02, ("float32", "int8"): 1.6}
+
+
+def readme() -> str:
+    """README.md with its line breaks and runs of spaces made single spaces."""
+    return " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+
+
+def test_the_readme_states_these_bounds():
+    b = {k: f"{v:g}" for k, v in README_MAX_DIFF.items()}
+    assert (f"about {b['quantized', 'fp16']} with `--codec fp16` and {b['quantized', 'int8']} with `int8` "
+            f"({b['float32', 'fp16']} and {b['float32', 'int8']} with `--weights float32`)") in readme()
 
 
 @pytest.mark.parametrize("fmt,codec", list(README_MAX_DIFF))
