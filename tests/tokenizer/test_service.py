@@ -75,12 +75,14 @@ async def test_info_describes_the_model(svc, smollm, model_path):
     assert status.info["model"] == info.model and status.info["vocab_size"] == 49152
 
 
-async def test_vocab_table_is_every_tokens_bytes(svc, smollm):
+async def test_vocab_table_is_every_tokens_bytes(svc, smollm, reference):
     client = svc[0]
     table = await client.call(VocabRequest())
     assert isinstance(table, VocabTable) and table.start == 0
     assert len(table.token_bytes) == smollm.vocab_size
     assert table.token_bytes == smollm.token_bytes
+    for chat in reference["chats"]:                # llama.cpp's pieces of its greedy tokens
+        assert [table.token_bytes[i].hex() for i in chat["greedy_ids"]] == chat["greedy_token_bytes"]
     hi = smollm.encode("hi")[0]
     assert table.token_bytes[hi] == b"hi"
     im_end = smollm.vocab.tokens.index("<|im_end|>")
