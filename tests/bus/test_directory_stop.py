@@ -21,7 +21,7 @@ async def test_stop_ends_handshakes_in_flight_so_the_context_can_end():
     await d.start()
     d._on_candidate(Candidate(cluster="c", name="peer", kind="echo", instance="peer", epoch=1,
                               host="127.0.0.1", rpc_port=port, pub_port=port + 1))
-    await asyncio.sleep(0.05)                      # the handshake is now waiting (1 s timeout)
+    await asyncio.wait_for(mute.recv_multipart(), 5)  # the handshake is now waiting (1 s timeout)
     await d.stop()
     mute.close(linger=0)
     # As busctl and `llmbus up` end: term() blocks the loop, so nothing left open could close.

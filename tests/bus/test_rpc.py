@@ -19,6 +19,8 @@ from bus.errors import CallTimeout, PeerRestarted, RemoteError
 from bus.service import Service, handles
 from wire.messages.bus import Echo, EchoReply, Error, Status, StatusReply, Welcome
 
+from ..waiting import until
+
 
 @wire.message("test.boom")
 class Boom:
@@ -33,12 +35,17 @@ class Slow:
 class ProbeService(Service):
     kind = "test"
 
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.slow_started = asyncio.Event()     # a Slow request is being handled
+
     @handles(Boom)
     async def boom(self, msg):
         raise RuntimeError("handler bug")
 
     @handles(Slow)
     async def slow(self, msg):
+        self.slow_started.set()
         await asyncio.sleep(msg.body.seconds)
         return EchoReply(text="slept")
 
@@ -124,7 +131,7 @@ async def test_draining_finishes_work_in_flight_and_refuses_new_work():
     await s.start()
     c = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{s.rpc_port}")
     slow = asyncio.create_task(c.call(Slow(seconds=0.5)))
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(s.slow_started.wait(), 5)          # the slow call is in flight
     s.stop()
     with pytest.raises(RemoteError) as e:
         await c.call(Slow(seconds=0))
@@ -172,7 +179,7 @@ async def test_a_new_epoch_fails_calls_sent_to_the_old_one_at_once():
     c = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{port}")
     c.saw_epoch(10)
     pending = asyncio.create_task(c.call(Echo(), timeout=5))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(router.recv_multipart(), 5)        # sent to epoch 10: in flight
     c.saw_epoch(11)
     with pytest.raises(PeerRestarted):
         await pending
@@ -188,11 +195,23 @@ async def test_directory_finds_a_static_peer_and_expires_it_after_missed_heartbe
     try:
         e = await d.wait_for("svc", 3)
         assert e.epoch == service.epoch and e.source == "static"
-        await asyncio.sleep(1.2)
-        assert d.get("svc").source == "static" and d.get("svc").last_seen > e.last_seen - 1
+        confirmed_at = e.last_seen
+        # Staying alive is what is tested, so this sleep stays: twice the dead-after time, past
+        # which the handshake alone (once per epoch) would have let the entry expire.
+        await asyncio.sleep(2 * bus.dead_after)
+        alive = d.get("svc")
+        assert alive is not None and alive.source == "static"
+        assert alive.last_seen > confirmed_at + bus.dead_after      # refreshed by heartbeats
         service.heartbeat_task.cancel()                 # heartbeats stop; the socket still answers
-        await asyncio.sleep(bus.dead_after + 0.7)
-        assert d.get("svc") is None
+        stopped = time.monotonic()
+        await until(lambda: d.get("svc") is None, timeout=bus.dead_after + 2, what="expiry")
+        # Dead after three missed heartbeats, not sooner (the last one left at most one interval
+        # before the cancel).
+        assert time.monotonic() - stopped >= bus.dead_after - bus.heartbeat_interval
+        # The socket still answers handshakes, yet the directory does not bring the peer back:
+        # staying dead across the static-peer loop's rounds is what is tested.
+        await asyncio.sleep(3 * bus.heartbeat_interval)
+        assert d.get("svc") is None and "svc" not in [x.name for x in d.live()]
     finally:
         await d.stop()
 
@@ -203,9 +222,8 @@ async def test_wrong_cluster_is_refused_with_a_reason(service):
     d = Directory(ctx, bus, me="watcher")
     await d.start()
     try:
-        await asyncio.sleep(0.5)
-        assert d.live() == []
-        assert "belongs to cluster 'rpc-test'" in d.explain()
+        await until(lambda: "belongs to cluster 'rpc-test'" in d.explain(), what="the refusal")
+        assert d.live() == [] and d.counters["wrong_cluster"] >= 1
     finally:
         await d.stop()
 

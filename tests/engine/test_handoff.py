@@ -1,5 +1,7 @@
 """Hidden states between shards through the lossy wire codecs: how far do logits move?"""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -21,12 +23,29 @@ def through(codec_name):
     return handoff
 
 
-# Exact float32 arithmetic keeps fp16's rounding small (0.014 measured); the quantized format's 8-bit
-# activations turn it into flipped quant roundings downstream (1.17 measured), as any 1-ulp change
-# would. What a codec promises is the greedy agreement.
-@pytest.mark.parametrize("fmt,codec,max_diff", [("float32", "fp16", 0.1), ("float32", "int8", 2.0),
-                                                ("quantized", "fp16", 1.6), ("quantized", "int8", 2.5)])
-def test_lossy_handoff_keeps_greedy_tokens(model_path, reference, fmt, codec, max_diff):
+# The README's figures, which these bounds are: "up to about 1.7 with --codec fp16 and 2.5 with int8"
+# over the quantized format, 0.02 and 1.6 with --weights float32. Measured with -s: 1.37 and 2.45 on
+# the AVX2 path, 1.61 and 1.85 with the kernels' generic C path (qmatmul.set_isa("generic"): the paths
+# agree to float32 rounding, not bit for bit), 0.014 and 1.53 over float32. Exact float32 arithmetic
+# keeps fp16's rounding small; the quantized format's 8-bit activations turn it into flipped quant
+# roundings downstream, as any 1-ulp change would.
+README_MAX_DIFF = {("quantized", "fp16"): 1.7, ("quantized", "int8"): 2.5,
+                   ("float32", "fp16"): 0.02, ("float32", "int8"): 1.6}
+
+
+def readme() -> str:
+    """README.md with its line breaks and runs of spaces made single spaces."""
+    return " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+
+
+def test_the_readme_states_these_bounds():
+    b = {k: f"{v:g}" for k, v in README_MAX_DIFF.items()}
+    assert (f"about {b['quantized', 'fp16']} with `--codec fp16` and {b['quantized', 'int8']} with `int8` "
+            f"({b['float32', 'fp16']} and {b['float32', 'int8']} with `--weights float32`)") in readme()
+
+
+@pytest.mark.parametrize("fmt,codec", list(README_MAX_DIFF))
+def test_lossy_handoff_keeps_greedy_tokens(model_path, reference, fmt, codec):
     shards = [make_shard(load_weights(model_path, a, a + 10, fmt)) for a in (0, 10, 20)]
     exact, lossy = Pipeline(shards), Pipeline(shards, through(codec))
     agree, total, worst, mean = 0, 0, 0.0, []
@@ -39,5 +58,5 @@ def test_lossy_handoff_keeps_greedy_tokens(model_path, reference, fmt, codec, ma
         worst = max(worst, float(np.abs(got - want).max()))
         mean.append(float(np.abs(got - want).mean()))
     print(f"\n{fmt}, {codec} hand-off: greedy agreement {agree}/{total} on margin>=1 steps, max |logit diff| {worst:.4f}, mean {np.mean(mean):.4f}")
-    assert agree == total
-    assert worst <= max_diff
+    assert total and agree == total
+    assert worst <= README_MAX_DIFF[fmt, codec]

@@ -10,6 +10,16 @@ from tests.engine.teacher import margins, teacher_forced
 
 pytestmark = pytest.mark.slow
 
+# The README's figures: the quantized format's top-5 logits within 1.0 of llama.cpp's, float32's
+# 1.36 at worst.
+QUANTIZED_MAX, FLOAT32_MAX = 1.0, 1.36
+
+
+def test_the_readme_states_these_bounds():
+    from tests.engine.test_handoff import readme
+    assert f"reference chats within {QUANTIZED_MAX:.1f} of llama.cpp's" in readme()
+    assert f"a little further from llama.cpp ({FLOAT32_MAX:g} at worst)" in readme()
+
 
 @pytest.fixture(scope="module")
 def one_shard_logits(real_weights, reference):
@@ -39,16 +49,20 @@ def test_teacher_forced_parity_with_llama_cpp(weights, request, reference):
         assert d.mean() <= 0.35, d.mean()
         diffs.append(d.ravel())
     d = np.concatenate(diffs)
+    print(f"\n{weights} vs llama.cpp: top-5 |logit diff| max {d.max():.4f}, mean {d.mean():.4f}, "
+          f"{(d > 1.0).sum()} of {d.size} past 1.0")
     if weights == "quantized":
-        # llama.cpp's arithmetic (8-bit activations per block of 32): every top-5 logit within 1.0.
-        assert d.max() <= 1.0, (d.max(), (d > 1.0).sum())
+        # The README: llama.cpp's arithmetic (8-bit activations per block of 32), every top-5 logit
+        # of the reference chats within 1.0 of llama.cpp's.
+        assert d.max() <= QUANTIZED_MAX, (d.max(), (d > 1.0).sum())
         return
     # Exact float32 arithmetic, without llama.cpp's 8-bit activations: the reference is one draw of a
     # chaotic computation, and a 1-ulp change anywhere moves its logits. This forward lands 1.04 and
-    # 1.36 from it on two of 310 top-5 logits (chat 0, step 10). llama.cpp itself, rerun here with one
+    # 1.36 from it on two of 400 top-5 logits (chat 0, step 10). llama.cpp itself, rerun here with one
     # norm nudged by +-1 ulp, lands 0.75-1.57 from the reference at worst and past 1.0 in 5 of 12 runs
-    # (`python3 bench/parity_probe.py cloud 12`). Hence: 99% within 1.0, all within llama.cpp's spread.
-    assert (d <= 1.0).mean() >= 0.99 and d.max() <= 1.5, (d.max(), (d > 1.0).sum())
+    # (`python3 bench/parity_probe.py cloud 12`). Hence: 99% within 1.0, all within the README's
+    # "1.36 at worst", itself inside llama.cpp's own spread.
+    assert (d <= 1.0).mean() >= 0.99 and d.max() <= FLOAT32_MAX + 5e-3, (d.max(), (d > 1.0).sum())
 
 
 def test_three_shards_give_identical_logits(real_weights, model_path, reference, one_shard_logits):

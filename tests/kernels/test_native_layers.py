@@ -7,6 +7,7 @@ from services.modelstore.weight_cache import load_weights
 from services.shard.kv_cache import KVConfig, PagedKVCache
 from services.shard.inprocess import Chunk, PageAllocator, build_batch
 from services.shard.model import ShardModel
+from tests.conftest import require
 
 pytestmark = pytest.mark.slow
 
@@ -27,8 +28,7 @@ def run(loaded, native: bool):
     cfg = loaded.config
     kv = PagedKVCache.for_model(cfg, 0, cfg.n_layers, KVConfig(num_pages=16, page_size=16))
     model = ShardModel(cfg, loaded.weights, kv)
-    if model.native is None:
-        pytest.skip("the native library is not built")
+    require(model.native is not None, "the native library is not built (pip install -e . with a C compiler builds it)")
     if not native:
         model.native = None
     pages = PageAllocator(16, 16)

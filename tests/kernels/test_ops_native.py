@@ -7,9 +7,17 @@ import kernels.norm as norm
 import kernels.rope as rope
 from kernels.attention import write_kv
 from kernels.native_lib import load
+from tests.conftest import require
 
 F = np.float32
-native = pytest.mark.skipif(load() is None, reason="the native library is not built")
+
+
+@pytest.fixture
+def native_lib():
+    require(load() is not None, "the native library is not built (pip install -e . with a C compiler builds it)")
+
+
+native = pytest.mark.usefixtures("native_lib")
 
 
 def scaled(rng, shape, spread=3.0):
@@ -34,6 +42,7 @@ def test_add_rms_norm_is_bit_identical_to_numpy(t, d):
     np.testing.assert_array_equal(h, want_h)
 
 
+@native                                                       # else both sides are the fallback
 def test_add_rms_norm_fallback_matches(monkeypatch):
     rng = np.random.default_rng(0)
     h, delta, w = scaled(rng, (3, 576)), scaled(rng, (3, 576)), scaled(rng, (576,), 1.0)
@@ -84,8 +93,8 @@ def numpy_rope_write_kv(qkv, h, kvh, cos, sin, kc, vc, pages, slots):
 def test_rope_write_kv_is_bit_identical_to_apply_rope_and_write_kv(seed, shape, lib, monkeypatch):
     if lib == "numpy":
         monkeypatch.setattr(rope, "load", lambda: None)
-    elif load() is None:
-        pytest.skip("the native library is not built")
+    else:
+        require(load() is not None, "the native library is not built (pip install -e . with a C compiler builds it)")
     qkv, cos, sin, kc, vc, pages, slots = rope_case(seed, **shape)
     h, kvh = shape.get("h", 9), shape.get("kvh", 3)
     want_k, want_v = kc.copy(), vc.copy()

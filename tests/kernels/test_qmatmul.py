@@ -10,6 +10,7 @@ import pytest
 from kernels import qmatmul as qm
 from kernels.qact import round_act
 from kernels.qmatrix import QUANT_KINDS, BadQuantShape, QMatrix, from_gguf
+from tests.conftest import require
 
 TS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64)
 SHAPES = ((37, 32), (37, 576), (576, 576), (960, 1536))       # (N, K): N off every tile size
@@ -41,8 +42,7 @@ def assert_product(got, x, w):
 
 @pytest.fixture(params=NATIVE_ISAS)
 def isa(request):
-    if not qm.available():
-        pytest.skip("native library not built")
+    require(qm.available(), "the native library is not built (pip install -e . with a C compiler builds it)")
     got = qm.set_isa(request.param)
     if got != request.param:
         pytest.skip(f"this CPU lacks {request.param}")
@@ -51,8 +51,7 @@ def isa(request):
 
 
 def test_native_library_builds_where_a_compiler_exists():
-    if shutil.which("cc") is None and shutil.which("gcc") is None:
-        pytest.skip("no C compiler")
+    require(shutil.which("cc") is not None or shutil.which("gcc") is not None, "no C compiler")
     assert qm.available(), "a C compiler exists but kernels/_native*.so did not load: pip install -e ."
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -19,6 +18,7 @@ from bus.client import RpcClient
 from wire.messages.scheduler import Done, Generate, Started, Tokens
 
 from ..bus.procs import ROOT, cli, env
+from ..waiting import until
 
 
 class Stack:
@@ -109,11 +109,5 @@ async def call(endpoint: str, body, timeout: float = 10.0):
 
 
 async def wait_for(cond, timeout: float = 10.0, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
-        await asyncio.sleep(every)
+    """Await until the async `cond()` returns something true (tests/waiting.py's `until`)."""
+    return await until(cond, timeout, every)

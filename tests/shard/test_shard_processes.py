@@ -218,10 +218,14 @@ async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_mod
     # The KV of the dead shard is gone: the sequence is prefilled again, with the same result.
     replies = await drive.teacher_forced(chat, steps=2)
     expected = local_logits(local_model, chat, steps=2)
-    np.testing.assert_array_equal(replies[-1].logits.array()[0], expected[-1])
+    assert len(replies) == len(expected) == 2
+    for r, want in zip(replies, expected):                     # the prompt's logits, then a decode's
+        np.testing.assert_array_equal(r.logits.array()[0], want)
 
 
 async def test_int8_and_fp16_hops_agree_with_fp32_on_the_reference(model_path, local_model):
+    from services.shard.service import weight_format
+    from tests.engine.test_handoff import README_MAX_DIFF
     procs = Procs()
     try:
         for codec in ("fp16", "int8"):
@@ -246,11 +250,12 @@ async def test_int8_and_fp16_hops_agree_with_fp32_on_the_reference(model_path, l
                         agree += int(np.argmax(got) == np.argmax(want))
             print(f"\n{codec}: greedy agreement with fp32 {agree}/{total} where margin >= 1, "
                   f"max |logit diff| {worst:.4f}")
-            assert total and agree / total >= 0.99
-            # Bounded, not small: the shards' 8-bit activations (kernels.qact) turn the hop's rounding
-            # into flipped quant roundings downstream, so even fp16 moves a logit by ~1 (exact float32
-            # arithmetic kept fp16 under 0.05). The greedy agreement above is what the codecs promise.
-            assert worst < 2.5
+            # The README's promise: the same greedy token wherever the top two are 1.0 apart, and
+            # logits moved by at most its figure for the codec (tests/engine/test_handoff.py measures
+            # it on every reference chat; the shards' 8-bit activations turn the hop's rounding into
+            # flipped quant roundings downstream, so even fp16 moves a logit by more than 1).
+            assert total and agree == total
+            assert worst <= README_MAX_DIFF[weight_format("cpu", "auto"), codec]
             await peers.close()
             await d.stop()
             procs.stop_all()

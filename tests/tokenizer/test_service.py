@@ -75,12 +75,14 @@ async def test_info_describes_the_model(svc, smollm, model_path):
     assert status.info["model"] == info.model and status.info["vocab_size"] == 49152
 
 
-async def test_vocab_table_is_every_tokens_bytes(svc, smollm):
+async def test_vocab_table_is_every_tokens_bytes(svc, smollm, reference):
     client = svc[0]
     table = await client.call(VocabRequest())
     assert isinstance(table, VocabTable) and table.start == 0
     assert len(table.token_bytes) == smollm.vocab_size
     assert table.token_bytes == smollm.token_bytes
+    for chat in reference["chats"]:                # llama.cpp's pieces of its greedy tokens
+        assert [table.token_bytes[i].hex() for i in chat["greedy_ids"]] == chat["greedy_token_bytes"]
     hi = smollm.encode("hi")[0]
     assert table.token_bytes[hi] == b"hi"
     im_end = smollm.vocab.tokens.index("<|im_end|>")
@@ -96,6 +98,14 @@ async def test_vocab_pages_cover_the_table(svc, smollm):
     assert page.start == 100 and page.token_bytes == smollm.token_bytes[100:107]
     tail = await client.call(VocabRequest(start=n - 3, count=50))
     assert tail.token_bytes == smollm.token_bytes[n - 3:]
+
+
+async def test_encode_gives_llama_cpps_ids(svc, reference):
+    client = svc[0]
+    assert reference["tokenize"]
+    for case in reference["tokenize"]:
+        got = await client.call(Encode(text=case["text"], parse_special=case["parse_special"]))
+        assert got.ids == case["ids"], case["text"]
 
 
 @pytest.mark.parametrize("text", TEXTS)
@@ -181,15 +191,16 @@ async def test_bad_input_gets_a_typed_error_and_the_service_keeps_serving(svc, b
     assert isinstance(await client.call(Encode(text="still here")), Ids)
 
 
-async def test_busctl_call_encode(svc):
+async def test_busctl_call_encode(svc, reference):
     _, cluster, port, _ = svc
-    cmd = busctl_cmd("call", "tokenizer-0", "tokenizer.encode", '{"text":"hi"}', "--json",
+    case = reference["tokenize"][0]                  # "Hello, world!" and llama.cpp's ids for it
+    cmd = busctl_cmd("call", "tokenizer-0", "tokenizer.encode", json.dumps({"text": case["text"]}), "--json",
                      "--cluster", cluster, "--no-mdns", "--peer", f"127.0.0.1:{port}")
     r = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=30,
                                 env=env())
     assert r.returncode == 0, r.stderr
     reply = json.loads(r.stdout)
-    assert reply == {"type": "tokenizer.ids", "body": {"ids": [6004]}}
+    assert reply == {"type": "tokenizer.ids", "body": {"ids": case["ids"]}}
 
 
 async def test_a_file_that_is_not_a_gguf_fails_with_a_message(tmp_path):
