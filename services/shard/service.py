@@ -199,7 +199,7 @@ class ShardService(Service):
                                             "sampling entries were sent")
         hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
         lens = f.history_lens or [0] * n
-        if len(lens) != n or sum(lens) != hist.shape[0] or min(lens) < 0:
+        if len(lens) != n or sum(lens) != hist.shape[0] or min(lens, default=0) < 0:
             raise ServiceError("bad_batch", "history_lens do not match the history tensor")
         cuts = np.cumsum([0] + list(lens))
         histories = [hist[cuts[i]:cuts[i + 1]] for i in range(n)]
