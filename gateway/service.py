@@ -36,8 +36,12 @@ class GatewayService(Service):
         self._tasks.append(asyncio.get_running_loop().create_task(self.backend.watch_model()))
         # handler_cancellation: a client that disconnects cancels its handler, which closes the
         # generation stream and so ends the request in the scheduler.
+        # keepalive_timeout runs from a connection's start until a request's headers are in (and
+        # again between requests): it is the deadline for headers, so a client that trickles
+        # them in cannot hold a connection.
         self._runner = web.AppRunner(build_app(self.backend, self.gateway), access_log=None,
-                                     handler_cancellation=True, shutdown_timeout=5.0)
+                                     handler_cancellation=True, shutdown_timeout=5.0,
+                                     keepalive_timeout=self.gateway.header_timeout)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.gateway.host, self.gateway.port)
         await site.start()

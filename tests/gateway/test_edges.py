@@ -28,7 +28,7 @@ async def start(**gw) -> GatewayService:
 
 @pytest.fixture
 async def open_gateway():
-    svc = await start(read_timeout=0.5, max_body_bytes=1000)
+    svc = await start(read_timeout=0.5, header_timeout=0.5, max_body_bytes=1000)
     yield svc
     svc.stop()
     await svc.shutdown()
@@ -141,6 +141,17 @@ async def test_a_slow_body_is_cut_off_at_the_read_deadline(open_gateway):
             b"Content-Length: 100\r\n\r\n")
     answer = await raw_exchange(open_gateway, head, b'{"model":', timeout=5.0)
     assert answer.startswith(b"HTTP/1.1 408")
+
+
+async def test_headers_that_never_end_lose_the_connection(open_gateway):
+    reader, writer = await asyncio.open_connection("127.0.0.1", open_gateway.http_port)
+    try:
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        await writer.drain()
+        # The server closes it at its header deadline (0.5 s here), long before this one.
+        assert await asyncio.wait_for(reader.read(), 5.0) == b""
+    finally:
+        writer.close()
 
 
 @pytest.mark.parametrize("raw, says", [(b"{not json", "not valid JSON"), (b"", "empty"),
