@@ -31,12 +31,19 @@ def build_app(backend: Backend, config: GatewayConfig) -> web.Application:
                           client_max_size=config.max_body_bytes)
     for proto in protocols:
         for method, path, handler in proto.routes():
-            app.router.add_route(method, path, _wrap(proto, handler, config.api_key))
+            app.router.add_route(method, path, _wrap(proto, handler, config.api_key, backend.metrics))
     return app
 
 
-def _wrap(proto: Protocol, handler: Handler, api_key: str | None) -> Handler:
+def _wrap(proto: Protocol, handler: Handler, api_key: str | None, metrics) -> Handler:
     async def serve(request: web.Request) -> web.StreamResponse:
+        resp = await answer(request)
+        # A route's pattern, not its path: one series per endpoint, whatever the model id.
+        metrics.requests.labels(proto.name, request.match_info.route.resource.canonical,
+                                str(resp.status)).inc()
+        return resp
+
+    async def answer(request: web.Request) -> web.StreamResponse:
         try:
             if request.path not in auth.OPEN_PATHS:
                 auth.check(api_key, request.headers)   # headers only: the body is not read yet

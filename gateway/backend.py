@@ -17,12 +17,13 @@ from typing import Any
 from bus.directory import Directory
 from bus.errors import BusError
 from bus.peers import Peers
-from wire.messages.scheduler import CancelRequest, Generate
+from wire.messages.scheduler import CancelRequest, Done, Generate, Started, StatsRequest, Tokens
 from wire.messages.tokenizer import (Decode, Encode, InfoRequest, Render, TokenizerInfo,
                                      VocabRequest)
 
 from . import health
 from .errors import NotFound, Unavailable, from_bus
+from .metrics import Metrics
 from .model import ModelCard
 
 log = logging.getLogger("llmbus.gateway")
@@ -32,10 +33,12 @@ VOCAB_PAGE = 16384
 
 
 class Backend:
-    def __init__(self, directory: Directory, peers: Peers, stream_idle_timeout: float):
+    def __init__(self, directory: Directory, peers: Peers, stream_idle_timeout: float,
+                 metrics: Metrics):
         self.directory = directory
         self.peers = peers
         self.stream_idle_timeout = stream_idle_timeout
+        self.metrics = metrics
         self.card: ModelCard | None = None
 
     # ------------------------------------------------------------------ the model
@@ -89,11 +92,20 @@ class Backend:
         if not request.request_id:
             request = _with_id(request, "gw-" + uuid.uuid4().hex)
         finished = False
+        started, admitted, token_events = time.perf_counter(), None, []
         try:
             async with contextlib.aclosing(self.peers.stream(
                     sched.name, request, wait=CALL_TIMEOUT,
                     idle_timeout=self.stream_idle_timeout)) as events:
                 async for ev in events:
+                    if isinstance(ev, Tokens) and ev.token_ids:
+                        token_events.append((time.perf_counter(), len(ev.token_ids)))
+                    elif isinstance(ev, Started):
+                        admitted = time.perf_counter()
+                    elif isinstance(ev, Done):
+                        self.metrics.generation(started, admitted, token_events, ev.prompt_tokens,
+                                                ev.completion_tokens, ev.finish_reason,
+                                                time.perf_counter())
                     yield ev
             finished = True
         except BusError as e:
@@ -136,6 +148,17 @@ class Backend:
             raise from_bus(e) from None
 
     # ------------------------------------------------------------------ the cluster
+    async def scheduler_stats(self) -> dict[str, float]:
+        """The serving scheduler's stats, {} when none answers (a scrape must not fail)."""
+        card = self.card
+        sched = self._pick("scheduler", card.identity if card else None)
+        if sched is None:
+            return {}
+        try:
+            return dict((await self.peers.call(sched.name, StatsRequest(), timeout=2.0)).stats)
+        except BusError:
+            return {}
+
     def missing(self) -> list[str]:
         card = self.card
         return health.missing(self.directory.live(), card.identity if card else None)

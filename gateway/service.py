@@ -14,6 +14,7 @@ from bus.service import Service
 from .app import build_app
 from .backend import Backend
 from .config import GatewayConfig
+from .metrics import Metrics
 
 log = logging.getLogger("llmbus.gateway")
 
@@ -32,7 +33,8 @@ class GatewayService(Service):
         self._runner: web.AppRunner | None = None
 
     async def on_start(self) -> None:
-        self.backend = Backend(self.directory, self.peers, self.gateway.stream_idle_timeout)
+        self.backend = Backend(self.directory, self.peers, self.gateway.stream_idle_timeout,
+                               Metrics())
         self._tasks.append(asyncio.get_running_loop().create_task(self.backend.watch_model()))
         # handler_cancellation: a client that disconnects cancels its handler, which closes the
         # generation stream and so ends the request in the scheduler.

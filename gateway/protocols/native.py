@@ -6,6 +6,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..errors import BadRequest, GatewayError
+from ..metrics import CONTENT_TYPE
 from ..stream import json_response, sse
 from .base import Protocol, error_headers
 
@@ -16,6 +17,7 @@ class Native(Protocol):
     def routes(self):
         return [("GET", "/health", self.health),
                 ("GET", "/v1/cluster", self.cluster),
+                ("GET", "/metrics", self.metrics),
                 ("POST", "/tokenize", self.tokenize),
                 ("POST", "/detokenize", self.detokenize)]
 
@@ -35,6 +37,11 @@ class Native(Protocol):
             return json_response({"status": "unavailable", "missing": missing}, 503,
                                  {"Retry-After": "1"})
         return json_response({"status": "ok", "model": self.backend.model().id})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        metrics = self.backend.metrics
+        metrics.scheduler_stats(await self.backend.scheduler_stats())
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     async def cluster(self, request: web.Request) -> web.Response:
         return json_response(self.backend.cluster())

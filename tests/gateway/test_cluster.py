@@ -104,3 +104,37 @@ async def test_a_full_queue_is_a_429_with_retry_after(stack):
         assert int(headers["Retry-After"]) >= 1
         assert body["error"]["type"] == "rate_limit_error"
     await wait_for(lambda: idle(stack), timeout=60)
+
+
+async def scrape(stack) -> dict[tuple[str, tuple], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+    async with aiohttp.ClientSession() as s:
+        async with s.get(stack.http + "/metrics") as r:
+            assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
+            text = await r.text()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+async def test_metrics_count_what_a_request_did(stack):
+    model = (await get(stack, "/v1/models"))[1]["data"][0]["id"]
+    before = await scrape(stack)
+    status, _, body = await post(stack, "/v1/chat/completions", {
+        "model": model, "max_tokens": 6, "temperature": 0,
+        "messages": [{"role": "user", "content": "What is the capital of Japan?"}]})
+    assert status == 200
+    after = await scrape(stack)
+
+    def delta(name, **labels):
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert delta("llmbus_generation_tokens_total") == body["usage"]["completion_tokens"]
+    assert delta("llmbus_prompt_tokens_total") == body["usage"]["prompt_tokens"]
+    assert delta("llmbus_time_to_first_token_seconds_count") == 1
+    assert delta("llmbus_inter_token_latency_seconds_count") == body["usage"]["completion_tokens"] - 1
+    assert delta("llmbus_http_requests_total", protocol="openai",
+                 endpoint="/v1/chat/completions", status="200") == 1
+    assert after[("llmbus_num_requests_running", ())] == 0
+    shards = {dict(k[1])["shard"] for k in after if k[0] == "llmbus_shard_compute_seconds"}
+    assert len(shards) == 2
