@@ -9,7 +9,7 @@ import logging
 
 from aiohttp import web
 
-from . import auth
+from . import auth, openapi
 from .backend import Backend
 from .config import GatewayConfig
 from .errors import GatewayError, MethodNotAllowed, NotFound, UpstreamFailed
@@ -31,8 +31,18 @@ def build_app(backend: Backend, config: GatewayConfig) -> web.Application:
                           client_max_size=config.max_body_bytes)
     for proto in protocols:
         for method, path, handler in proto.routes():
-            app.router.add_route(method, path, _wrap(proto, handler, config.api_key, backend.metrics))
+            app.router.add_route(method, path,
+                                 _wrap(proto, handler, config.api_key, backend.metrics))
+    app[openapi.KEY] = openapi.document(protocols, _version())
     return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("llmbus")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def _wrap(proto: Protocol, handler: Handler, api_key: str | None, metrics) -> Handler:

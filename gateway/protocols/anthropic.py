@@ -44,8 +44,32 @@ def chat(f: Fields) -> list[dict]:
     return out
 
 
+_MESSAGES = {"type": "array", "minItems": 1, "items": {
+    "type": "object", "required": ["role", "content"], "properties": {
+        "role": {"enum": ["user", "assistant"]}, "content": {"type": ["string", "array"]}}}}
+
+
 class Anthropic(Protocol):
     name = "anthropic"
+    requests = {
+        "/v1/messages": {"type": "object", "required": ["model", "messages", "max_tokens"],
+                         "properties": {"model": {"type": "string"}, "messages": _MESSAGES,
+                                        "max_tokens": {"type": "integer", "minimum": 1},
+                                        "system": {"type": ["string", "array"]},
+                                        "stop_sequences": {"type": "array",
+                                                           "items": {"type": "string"}},
+                                        "temperature": {"type": "number", "minimum": 0,
+                                                        "maximum": 1},
+                                        "top_k": {"type": "integer", "minimum": 0},
+                                        "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+                                        "stream": {"type": "boolean"}}},
+        "/v1/messages/count_tokens": {"type": "object", "required": ["model", "messages"],
+                                      "properties": {"model": {"type": "string"},
+                                                     "messages": _MESSAGES,
+                                                     "system": {"type": ["string", "array"]}}},
+    }
+    error_schema = {"type": "object", "required": ["type", "error"], "properties": {
+        "type": {"const": "error"}, "error": {"type": "object", "required": ["type", "message"]}}}
 
     def routes(self):
         return [("POST", "/v1/messages", self.messages),

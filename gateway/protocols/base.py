@@ -18,6 +18,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 class Protocol:
     name = "base"
+    # JSON schemas for /openapi.json: request bodies by path, and this protocol's error body.
+    requests: dict[str, dict] = {}
+    error_schema: dict = {"type": "object"}
 
     def __init__(self, backend: Backend, config: GatewayConfig):
         self.backend = backend

@@ -7,17 +7,28 @@ from aiohttp import web
 
 from ..errors import BadRequest, GatewayError
 from ..metrics import CONTENT_TYPE
+from ..openapi import KEY as OPENAPI
 from ..stream import json_response, sse
 from .base import Protocol, error_headers
 
 
 class Native(Protocol):
     name = "native"
+    requests = {
+        "/tokenize": {"type": "object", "required": ["content"], "properties": {
+            "content": {"type": "string"}, "add_special": {"type": "boolean"},
+            "parse_special": {"type": "boolean"}, "with_pieces": {"type": "boolean"}}},
+        "/detokenize": {"type": "object", "required": ["tokens"], "properties": {
+            "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}},
+    }
+    error_schema = {"type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["code", "message", "type"]}}}
 
     def routes(self):
         return [("GET", "/health", self.health),
                 ("GET", "/v1/cluster", self.cluster),
                 ("GET", "/metrics", self.metrics),
+                ("GET", "/openapi.json", self.openapi),
                 ("POST", "/tokenize", self.tokenize),
                 ("POST", "/detokenize", self.detokenize)]
 
@@ -37,6 +48,9 @@ class Native(Protocol):
             return json_response({"status": "unavailable", "missing": missing}, 503,
                                  {"Retry-After": "1"})
         return json_response({"status": "ok", "model": self.backend.model().id})
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        return json_response(request.app[OPENAPI])
 
     async def metrics(self, request: web.Request) -> web.Response:
         metrics = self.backend.metrics

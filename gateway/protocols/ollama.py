@@ -43,8 +43,29 @@ def _num_predict(o: Fields) -> int | None:
     return None if n is None or n < 0 else n or None   # -1 (and Ollama's -2): no limit
 
 
+_OPTIONS = {"type": "object", "properties": {
+    "num_predict": {"type": "integer"}, "temperature": {"type": "number", "minimum": 0,
+                                                        "maximum": 2},
+    "top_k": {"type": "integer", "minimum": 0}, "top_p": {"type": "number", "minimum": 0,
+                                                         "maximum": 1},
+    "seed": {"type": "integer"}, "stop": {"type": ["string", "array"]}}}
+
+
 class Ollama(Protocol):
     name = "ollama"
+    requests = {
+        "/api/chat": {"type": "object", "required": ["model"], "properties": {
+            "model": {"type": "string"}, "stream": {"type": "boolean"}, "options": _OPTIONS,
+            "messages": {"type": "array", "items": {"type": "object", "required": ["role"]}}}},
+        "/api/generate": {"type": "object", "required": ["model"], "properties": {
+            "model": {"type": "string"}, "prompt": {"type": "string"},
+            "system": {"type": "string"}, "raw": {"type": "boolean"},
+            "stream": {"type": "boolean"}, "options": _OPTIONS}},
+        "/api/show": {"type": "object", "required": ["model"],
+                      "properties": {"model": {"type": "string"}}},
+    }
+    error_schema = {"type": "object", "required": ["error"],
+                    "properties": {"error": {"type": "string"}}}
 
     def routes(self):
         return [("GET", "/", self.root), ("HEAD", "/", self.root),

@@ -78,8 +78,37 @@ def chat_messages(f: Fields) -> list[dict]:
     return out
 
 
+_MESSAGES = {"type": "array", "minItems": 1, "items": {
+    "type": "object", "required": ["role"], "properties": {
+        "role": {"enum": sorted(ROLES)}, "content": {"type": ["string", "array", "null"]}}}}
+_SAMPLING = {
+    "model": {"type": "string"}, "max_tokens": {"type": "integer", "minimum": 1},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+    "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+    "n": {"type": "integer", "minimum": 1, "maximum": MAX_N}, "seed": {"type": "integer"},
+    "stop": {"type": ["string", "array"]}, "stream": {"type": "boolean"},
+    "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+    "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
+    "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2}}
+
+
 class OpenAI(Protocol):
     name = "openai"
+    requests = {
+        "/v1/chat/completions": {"type": "object", "required": ["model", "messages"],
+                                 "properties": {**_SAMPLING, "messages": _MESSAGES,
+                                                "max_completion_tokens": {"type": "integer",
+                                                                          "minimum": 1},
+                                                "logprobs": {"type": "boolean"},
+                                                "top_logprobs": {"type": "integer",
+                                                                 "minimum": 0, "maximum": 20}}},
+        "/v1/completions": {"type": "object", "required": ["model", "prompt"],
+                            "properties": {**_SAMPLING, "prompt": {"type": ["string", "array"]},
+                                           "logprobs": {"type": "integer", "minimum": 0,
+                                                        "maximum": 5}}},
+    }
+    error_schema = {"type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["message", "type", "param", "code"]}}}
 
     def routes(self):
         return [("POST", "/v1/chat/completions", self.chat),

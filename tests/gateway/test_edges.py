@@ -179,3 +179,17 @@ async def test_ollama_root_answers_like_ollama(open_gateway):
     async with aiohttp.ClientSession() as s:
         async with s.get(open_gateway.url + "/") as r:
             assert r.status == 200 and await r.text() == "Ollama is running"
+
+
+async def test_openapi_describes_every_route_and_is_valid(open_gateway):
+    from openapi_spec_validator import validate
+    status, _, doc = await request(open_gateway, "GET", "/openapi.json")
+    assert status == 200
+    validate(doc)
+    app_routes = {(r.method.lower(), r.resource.canonical) for r in
+                  open_gateway._runner.app.router.routes() if r.method != "HEAD"}
+    documented = {(m, p) for p, ops in doc["paths"].items() for m in ops}
+    assert documented == app_routes
+    chat = doc["paths"]["/v1/chat/completions"]["post"]
+    assert "messages" in chat["requestBody"]["content"]["application/json"]["schema"]["required"]
+    assert "text/event-stream" in chat["responses"]["200"]["content"]
