@@ -145,3 +145,17 @@ def test_bad_fields_are_400s_naming_the_field(client, model, field, value):
         client.chat.completions.create(model=model, messages=JAPAN, logprobs=True,
                                        extra_body={field: value})
     assert e.value.body["param"] == field
+
+
+def test_n_choices_stream_side_by_side(client, model):
+    ask = dict(model=model, messages=[{"role": "user", "content": "Name a color."}],
+               temperature=1.0, max_tokens=10, seed=99, n=2)
+    whole = client.chat.completions.create(**ask)
+    texts, finishes = {0: "", 1: ""}, {}
+    for c in client.chat.completions.create(**ask, stream=True):
+        for choice in c.choices:
+            texts[choice.index] += choice.delta.content or ""
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+    assert texts == {c.index: c.message.content for c in whole.choices}
+    assert finishes == {c.index: c.finish_reason for c in whole.choices}
