@@ -33,16 +33,8 @@ def build_app(backend: Backend, config: GatewayConfig) -> web.Application:
         for method, path, handler in proto.routes():
             app.router.add_route(method, path,
                                  _wrap(proto, handler, config.api_key, backend.metrics))
-    app[openapi.KEY] = openapi.document(protocols, _version())
+    app[openapi.KEY] = protocols
     return app
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("llmbus")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 def _wrap(proto: Protocol, handler: Handler, api_key: str | None, metrics) -> Handler:

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from .protocols.base import Protocol
 
-KEY = web.AppKey("openapi", dict)    # where the app keeps its document
+KEY = web.AppKey("protocols", list)   # the app's protocols, which the document describes
 
 _STREAM_TYPES = {"openai": "text/event-stream", "anthropic": "text/event-stream",
                  "ollama": "application/x-ndjson"}
@@ -19,7 +19,9 @@ _ERRORS = {"400": "malformed JSON or a bad field", "401": "missing or wrong API 
            "503": "no pipeline can serve now (see Retry-After)"}
 
 
-def document(protocols: list[Protocol], version: str) -> dict[str, Any]:
+def document(protocols: list[Protocol], version: str, models: list[str]) -> dict[str, Any]:
+    """The OpenAPI 3.1 document; `models` (the ids served now) become the `model` field's
+    enum, so that generic tools reach past the 404 of an unknown model."""
     paths: dict[str, dict] = {}
     for proto in protocols:
         for method, path, _ in proto.routes():
@@ -33,11 +35,15 @@ def document(protocols: list[Protocol], version: str) -> dict[str, Any]:
                         "schema": proto.error_schema}}} for code, text in _ERRORS.items()}},
             }
             body = proto.requests.get(path)
+            if body is not None and models and "model" in body.get("properties", {}):
+                body = {**body, "properties": {**body["properties"],
+                                               "model": {"type": "string", "enum": models}}}
             if body is not None:
                 op["requestBody"] = {"required": True,
                                      "content": {"application/json": {"schema": body}}}
-            params = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                      for p in _params(path)]
+            params = [{"name": p, "in": "path", "required": True, "schema": {
+                "type": "string", **({"enum": models} if p == "id" and models else {})}}
+                for p in _params(path)]
             if params:
                 op["parameters"] = params
             paths.setdefault(path, {})[method.lower()] = op

@@ -7,7 +7,7 @@ from aiohttp import web
 
 from ..errors import BadRequest, GatewayError
 from ..metrics import CONTENT_TYPE
-from ..openapi import KEY as OPENAPI
+from .. import openapi
 from ..stream import json_response, sse
 from .base import Protocol, error_headers
 
@@ -50,7 +50,9 @@ class Native(Protocol):
         return json_response({"status": "ok", "model": self.backend.model().id})
 
     async def openapi(self, request: web.Request) -> web.Response:
-        return json_response(request.app[OPENAPI])
+        card = self.backend.card
+        return json_response(openapi.document(request.app[openapi.KEY], _version(),
+                                              [card.id] if card else []))
 
     async def metrics(self, request: web.Request) -> web.Response:
         metrics = self.backend.metrics
@@ -79,3 +81,11 @@ class Native(Protocol):
         if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
             raise BadRequest("tokens must be a list of token ids (integers >= 0)", param="tokens")
         return json_response({"content": await self.backend.detokenize(ids)})
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("llmbus")
+    except PackageNotFoundError:
+        return "0+unknown"

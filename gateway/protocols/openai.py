@@ -86,7 +86,10 @@ _SAMPLING = {
     "temperature": {"type": "number", "minimum": 0, "maximum": 2},
     "top_p": {"type": "number", "minimum": 0, "maximum": 1},
     "n": {"type": "integer", "minimum": 1, "maximum": MAX_N}, "seed": {"type": "integer"},
-    "stop": {"type": ["string", "array"]}, "stream": {"type": "boolean"},
+    "stop": {"anyOf": [{"type": "string", "minLength": 1},
+                       {"type": "array", "maxItems": 4,
+                        "items": {"type": "string", "minLength": 1}}]},
+    "stream": {"type": "boolean"},
     "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
     "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
     "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2}}
@@ -103,7 +106,11 @@ class OpenAI(Protocol):
                                                 "top_logprobs": {"type": "integer",
                                                                  "minimum": 0, "maximum": 20}}},
         "/v1/completions": {"type": "object", "required": ["model", "prompt"],
-                            "properties": {**_SAMPLING, "prompt": {"type": ["string", "array"]},
+                            "properties": {**_SAMPLING, "prompt": {"anyOf": [
+                                {"type": "string"},
+                                {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                                {"type": "array", "minItems": 1,
+                                 "items": {"type": "integer", "minimum": 0}}]},
                                            "logprobs": {"type": "integer", "minimum": 0,
                                                         "maximum": 5}}},
     }
