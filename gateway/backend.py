@@ -40,6 +40,7 @@ class Backend:
         self.stream_idle_timeout = stream_idle_timeout
         self.metrics = metrics
         self.card: ModelCard | None = None
+        self._cancels: set[asyncio.Task] = set()    # scheduler.cancel calls still in flight
 
     # ------------------------------------------------------------------ the model
     async def watch_model(self) -> None:
@@ -122,8 +123,12 @@ class Backend:
             with contextlib.suppress(BusError):
                 await self.peers.call(scheduler, CancelRequest(request_id=request_id), timeout=5)
         task = asyncio.get_running_loop().create_task(cancel())
-        _detached.add(task)
-        task.add_done_callback(_detached.discard)
+        self._cancels.add(task)
+        task.add_done_callback(self._cancels.discard)
+
+    async def close(self) -> None:
+        """Let the cancels still in flight reach the scheduler (they time out in 5 s)."""
+        await asyncio.gather(*self._cancels, return_exceptions=True)
 
     # ------------------------------------------------------------------ tokenizer calls
     async def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
@@ -175,9 +180,6 @@ class Backend:
         live = [e for e in self.directory.of_kind(kind) if e.state == "ready"
                 and (model is None or e.info.get("model") == model)]
         return min(live, key=lambda e: e.load) if live else None
-
-
-_detached: set[asyncio.Task] = set()
 
 
 def _with_id(request: Generate, request_id: str) -> Generate:

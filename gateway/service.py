@@ -53,6 +53,8 @@ class GatewayService(Service):
     async def on_stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        if self.backend is not None:
+            await self.backend.close()
 
     @property
     def url(self) -> str:

@@ -40,7 +40,10 @@ def sampling(f: Fields) -> dict:
 
 def _num_predict(o: Fields) -> int | None:
     n = o.int("num_predict")
-    return None if n is None or n < 0 else n or None   # -1 (and Ollama's -2): no limit
+    if n == 0:
+        raise BadRequest("options.num_predict must be -1 (no limit) or at least 1",
+                         param="options.num_predict")
+    return None if n is None or n < 0 else n   # -1 (and Ollama's -2, "fill the context")
 
 
 _OPTIONS = {"type": "object", "properties": {
