@@ -49,8 +49,14 @@ class LocalStack:
     def scheduler(self) -> str:
         return "tcp://" + self.info["scheduler"]
 
+    @property
+    def http(self) -> str:
+        """The gateway's base URL (on a free port: a benchmark never takes the user's 8080)."""
+        return self.info["http"]
+
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "services.cli", "up", "--shards", str(self.shards)]
+        cmd = [sys.executable, "-m", "services.cli", "up", "--shards", str(self.shards),
+               "--http", "127.0.0.1:0"]
         if self.model is not None:
             cmd += ["--model", str(self.model)]
         if self.pages is not None:

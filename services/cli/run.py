@@ -17,6 +17,7 @@ KINDS = {
     "shard": "services.shard.cli",
     "tokenizer": "services.tokenizer.cli",
     "scheduler": "services.scheduler.cli",
+    "gateway": "gateway.cli",
 }
 
 

@@ -1,8 +1,8 @@
 """`llmbus up`: the whole stack on this machine, under one parent, until Ctrl-C or SIGTERM.
 
-Starts a tokenizer, N shard runners over contiguous layer ranges and a scheduler, each its own
-process that dies with this one. They find each other as static peers on loopback (no
-multicast needed). A child that crashes is started again (a few times a minute at most); the
+Starts a tokenizer, N shard runners over contiguous layer ranges, a scheduler and the HTTP
+gateway, each its own process that dies with this one. They find each other as static peers on
+loopback (no multicast needed). A child that crashes is started again (a few times a minute at most); the
 scheduler carries its requests through. `llmbus chat` finds the stack through a small file in
 the runtime folder.
 """
@@ -22,7 +22,7 @@ RESPAWNS_PER_MINUTE = 5
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("up", help="run tokenizer, scheduler and shards here until Ctrl-C")
+    p = sub.add_parser("up", help="run tokenizer, scheduler, shards and gateway here until Ctrl-C")
     p.add_argument("--model", type=Path, default=None, help="GGUF file (default: pulled)")
     p.add_argument("--shards", type=int, default=2, help="shard processes to cut the model into")
     p.add_argument("--codec", default="fp16", choices=("fp32", "fp16", "int8"),
@@ -37,6 +37,10 @@ def add_parser(sub) -> None:
                    help="token budget of one micro-batch (decodes + prefill chunks)")
     p.add_argument("--cluster", default=None, help="bus cluster name (default: a private one)")
     p.add_argument("--port", type=int, default=0, help="scheduler RPC port (default: any free)")
+    p.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
+                   help="address of the gateway's HTTP API (OpenAI, Anthropic, Ollama)")
+    p.add_argument("--api-key-file", type=Path, default=None,
+                   help="file with the API key HTTP clients must send (default: $LLMBUS_API_KEY)")
     p.add_argument("--logs", type=Path, default=None,
                    help="folder for the services' logs (default: in the runtime folder)")
     p.add_argument("-d", "--detach", action="store_true",
@@ -93,7 +97,7 @@ async def _up(args) -> int:
     cluster = args.cluster or private_cluster()
     logs = args.logs or runtime_dir() / "logs" / cluster
     sched_port = args.port or free_port()
-    ports = {"tokenizer-0": free_port(), "scheduler-0": sched_port,
+    ports = {"tokenizer-0": free_port(), "scheduler-0": sched_port, "gateway-0": free_port(),
              **{f"shard-{a}": free_port() for a, _ in ranges}}
     peers = [f"127.0.0.1:{p}" for p in ports.values()]
     common = ["--cluster", cluster, "--no-mdns", *[a for p in peers for a in ("--peer", p)]]
@@ -103,6 +107,8 @@ async def _up(args) -> int:
                           "--codec", args.codec, "--pages", str(args.pages)] for a, b in ranges},
         "scheduler-0": ["run", "scheduler", "--max-queue", str(args.max_queue),
                         "--inflight", str(inflight), "--max-batch-tokens", str(args.max_batch_tokens)],
+        "gateway-0": ["run", "gateway", "--http", args.http]
+        + (["--api-key-file", str(args.api_key_file.resolve())] if args.api_key_file else []),
     }
     kids = Children(log_dir=logs)
     stop = asyncio.Event()
@@ -123,11 +129,14 @@ async def _up(args) -> int:
         if not await _wait_ready(directory, kids, stop, logs):
             return 0 if stop.is_set() else 1
         endpoint = f"tcp://127.0.0.1:{sched_port}"
-        stack_file = register(cluster, {"scheduler": f"127.0.0.1:{sched_port}", "peers": peers,
+        http = directory.get("gateway-0").info.get("http", "")
+        stack_file = register(cluster, {"scheduler": f"127.0.0.1:{sched_port}", "http": http,
+                                        "peers": peers,
                                         "model": str(model), "shards": len(ranges),
                                         "logs": str(logs)})
         say(f"ready in {time.monotonic() - t0:.1f}s. Scheduler at {endpoint} (cluster {cluster}).")
-        print(f"llmbus is up: talk to it with `llmbus chat`; inspect it with "
+        print(f"llmbus is up: HTTP API at {http} (OpenAI, Anthropic, Ollama); talk to it with "
+              f"`llmbus chat`; inspect it with "
               f"`LLMBUS_CLUSTER={cluster} LLMBUS_MDNS=0 LLMBUS_PEERS={','.join(peers)} busctl list`. "
               f"Ctrl-C stops it.", flush=True)
         return await _supervise(kids, stop, logs)
@@ -135,18 +144,20 @@ async def _up(args) -> int:
         say("stopping")
         await directory.stop()
         ctx.destroy(linger=0)          # a socket left open must not hold the shutdown
-        kids.stop(first=("scheduler-0",))
+        kids.stop(first=("gateway-0", "scheduler-0"))
         if stack_file is not None:
             stack_file.unlink(missing_ok=True)
         say("stopped")
 
 
 async def _wait_ready(directory, kids, stop: asyncio.Event, logs: Path) -> bool:
-    """Until the scheduler is ready (it is ready once the tokenizer and every shard are)."""
+    """Until the scheduler is ready (it is ready once the tokenizer and every shard are) and
+    the gateway serves HTTP."""
     last_report = time.monotonic()
     while not stop.is_set():
-        sched = directory.get("scheduler-0")
-        if sched is not None and sched.state == "ready":
+        sched, gateway = directory.get("scheduler-0"), directory.get("gateway-0")
+        if (sched is not None and sched.state == "ready" and gateway is not None
+                and gateway.state == "ready" and gateway.info.get("model")):
             return True
         failed = kids.exited()
         if failed:

@@ -51,6 +51,17 @@ def openai_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**m, "role": "system"} if m.get("role") == "developer" else m for m in messages]
 
 
+def _details(path: Path, meta: dict, arch: str) -> dict[str, str]:
+    """What model listings show about the file (Ollama's /api/tags details)."""
+    from gguf import LlamaFileType
+    try:
+        quant = LlamaFileType(int(meta["general.file_type"])).name.removeprefix("MOSTLY_")
+    except (KeyError, ValueError, TypeError):
+        quant = ""
+    return {"architecture": arch, "size_label": str(meta.get("general.size_label", "")),
+            "quantization": quant, "file_bytes": str(path.stat().st_size)}
+
+
 class TokenizerService(Service):
     kind = "tokenizer"
 
@@ -88,7 +99,8 @@ class TokenizerService(Service):
             eot_ids=sorted(tok.eot_ids), special_ids=sorted(tok.special_ids),
             context_length=int(meta.get(f"{arch}.context_length", 0)),
             templates=[templates.default_name]
-            + [n for n in templates.names if n != templates.default_name])
+            + [n for n in templates.names if n != templates.default_name],
+            name=str(meta.get("general.name") or path.stem), details=_details(path, meta, arch))
         self.tokenizer = tok
 
     async def on_stop(self) -> None:

@@ -28,6 +28,8 @@ class Stack:
         self.runtime = runtime
         e = env()
         e["LLMBUS_RUNTIME_DIR"] = str(runtime)
+        if "--http" not in args:   # never the default 8080: tests run side by side
+            args = (*args, "--http", "127.0.0.1:0")
         self.proc = subprocess.Popen(cli("up", *args), cwd=ROOT, env=e, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.output: list[str] = []
@@ -43,6 +45,7 @@ class Stack:
         (self.file,) = runtime.glob("*.json")
         self.info = json.loads(self.file.read_text())
         self.endpoint = "tcp://" + self.info["scheduler"]
+        self.http = self.info["http"]         # the gateway's base URL
 
     def _read(self) -> None:
         for line in self.proc.stdout:

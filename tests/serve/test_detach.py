@@ -25,7 +25,8 @@ def run(runtime, *args, timeout=300):
 
 
 async def test_detached_stack_serves_until_down(tmp_path, model_path):
-    up = run(tmp_path, "up", "--detach", "--shards", "1", "--model", str(model_path))
+    up = run(tmp_path, "up", "--detach", "--shards", "1", "--http", "127.0.0.1:0",
+             "--model", str(model_path))
     assert up.returncode == 0, up.stderr
     assert "llmbus down" in up.stdout
     (file,) = tmp_path.glob("*.json")

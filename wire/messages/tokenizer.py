@@ -6,6 +6,7 @@ itself from the token bytes), then per request `tokenizer.render` or `tokenizer.
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import Any
 
 from ..schema import message
@@ -26,6 +27,9 @@ class TokenizerInfo:
     special_ids: list[int]  # control tokens, sorted
     context_length: int     # GGUF "{arch}.context_length", 0 if absent
     templates: list[str]    # chat templates by name, the default first
+    name: str = ""          # what users call it: GGUF "general.name", or the file's stem
+    # For model listings (Ollama's details): architecture, size_label, quantization, file_bytes.
+    details: dict[str, str] = field(default_factory=dict)
 
 
 @message("tokenizer.vocab")

@@ -34,8 +34,9 @@ def stack(model_path, tmp_path_factory):
     runtime = tmp_path_factory.mktemp("runtime")
     e = {**env(), "LLMBUS_RUNTIME_DIR": str(runtime)}
     log = open(runtime / "up.log", "w")
-    up = subprocess.Popen(cli("up", "--shards", "2", "--model", str(model_path)), cwd=ROOT,
-                          env=e, stdout=log, stderr=subprocess.STDOUT)
+    up = subprocess.Popen(cli("up", "--shards", "2", "--http", "127.0.0.1:0",
+                              "--model", str(model_path)),
+                          cwd=ROOT, env=e, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while not (found := running(e)):

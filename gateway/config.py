@@ -1,0 +1,38 @@
+"""The gateway's settings: one dataclass, checked when built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_HTTP = "127.0.0.1:8080"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080                  # 0: any free port (tests)
+    api_key: str | None = None        # None: no authentication
+    max_body_bytes: int = 4 << 20     # larger bodies are refused with 413 before being read
+    read_timeout: float = 30.0        # to receive a request's body once its headers are in
+    header_timeout: float = 10.0      # from a connection's first byte to its headers' end
+    stream_idle_timeout: float = 300.0  # a stream that stays silent this long has failed
+
+    def __post_init__(self):
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"--http port {self.port} is not within 0..65535")
+        if self.max_body_bytes <= 0 or self.read_timeout <= 0 or self.header_timeout <= 0:
+            raise ValueError("max_body_bytes, read_timeout and header_timeout must be > 0")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("the API key is empty")
+
+
+def parse_http(value: str) -> tuple[str, int]:
+    """'HOST:PORT' (or ':PORT', or 'PORT') -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", value
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"--http {value!r}: give HOST:PORT, e.g. 127.0.0.1:8080") from None
+    return host.strip("[]") or "127.0.0.1", number

@@ -1,0 +1,57 @@
+"""What the pipeline lacks before it can serve, and the cluster as JSON: pure functions over
+directory entries (name, kind, state, info, last_seen)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def missing(entries: Iterable, model: str | None) -> list[str]:
+    """What must still come up before a request can be served; [] when all is there.
+
+    `model` is the identity the tokenizer reported (None: no tokenizer answered yet).
+    """
+    entries = list(entries)
+    ready = [e for e in entries if e.state == "ready"]
+    gaps: list[str] = []
+    if model is None:
+        gaps.append("tokenizer: none has answered yet")
+    if not any(e.kind == "scheduler" and (model is None or e.info.get("model") == model)
+               for e in ready):
+        seen = [f"{e.name} ({e.state})" for e in entries if e.kind == "scheduler"]
+        gaps.append("scheduler: none ready" + (f" (seen: {', '.join(seen)})" if seen else ""))
+    gaps += layer_gaps([e for e in ready if e.kind == "shard"
+                        and (model is None or e.info.get("model") == model)])
+    return gaps
+
+
+def layer_gaps(shards: list) -> list[str]:
+    """The layer ranges no ready shard holds, from 0 to the model's last layer."""
+    ranges = sorted((int(e.info["layers"][0]), int(e.info["layers"][1]))
+                    for e in shards if len(e.info.get("layers", ())) == 2)
+    n_layers = max((int(e.info.get("n_layers", 0)) for e in shards), default=0)
+    if not ranges:
+        return ["shards: no ready shard holds any layer"]
+    gaps, covered = [], 0
+    for start, end in ranges:
+        if start > covered:
+            gaps.append(f"shards: layers {covered}:{start} are held by no ready shard")
+        covered = max(covered, end)
+    if n_layers and covered < n_layers:
+        gaps.append(f"shards: layers {covered}:{n_layers} are held by no ready shard")
+    return gaps
+
+
+def cluster_view(entries: Iterable, now: float) -> dict[str, Any]:
+    """Services with state and heartbeat age, and the layer map (shards in layer order)."""
+    entries = sorted(entries, key=lambda e: (e.kind, e.name))
+    services = [{"name": e.name, "kind": e.kind, "instance": e.instance, "state": e.state,
+                 "epoch": e.epoch, "endpoint": e.rpc_endpoint, "load": e.load,
+                 "heartbeat_age_s": round(max(0.0, now - e.last_seen), 3), "info": e.info}
+                for e in entries]
+    layer_map = sorted(({"layers": list(e.info["layers"]), "shard": e.name, "state": e.state,
+                         "model": e.info.get("model")}
+                        for e in entries if e.kind == "shard" and "layers" in e.info),
+                       key=lambda s: (s["layers"][0], s["shard"]))
+    return {"services": services, "layer_map": layer_map}

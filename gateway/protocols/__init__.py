@@ -1,0 +1,1 @@
+"""One module per HTTP protocol; each declares its routes and its error shapes."""

@@ -1,0 +1,141 @@
+"""Anthropic: /v1/messages (JSON or named SSE events) and /v1/messages/count_tokens."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+from aiohttp import web
+
+from wire.messages.scheduler import Done, Generate, Tokens
+
+from ..errors import BadRequest, GatewayError
+from ..fields import Fields, text_of
+from ..generation import Result, admitted, collect, merged
+from ..model import ModelCard
+from ..stream import json_response, open_stream, sse
+from .base import Protocol, error_headers
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+          405: "invalid_request_error", 408: "timeout_error", 413: "request_too_large",
+          429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def stop_reason(r: Result) -> str:
+    if r.length_limited:
+        return "max_tokens"
+    return "stop_sequence" if r.stop_string is not None else "end_turn"
+
+
+def chat(f: Fields) -> list[dict]:
+    """`system` (a string or text blocks) and `messages` as one chat for the template."""
+    out = []
+    if f.has("system"):
+        out.append({"role": "system", "content": text_of(f.body["system"], "system")})
+    for i, m in enumerate(f.list("messages", required=True, min_len=1)):
+        mf = Fields(m, prefix=f"messages[{i}].")
+        role = mf.str("role", required=True)
+        if role not in ("user", "assistant"):
+            raise BadRequest(f"messages[{i}].role is {role!r}; expected user or assistant",
+                             param=f"messages[{i}].role")
+        if "content" not in m:
+            raise BadRequest(f"messages[{i}].content is required", param=f"messages[{i}].content")
+        out.append({"role": role, "content": text_of(m["content"], f"messages[{i}].content")})
+    return out
+
+
+_MESSAGES = {"type": "array", "minItems": 1, "items": {
+    "type": "object", "required": ["role", "content"], "properties": {
+        "role": {"enum": ["user", "assistant"]}, "content": {"type": ["string", "array"]}}}}
+
+
+class Anthropic(Protocol):
+    name = "anthropic"
+    requests = {
+        "/v1/messages": {"type": "object", "required": ["model", "messages", "max_tokens"],
+                         "properties": {"model": {"type": "string"}, "messages": _MESSAGES,
+                                        "max_tokens": {"type": "integer", "minimum": 1},
+                                        "system": {"type": ["string", "array"]},
+                                        "stop_sequences": {"type": "array",
+                                                           "items": {"type": "string"}},
+                                        "temperature": {"type": "number", "minimum": 0,
+                                                        "maximum": 1},
+                                        "top_k": {"type": "integer", "minimum": 0},
+                                        "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+                                        "stream": {"type": "boolean"}}},
+        "/v1/messages/count_tokens": {"type": "object", "required": ["model", "messages"],
+                                      "properties": {"model": {"type": "string"},
+                                                     "messages": _MESSAGES,
+                                                     "system": {"type": ["string", "array"]}}},
+    }
+    error_schema = {"type": "object", "required": ["type", "error"], "properties": {
+        "type": {"const": "error"}, "error": {"type": "object", "required": ["type", "message"]}}}
+
+    def routes(self):
+        return [("POST", "/v1/messages", self.messages),
+                ("POST", "/v1/messages/count_tokens", self.count_tokens)]
+
+    def error(self, err: GatewayError) -> web.Response:
+        return json_response(self._body(err), err.status, error_headers(err))
+
+    def stream_error(self, err: GatewayError) -> bytes:
+        return sse(self._body(err), event="error")
+
+    def _body(self, err: GatewayError) -> dict:
+        return {"type": "error", "error": {"type": _TYPES.get(err.status, "api_error"),
+                                           "message": err.message}}
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        f = await self.body(request)
+        self.backend.model(f.str("model", required=True))
+        return json_response({"input_tokens": len(await self.backend.render(chat(f)))})
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        f = await self.body(request)
+        card = self.backend.model(f.str("model", required=True))
+        gen = Generate(messages=chat(f), max_tokens=f.int("max_tokens", lo=1, required=True),
+                       temperature=f.num("temperature", 1.0, 0.0, 1.0),
+                       top_k=f.int("top_k", 0, lo=0), top_p=f.num("top_p", 1.0, 0.0, 1.0),
+                       stop=f.stops("stop_sequences"))
+        msg_id = f"msg_{uuid.uuid4().hex[:24]}"
+        if f.bool("stream"):
+            return await self._stream(request, card, gen, msg_id)
+        r = await collect(self.backend.generate(gen))
+        return json_response({**self._message(card, msg_id, r), "content": [
+            {"type": "text", "text": r.text}]})
+
+    def _message(self, card: ModelCard, msg_id: str, r: Result) -> dict:
+        done = r.done
+        return {"id": msg_id, "type": "message", "role": "assistant", "model": card.id,
+                "content": [], "stop_reason": stop_reason(r) if done else None,
+                "stop_sequence": r.stop_string if done else None,
+                "usage": {"input_tokens": r.prompt_tokens, "output_tokens": r.completion_tokens}}
+
+    async def _stream(self, request, card: ModelCard, gen: Generate, msg_id: str):
+        async with contextlib.aclosing(merged([self.backend.generate(gen)])) as events:
+            r = Result()
+            replay = await admitted(events, [r])
+            resp = await open_stream(request, "text/event-stream")
+
+            async def send(event: str, data: dict) -> None:
+                # Every event needs its `event:` line equal to its type, or the SDK drops it.
+                await resp.write(sse({"type": event, **data}, event=event))
+
+            await send("message_start", {"message": self._message(card, msg_id, Result(
+                prompt_tokens=r.prompt_tokens))})
+            await send("content_block_start", {"index": 0,
+                                               "content_block": {"type": "text", "text": ""}})
+            await send("ping", {})
+            async for _, ev in replay:
+                if isinstance(ev, Tokens) and ev.text:
+                    await send("content_block_delta", {"index": 0, "delta": {
+                        "type": "text_delta", "text": ev.text}})
+                elif isinstance(ev, Done):
+                    break
+            await send("content_block_stop", {"index": 0})
+            await send("message_delta", {
+                "delta": {"stop_reason": stop_reason(r), "stop_sequence": r.stop_string},
+                "usage": {"output_tokens": r.completion_tokens}})
+            await send("message_stop", {})
+            await resp.write_eof()
+            return resp

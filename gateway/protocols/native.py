@@ -1,0 +1,91 @@
+"""llmbus's own endpoints: /health, /v1/cluster, and /tokenize, /detokenize as llama.cpp's
+server has them. Errors: {"error": {"code", "message", "type", "param"}} (llama.cpp's shape)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..errors import BadRequest, GatewayError
+from ..metrics import CONTENT_TYPE
+from .. import openapi
+from ..stream import json_response, sse
+from .base import Protocol, error_headers
+
+
+class Native(Protocol):
+    name = "native"
+    requests = {
+        "/tokenize": {"type": "object", "required": ["content"], "properties": {
+            "content": {"type": "string"}, "add_special": {"type": "boolean"},
+            "parse_special": {"type": "boolean"}, "with_pieces": {"type": "boolean"}}},
+        "/detokenize": {"type": "object", "required": ["tokens"], "properties": {
+            "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}},
+    }
+    error_schema = {"type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["code", "message", "type"]}}}
+
+    def routes(self):
+        return [("GET", "/health", self.health),
+                ("GET", "/v1/cluster", self.cluster),
+                ("GET", "/metrics", self.metrics),
+                ("GET", "/openapi.json", self.openapi),
+                ("POST", "/tokenize", self.tokenize),
+                ("POST", "/detokenize", self.detokenize)]
+
+    def error(self, err: GatewayError) -> web.Response:
+        return json_response(self._body(err), err.status, error_headers(err))
+
+    def stream_error(self, err: GatewayError) -> bytes:
+        return sse(self._body(err))
+
+    def _body(self, err: GatewayError) -> dict:
+        return {"error": {"code": err.status, "message": err.message, "type": err.kind,
+                          "param": err.param}}
+
+    async def health(self, request: web.Request) -> web.Response:
+        missing = self.backend.missing()
+        if missing:
+            return json_response({"status": "unavailable", "missing": missing}, 503,
+                                 {"Retry-After": "1"})
+        return json_response({"status": "ok", "model": self.backend.model().id})
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        card = self.backend.card
+        return json_response(openapi.document(request.app[openapi.KEY], _version(),
+                                              [card.id] if card else []))
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        metrics = self.backend.metrics
+        metrics.scheduler_stats(await self.backend.scheduler_stats())
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def cluster(self, request: web.Request) -> web.Response:
+        return json_response(self.backend.cluster())
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        f = await self.body(request)
+        self.backend.model(f.str("model"))
+        content = f.str("content", required=True)
+        ids = await self.backend.tokenize(content, add_special=f.bool("add_special"),
+                                          parse_special=f.bool("parse_special", True))
+        if not f.bool("with_pieces"):
+            return json_response({"tokens": ids})
+        card = self.backend.model()
+        pieces = [{"id": t, "piece": card.token(t).decode("utf-8", errors="replace")} for t in ids]
+        return json_response({"tokens": pieces})
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        f = await self.body(request)
+        self.backend.model(f.str("model"))
+        ids = f.list("tokens", required=True)
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+            raise BadRequest("tokens must be a list of token ids (integers >= 0)", param="tokens")
+        return json_response({"content": await self.backend.detokenize(ids)})
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("llmbus")
+    except PackageNotFoundError:
+        return "0+unknown"

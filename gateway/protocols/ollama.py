@@ -1,0 +1,194 @@
+"""Ollama: /api/chat and /api/generate (NDJSON streams or one object), /api/tags, /api/show,
+/api/version, /api/ps, and `GET /`."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from datetime import datetime, timezone
+
+from aiohttp import web
+
+from wire.messages.scheduler import Generate, Tokens
+
+from ..errors import BadRequest, GatewayError, NotFound
+from ..fields import Fields, text_of
+from ..generation import Result, admitted, merged
+from ..model import ModelCard
+from ..stream import json_response, ndjson, open_stream
+from .base import Protocol, error_headers
+
+# The Ollama API level these endpoints follow (clients compare it to enable features).
+API_VERSION = "0.6.2"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def sampling(f: Fields) -> dict:
+    """Generate's sampling fields from Ollama's `options`."""
+    o = f.obj("options")
+    return dict(max_tokens=_num_predict(o), temperature=o.num("temperature", 0.8, 0.0, 2.0),
+                top_k=o.int("top_k", 40, lo=0), top_p=o.num("top_p", 0.9, 0.0, 1.0),
+                min_p=o.num("min_p", 0.0, 0.0, 1.0),
+                repetition_penalty=o.num("repeat_penalty", 1.0, 0.0),
+                presence_penalty=o.num("presence_penalty", 0.0, -2.0, 2.0),
+                frequency_penalty=o.num("frequency_penalty", 0.0, -2.0, 2.0),
+                seed=o.int("seed", lo=-(2 ** 63), hi=2 ** 64 - 1), stop=o.stops("stop"))
+
+
+def _num_predict(o: Fields) -> int | None:
+    n = o.int("num_predict")
+    if n == 0:
+        raise BadRequest("options.num_predict must be -1 (no limit) or at least 1",
+                         param="options.num_predict")
+    return None if n is None or n < 0 else n   # -1 (and Ollama's -2, "fill the context")
+
+
+_OPTIONS = {"type": "object", "properties": {
+    "num_predict": {"type": "integer"}, "temperature": {"type": "number", "minimum": 0,
+                                                        "maximum": 2},
+    "top_k": {"type": "integer", "minimum": 0}, "top_p": {"type": "number", "minimum": 0,
+                                                         "maximum": 1},
+    "seed": {"type": "integer"}, "stop": {"type": ["string", "array"]}}}
+
+
+class Ollama(Protocol):
+    name = "ollama"
+    requests = {
+        "/api/chat": {"type": "object", "required": ["model"], "properties": {
+            "model": {"type": "string"}, "stream": {"type": "boolean"}, "options": _OPTIONS,
+            "messages": {"type": "array", "items": {"type": "object", "required": ["role"]}}}},
+        "/api/generate": {"type": "object", "required": ["model"], "properties": {
+            "model": {"type": "string"}, "prompt": {"type": "string"},
+            "system": {"type": "string"}, "raw": {"type": "boolean"},
+            "stream": {"type": "boolean"}, "options": _OPTIONS}},
+        "/api/show": {"type": "object", "required": ["model"],
+                      "properties": {"model": {"type": "string"}}},
+    }
+    error_schema = {"type": "object", "required": ["error"],
+                    "properties": {"error": {"type": "string"}}}
+
+    def routes(self):
+        return [("GET", "/", self.root), ("HEAD", "/", self.root),
+                ("POST", "/api/chat", self.chat), ("POST", "/api/generate", self.generate),
+                ("GET", "/api/tags", self.tags), ("POST", "/api/show", self.show),
+                ("GET", "/api/version", self.version), ("GET", "/api/ps", self.ps)]
+
+    def error(self, err: GatewayError) -> web.Response:
+        return json_response({"error": err.message}, err.status, error_headers(err))
+
+    def stream_error(self, err: GatewayError) -> bytes:
+        return ndjson({"error": err.message})
+
+    def _card(self, f: Fields) -> ModelCard:
+        name = f.str("model", required=True)
+        card = self.backend.model()
+        # Ollama names carry a tag; ours has one, "latest".
+        if not card.matches(name.removesuffix(":latest")):
+            raise NotFound(f"model {name!r} not found; this cluster serves {card.id!r}",
+                           param="model")
+        return card
+
+    # ------------------------------------------------------------------ small endpoints
+    async def root(self, request: web.Request) -> web.Response:
+        return web.Response(text="Ollama is running")
+
+    async def version(self, request: web.Request) -> web.Response:
+        return json_response({"version": API_VERSION})
+
+    def _entry(self, card: ModelCard) -> dict:
+        d = card.details
+        return {"name": card.id, "model": card.id,
+                "modified_at": datetime.fromtimestamp(card.created, timezone.utc).isoformat(),
+                "size": int(d.get("file_bytes", 0) or 0), "digest": card.identity,
+                "details": {"parent_model": "", "format": "gguf", "family": d.get("architecture", ""),
+                            "families": [d.get("architecture", "")],
+                            "parameter_size": d.get("size_label", ""),
+                            "quantization_level": d.get("quantization", "")}}
+
+    async def tags(self, request: web.Request) -> web.Response:
+        return json_response({"models": [self._entry(self.backend.model())]})
+
+    async def ps(self, request: web.Request) -> web.Response:
+        card = self.backend.model()
+        return json_response({"models": [{**self._entry(card), "expires_at": "0001-01-01T00:00:00Z",
+                                          "size_vram": 0, "context_length": card.context_length}]})
+
+    async def show(self, request: web.Request) -> web.Response:
+        card = self._card(await self.body(request))
+        entry = self._entry(card)
+        arch = card.details.get("architecture", "")
+        return json_response({"modelfile": "", "parameters": "", "template": "",
+                              "details": entry["details"], "modified_at": entry["modified_at"],
+                              "model_info": {"general.architecture": arch,
+                                             f"{arch}.context_length": card.context_length},
+                              "capabilities": ["completion"]})
+
+    # ------------------------------------------------------------------ generation
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        f = await self.body(request)
+        card = self._card(f)
+        messages = []
+        for i, m in enumerate(f.list("messages", required=True)):
+            mf = Fields(m, prefix=f"messages[{i}].")
+            role = mf.str("role", required=True)
+            if role not in ("system", "user", "assistant", "tool"):
+                raise BadRequest(f"messages[{i}].role is {role!r}", param=f"messages[{i}].role")
+            messages.append({"role": role, "content": text_of(m.get("content") or "",
+                                                              f"messages[{i}].content")})
+        if not messages:      # Ollama's way to load a model: answer at once
+            return json_response({"model": card.id, "created_at": _now(),
+                                  "message": {"role": "assistant", "content": ""},
+                                  "done": True, "done_reason": "load"})
+        gen = Generate(messages=messages, **sampling(f))
+        return await self._run(request, f, card, gen,
+                               lambda text: {"message": {"role": "assistant", "content": text}})
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        f = await self.body(request)
+        card = self._card(f)
+        prompt = f.str("prompt", "")
+        if not prompt:
+            return json_response({"model": card.id, "created_at": _now(), "response": "",
+                                  "done": True, "done_reason": "load"})
+        if f.bool("raw"):
+            source = {"prompt": prompt}
+        else:
+            system = f.str("system")
+            source = {"messages": ([{"role": "system", "content": system}] if system else [])
+                      + [{"role": "user", "content": prompt}]}
+        return await self._run(request, f, card, Generate(**source, **sampling(f)),
+                               lambda text: {"response": text})
+
+    async def _run(self, request, f: Fields, card: ModelCard, gen: Generate, piece):
+        stream = f.bool("stream", True)    # Ollama streams unless told not to
+        async with contextlib.aclosing(merged([self.backend.generate(gen)])) as events:
+            r = Result()
+            replay = await admitted(events, [r])
+            resp = await open_stream(request, "application/x-ndjson") if stream else None
+            async for _, ev in replay:
+                if resp is not None and isinstance(ev, Tokens) and ev.text:
+                    await resp.write(ndjson({"model": card.id, "created_at": _now(),
+                                             **piece(ev.text), "done": False}))
+            last = {"model": card.id, "created_at": _now(), **piece("" if stream else r.text),
+                    "done": True, "done_reason": "length" if r.length_limited else "stop",
+                    **_durations(r)}
+            if resp is None:
+                return json_response(last)
+            await resp.write(ndjson(last))
+            await resp.write_eof()
+            return resp
+
+
+def _durations(r: Result) -> dict:
+    """Ollama's counts and durations, in nanoseconds: prompt evaluation runs to the first
+    token, evaluation from there to the end."""
+    def ns(seconds: float) -> int:
+        return max(0, int(seconds * 1e9))
+    end = r.done_at or time.perf_counter()
+    first = r.first_token_at or end
+    return {"total_duration": ns(end - r.started_at), "load_duration": 0,
+            "prompt_eval_count": r.prompt_tokens, "prompt_eval_duration": ns(first - r.started_at),
+            "eval_count": r.completion_tokens, "eval_duration": ns(end - first)}

@@ -1,0 +1,299 @@
+"""OpenAI: /v1/chat/completions, /v1/completions, /v1/models (see API-NOTES.md, OpenAI).
+
+Each HTTP request becomes one `Generate` per choice (`n`, and each prompt of a legacy
+completion); their events become one JSON answer or one SSE stream of chunks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from wire.messages.scheduler import Done, Generate, Tokens
+
+from ..errors import BadRequest, GatewayError
+from ..fields import Fields, text_of
+from ..generation import Result, admitted, collect_all, merged
+from ..model import ModelCard
+from ..stream import json_response, open_stream, sse
+from .base import Protocol, error_headers
+
+MAX_N = 16
+ROLES = {"system", "developer", "user", "assistant", "tool"}
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+          405: "invalid_request_error", 408: "timeout_error", 413: "invalid_request_error",
+          429: "rate_limit_error", 503: "service_unavailable_error"}
+
+
+@dataclass
+class Job:
+    """The choices of one HTTP request: a Generate per choice, and how to report them."""
+    generates: list[Generate]
+    stream: bool
+    include_usage: bool
+    logprobs: bool          # chat: report content logprobs; legacy: the `logprobs` count > 0
+    n: int                  # choices per prompt
+
+
+def finish_reason(res: Result) -> str:
+    # A repeated-line loop and a cancel both ended the text early, as a stop does.
+    return "length" if res.length_limited else "stop"
+
+
+def sampling(f: Fields, card: ModelCard, prompt: dict, n: int, max_name: str) -> list[Generate]:
+    """The request's sampling fields, shared by chat and legacy completions."""
+    max_tokens = f.int("max_completion_tokens", lo=1) if max_name == "chat" else None
+    if max_tokens is None:
+        max_tokens = f.int("max_tokens", lo=1)
+    seed = f.int("seed", lo=-(2 ** 63), hi=2 ** 64 - 1)
+    common = dict(
+        max_tokens=max_tokens, temperature=f.num("temperature", 1.0, 0.0, 2.0),
+        top_p=f.num("top_p", 1.0, 0.0, 1.0), top_k=f.int("top_k", 0, lo=0),
+        min_p=f.num("min_p", 0.0, 0.0, 1.0),
+        repetition_penalty=f.num("repetition_penalty", 1.0, 0.0),
+        presence_penalty=f.num("presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=f.num("frequency_penalty", 0.0, -2.0, 2.0),
+        stop=f.stops("stop", limit=4 if max_name == "chat" else 16))
+    # Choices of one request differ by seed; a given seed makes the whole set reproducible.
+    return [Generate(**prompt, **common, seed=None if seed is None else (seed + i) % 2 ** 64)
+            for i in range(n)]
+
+
+def chat_messages(f: Fields) -> list[dict]:
+    out = []
+    for i, m in enumerate(f.list("messages", required=True, min_len=1)):
+        mf = Fields(m, prefix=f"messages[{i}].")
+        role = mf.str("role", required=True)
+        if role not in ROLES:
+            raise BadRequest(f"messages[{i}].role is {role!r}; expected one of "
+                             f"{', '.join(sorted(ROLES))}", param=f"messages[{i}].role")
+        content = m.get("content")
+        text = "" if content is None else text_of(content, f"messages[{i}].content")
+        # Newer clients send "developer" for what chat templates know as "system".
+        out.append({"role": "system" if role == "developer" else role, "content": text})
+    return out
+
+
+_MESSAGES = {"type": "array", "minItems": 1, "items": {
+    "type": "object", "required": ["role"], "properties": {
+        "role": {"enum": sorted(ROLES)}, "content": {"type": ["string", "array", "null"]}}}}
+_SAMPLING = {
+    "model": {"type": "string"}, "max_tokens": {"type": "integer", "minimum": 1},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+    "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+    "n": {"type": "integer", "minimum": 1, "maximum": MAX_N}, "seed": {"type": "integer"},
+    "stop": {"anyOf": [{"type": "string", "minLength": 1},
+                       {"type": "array", "maxItems": 4,
+                        "items": {"type": "string", "minLength": 1}}]},
+    "stream": {"type": "boolean"},
+    "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+    "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
+    "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2}}
+
+
+class OpenAI(Protocol):
+    name = "openai"
+    requests = {
+        "/v1/chat/completions": {"type": "object", "required": ["model", "messages"],
+                                 "properties": {**_SAMPLING, "messages": _MESSAGES,
+                                                "max_completion_tokens": {"type": "integer",
+                                                                          "minimum": 1},
+                                                "logprobs": {"type": "boolean"},
+                                                "top_logprobs": {"type": "integer",
+                                                                 "minimum": 0, "maximum": 20}}},
+        "/v1/completions": {"type": "object", "required": ["model", "prompt"],
+                            "properties": {**_SAMPLING, "prompt": {"anyOf": [
+                                {"type": "string"},
+                                {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                                {"type": "array", "minItems": 1,
+                                 "items": {"type": "integer", "minimum": 0}}]},
+                                           "logprobs": {"type": "integer", "minimum": 0,
+                                                        "maximum": 5}}},
+    }
+    error_schema = {"type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["message", "type", "param", "code"]}}}
+
+    def routes(self):
+        return [("POST", "/v1/chat/completions", self.chat),
+                ("POST", "/v1/completions", self.completions),
+                ("GET", "/v1/models", self.models),
+                ("GET", "/v1/models/{id}", self.model)]
+
+    # ------------------------------------------------------------------ errors
+    def error(self, err: GatewayError) -> web.Response:
+        return json_response(self._error_body(err), err.status, error_headers(err))
+
+    def stream_error(self, err: GatewayError) -> bytes:
+        return sse(self._error_body(err)) + sse("[DONE]")
+
+    def _error_body(self, err: GatewayError) -> dict:
+        return {"error": {"message": err.message, "type": _TYPES.get(err.status, "server_error"),
+                          "param": err.param, "code": err.kind}}
+
+    # ------------------------------------------------------------------ models
+    def _model_object(self, card: ModelCard) -> dict:
+        return {"id": card.id, "object": "model", "created": card.created, "owned_by": "llmbus"}
+
+    async def models(self, request: web.Request) -> web.Response:
+        return json_response({"object": "list", "data": [self._model_object(self.backend.model())]})
+
+    async def model(self, request: web.Request) -> web.Response:
+        return json_response(self._model_object(self.backend.model(request.match_info["id"])))
+
+    # ------------------------------------------------------------------ chat
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        f = await self.body(request)
+        card = self.backend.model(f.str("model", required=True))
+        n = f.int("n", 1, lo=1, hi=MAX_N)
+        top = f.int("top_logprobs", 0, lo=0, hi=20)
+        logprobs = f.bool("logprobs")
+        if top and not logprobs:
+            raise BadRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+        gens = sampling(f, card, {"messages": chat_messages(f), "top_logprobs": top}, n, "chat")
+        job = Job(gens, f.bool("stream"), f.obj("stream_options").bool("include_usage"),
+                  logprobs, n)
+        if job.stream:
+            return await self._stream(request, card, job, chat=True)
+        results = await collect_all([self.backend.generate(g) for g in gens])
+        choices = [{"index": i, "message": {"role": "assistant", "content": r.text},
+                    "logprobs": {"content": self._chat_logprobs(card, r, 0)} if logprobs else None,
+                    "finish_reason": finish_reason(r)} for i, r in enumerate(results)]
+        return json_response({"id": _id("chatcmpl"), "object": "chat.completion",
+                              "created": int(time.time()), "model": card.id, "choices": choices,
+                              "usage": _usage(results, n)})
+
+    # ------------------------------------------------------------------ legacy completions
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        f = await self.body(request)
+        card = self.backend.model(f.str("model", required=True))
+        n = f.int("n", 1, lo=1, hi=MAX_N)
+        top = f.int("logprobs", 0, lo=0, hi=5)
+        gens = []
+        for prompt in _prompts(f):
+            gens += sampling(f, card, {**prompt, "top_logprobs": top}, n, "legacy")
+        if len(gens) > MAX_N:
+            raise BadRequest(f"{len(gens)} completions asked (prompts x n); at most {MAX_N}",
+                             param="n")
+        job = Job(gens, f.bool("stream"), f.obj("stream_options").bool("include_usage"),
+                  f.has("logprobs"), n)
+        if job.stream:
+            return await self._stream(request, card, job, chat=False)
+        results = await collect_all([self.backend.generate(g) for g in gens])
+        choices = [{"index": i, "text": r.text,
+                    "logprobs": self._legacy_logprobs(card, r, 0) if job.logprobs else None,
+                    "finish_reason": finish_reason(r)} for i, r in enumerate(results)]
+        return json_response({"id": _id("cmpl"), "object": "text_completion",
+                              "created": int(time.time()), "model": card.id, "choices": choices,
+                              "usage": _usage(results, n)})
+
+    # ------------------------------------------------------------------ streams
+    async def _stream(self, request: web.Request, card: ModelCard, job: Job,
+                      chat: bool) -> web.StreamResponse:
+        async with contextlib.aclosing(merged([self.backend.generate(g) for g in job.generates])) as events:
+            results = [Result() for _ in job.generates]
+            replay = await admitted(events, results)
+            head = {"id": _id("chatcmpl" if chat else "cmpl"), "created": int(time.time()),
+                    "model": card.id, "object": "chat.completion.chunk" if chat else "text_completion"}
+            resp = await open_stream(request, "text/event-stream")
+            if chat:
+                for i in range(len(results)):
+                    await resp.write(self._chunk(head, job, i, {"role": "assistant", "content": ""}))
+
+            async for i, ev in replay:
+                r = results[i]
+                if isinstance(ev, Tokens) and (ev.text or job.logprobs):
+                    if chat:
+                        lp = ({"content": self._chat_logprobs(card, r, len(r.token_ids) - len(ev.token_ids))}
+                              if job.logprobs else None)
+                        await resp.write(self._chunk(head, job, i, {"content": ev.text}, logprobs=lp))
+                    else:
+                        lp = (self._legacy_logprobs(card, r, len(r.token_ids) - len(ev.token_ids))
+                              if job.logprobs else None)
+                        await resp.write(self._legacy_chunk(head, job, i, ev.text, None, lp))
+                elif isinstance(ev, Done):
+                    if chat:
+                        await resp.write(self._chunk(head, job, i, {}, finish=finish_reason(r)))
+                    else:
+                        await resp.write(self._legacy_chunk(head, job, i, "", finish_reason(r), None))
+            if job.include_usage:
+                await resp.write(sse({**head, "choices": [], "usage": _usage(results, job.n)}))
+            await resp.write(sse("[DONE]"))
+            await resp.write_eof()
+            return resp
+
+    def _chunk(self, head: dict, job: Job, i: int, delta: dict, finish: str | None = None,
+               logprobs: dict | None = None) -> bytes:
+        chunk = {**head, "choices": [{"index": i, "delta": delta, "logprobs": logprobs,
+                                      "finish_reason": finish}]}
+        if job.include_usage:
+            chunk["usage"] = None
+        return sse(chunk)
+
+    def _legacy_chunk(self, head, job, i, text, finish, logprobs) -> bytes:
+        chunk = {**head, "choices": [{"index": i, "text": text, "logprobs": logprobs,
+                                      "finish_reason": finish}]}
+        if job.include_usage:
+            chunk["usage"] = None
+        return sse(chunk)
+
+    # ------------------------------------------------------------------ logprobs
+    def _chat_logprobs(self, card: ModelCard, r: Result, start: int) -> list[dict]:
+        out = []
+        for k in range(start, len(r.token_ids)):
+            tops = []
+            if k < len(r.top_ids):
+                tops = [_token_logprob(card, t, lp) for t, lp in zip(r.top_ids[k], r.top_logprobs[k])]
+            out.append({**_token_logprob(card, r.token_ids[k], r.logprobs[k]), "top_logprobs": tops})
+        return out
+
+    def _legacy_logprobs(self, card: ModelCard, r: Result, start: int) -> dict:
+        tokens = [_text(card.token(t)) for t in r.token_ids[start:]]
+        offsets, at = [], len(r.text) - sum(len(t) for t in tokens) if start else 0
+        for t in tokens:
+            offsets.append(at)
+            at += len(t)
+        tops = [{_text(card.token(t)): lp for t, lp in zip(r.top_ids[k], r.top_logprobs[k])}
+                for k in range(start, min(len(r.top_ids), len(r.token_ids)))]
+        return {"tokens": tokens, "token_logprobs": r.logprobs[start:],
+                "top_logprobs": tops or None, "text_offset": offsets}
+
+
+def _prompts(f: Fields) -> list[dict]:
+    """`prompt`: a string, a list of strings, a list of token ids, or a list of such lists."""
+    p = f.body.get("prompt")
+    if isinstance(p, str):
+        return [{"prompt": p}]
+    if isinstance(p, list) and p:
+        if all(isinstance(x, str) for x in p):
+            return [{"prompt": x} for x in p]
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in p):
+            return [{"prompt_ids": list(p)}]
+        if all(isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool)
+                                                  for t in x) for x in p):
+            return [{"prompt_ids": list(x)} for x in p]
+    raise BadRequest("prompt must be a string, a list of strings, or token ids", param="prompt")
+
+
+def _token_logprob(card: ModelCard, token_id: int, logprob: float) -> dict:
+    raw = card.token(token_id)
+    return {"token": _text(raw), "logprob": float(logprob), "bytes": list(raw)}
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+def _usage(results: list[Result], n: int) -> dict:
+    # The n choices of one prompt share it: count each prompt once, as OpenAI does.
+    prompt = sum(r.prompt_tokens for r in results[::n])
+    completion = sum(r.completion_tokens for r in results)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"

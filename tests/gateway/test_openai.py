@@ -1,0 +1,161 @@
+"""The official `openai` client, strict, against a real stack through the gateway."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import openai
+import pytest
+
+pytestmark = pytest.mark.slow
+
+JAPAN = [{"role": "user", "content": "What is the capital of Japan?"}]
+ANSWER = "The capital of Japan is Tokyo."
+
+
+@pytest.fixture(scope="module")
+def client(stack):
+    c = openai.OpenAI(base_url=stack.http + "/v1", api_key="unused", max_retries=0,
+                      timeout=120, _strict_response_validation=True)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def model(client):
+    return client.models.list().data[0].id
+
+
+def test_models_list_the_served_model_and_refuse_others(client, model):
+    assert client.models.retrieve(model).id == model
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-unknown")
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="gpt-unknown", messages=JAPAN, max_tokens=2)
+    assert e.value.body["param"] == "model"
+
+
+def test_a_greedy_answer_with_logprobs_and_usage(client, model):
+    r = client.chat.completions.create(model=model, messages=JAPAN, temperature=0, logprobs=True,
+                                       top_logprobs=3)
+    choice = r.choices[0]
+    assert choice.message.content == ANSWER and choice.finish_reason == "stop"
+    content = choice.logprobs.content
+    # Greedy: every sampled token is the best of its top list, and the tokens spell the answer
+    # (the end-of-turn token has no text).
+    assert "".join(t.token for t in content) == ANSWER
+    for t in content:
+        assert len(t.top_logprobs) == 3 and t.top_logprobs[0].token == t.token
+        assert t.top_logprobs[0].logprob == pytest.approx(t.logprob)
+        assert t.logprob <= 0 and bytes(t.bytes).decode() == t.token
+    assert r.usage.completion_tokens == len(content)
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_the_developer_role_is_a_system_prompt(client, model):
+    r = client.chat.completions.create(model=model, temperature=0, max_tokens=12, messages=[
+        {"role": "developer", "content": "You are a helpful assistant."}, *JAPAN])
+    s = client.chat.completions.create(model=model, temperature=0, max_tokens=12, messages=[
+        {"role": "system", "content": "You are a helpful assistant."}, *JAPAN])
+    assert r.choices[0].message.content == s.choices[0].message.content
+    assert r.usage.prompt_tokens == s.usage.prompt_tokens
+
+
+def test_streaming_gives_the_same_answer_and_usage(client, model):
+    chunks = list(client.chat.completions.create(model=model, messages=JAPAN, temperature=0,
+                                                 stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ANSWER
+    assert len({c.id for c in chunks}) == 1
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+
+
+async def test_the_exact_chunk_sequence(stack, model):
+    async with aiohttp.ClientSession() as s:
+        async with s.post(stack.http + "/v1/chat/completions", json={
+                "model": model, "messages": JAPAN, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}) as r:
+            assert r.status == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+            raw = (await r.read()).decode()
+    events = raw.split("\n\n")
+    assert events[-1] == "" and all(e.startswith("data: ") for e in events[:-1])
+    datas = [e[len("data: "):] for e in events[:-1]]
+    assert datas[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in datas[:-1]]
+    first, *middle, finish, usage = chunks
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(set(c["choices"][0]["delta"]) == {"content"} and c["choices"][0]["finish_reason"]
+               is None for c in middle)
+    assert finish["choices"][0]["delta"] == {} and finish["choices"][0]["finish_reason"] == "stop"
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] > 0
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == first["id"]
+               and c["created"] == first["created"] and c["model"] == model for c in chunks)
+
+
+def test_stop_strings_are_not_emitted(client, model):
+    r = client.chat.completions.create(model=model, messages=JAPAN, temperature=0,
+                                       stop=["Tokyo", "Kyoto"])
+    assert r.choices[0].message.content == "The capital of Japan is "
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_max_completion_tokens_wins_over_max_tokens(client, model):
+    r = client.chat.completions.create(model=model, messages=JAPAN, temperature=0, max_tokens=20,
+                                       max_completion_tokens=3)
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 3
+    assert ANSWER.startswith(r.choices[0].message.content)
+
+
+def test_a_seed_repeats_an_answer_and_n_gives_one_choice_per_seed(client, model):
+    ask = dict(model=model, messages=[{"role": "user", "content": "Name a color."}],
+               temperature=1.0, max_tokens=12, presence_penalty=0.5, frequency_penalty=0.5)
+    one = client.chat.completions.create(**ask, seed=1234)
+    again = client.chat.completions.create(**ask, seed=1234)
+    assert one.choices[0].message.content == again.choices[0].message.content
+    both = client.chat.completions.create(**ask, seed=1234, n=2)
+    assert [c.index for c in both.choices] == [0, 1]
+    # Choice i uses seed + i: the first is the single answer of the same seed.
+    assert both.choices[0].message.content == one.choices[0].message.content
+    second = client.chat.completions.create(**ask, seed=1235)
+    assert both.choices[1].message.content == second.choices[0].message.content
+    assert both.usage.prompt_tokens == one.usage.prompt_tokens    # one prompt, counted once
+
+
+def test_legacy_completions(client, model, stack):
+    r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=3,
+                                  temperature=0, logprobs=2)
+    choice = r.choices[0]
+    assert choice.text.startswith(" Paris") and choice.finish_reason == "length"
+    assert "".join(choice.logprobs.tokens) == choice.text
+    assert all(len(t) == 2 for t in choice.logprobs.top_logprobs)
+    # The SDK's Completion type demands a finish_reason that OpenAI itself sends as null on
+    # every chunk but the last, so legacy streams can only be read without strict validation.
+    lax = openai.OpenAI(base_url=stack.http + "/v1", api_key="unused", max_retries=0)
+    chunks = list(lax.completions.create(model=model, prompt="The capital of France is",
+                                         max_tokens=3, temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == choice.text
+    assert [c.choices[0].finish_reason for c in chunks][-1] == "length"
+
+
+@pytest.mark.parametrize("field, value", [("temperature", "hot"), ("n", 0), ("top_logprobs", 40),
+                                          ("max_tokens", -1), ("stop", [1, 2])])
+def test_bad_fields_are_400s_naming_the_field(client, model, field, value):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=JAPAN, logprobs=True,
+                                       extra_body={field: value})
+    assert e.value.body["param"] == field
+
+
+def test_n_choices_stream_side_by_side(client, model):
+    ask = dict(model=model, messages=[{"role": "user", "content": "Name a color."}],
+               temperature=1.0, max_tokens=10, seed=99, n=2)
+    whole = client.chat.completions.create(**ask)
+    texts, finishes = {0: "", 1: ""}, {}
+    for c in client.chat.completions.create(**ask, stream=True):
+        for choice in c.choices:
+            texts[choice.index] += choice.delta.content or ""
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+    assert texts == {c.index: c.message.content for c in whole.choices}
+    assert finishes == {c.index: c.finish_reason for c in whole.choices}

@@ -1,0 +1,80 @@
+"""An error after a stream began is the stream's last event, in the protocol's form: the
+scheduler is killed mid-answer (`llmbus up` starts it again for the next protocol)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import aiohttp
+import pytest
+
+from wire.messages.bus import Status
+
+from ..serve.stack import Stack, call, wait_for
+
+pytestmark = pytest.mark.slow
+
+STORY = [{"role": "user", "content": "Tell me a very long story about a dragon."}]
+
+
+@pytest.fixture(scope="module")
+def lone_stack(tmp_path_factory, model_path):
+    s = Stack(tmp_path_factory.mktemp("gateway-kill"), "--shards", "1", "--model", str(model_path))
+    yield s
+    s.stop()
+
+
+async def healthy(stack) -> bool:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(stack.http + "/health") as r:
+            return r.status == 200
+
+
+async def stream_until_killed(stack, path: str, body: dict) -> list[bytes]:
+    """Start a stream, kill the scheduler after the first pieces, read what follows to the end."""
+    await wait_for(lambda: healthy(stack), timeout=60, every=0.25)
+    pid = (await call(stack.endpoint, Status())).info["pid"]
+    lines: list[bytes] = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
+        async with s.post(stack.http + path, json=body) as r:
+            assert r.status == 200
+            async for line in r.content:
+                lines.append(line)
+                if len(lines) == 12:
+                    os.kill(pid, signal.SIGKILL)
+    return [ln for ln in lines if ln.strip()]
+
+
+async def test_openai_ends_with_an_error_chunk_then_done(lone_stack):
+    model = await _model(lone_stack)
+    lines = await stream_until_killed(lone_stack, "/v1/chat/completions", {
+        "model": model, "messages": STORY, "stream": True, "max_tokens": 2000, "temperature": 0})
+    assert lines[-1] == b"data: [DONE]\n"
+    error = json.loads(lines[-2][len(b"data: "):])["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == "unavailable"
+
+
+async def test_anthropic_ends_with_an_error_event(lone_stack):
+    model = await _model(lone_stack)
+    lines = await stream_until_killed(lone_stack, "/v1/messages", {
+        "model": model, "messages": STORY, "stream": True, "max_tokens": 2000,
+        "temperature": 0})
+    assert lines[-2] == b"event: error\n"
+    body = json.loads(lines[-1][len(b"data: "):])
+    assert body["type"] == "error" and body["error"]["type"] == "overloaded_error"
+
+
+async def test_ollama_ends_with_an_error_line(lone_stack):
+    model = await _model(lone_stack)
+    lines = await stream_until_killed(lone_stack, "/api/chat", {
+        "model": model, "messages": STORY, "options": {"num_predict": 2000, "temperature": 0}})
+    assert set(json.loads(lines[-1])) == {"error"}
+    assert all(json.loads(ln)["done"] is False for ln in lines[:-1])
+
+
+async def _model(stack) -> str:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(stack.http + "/v1/models") as r:
+            return (await r.json())["data"][0]["id"]
