@@ -194,6 +194,9 @@ class ShardService(Service):
         from kernels.sampling_params import BadSamplingParams
 
         n = logits.shape[0]
+        if n == 0 and not f.sampling:   # a batch of prefill chunks only: nothing to sample
+            return Sampled(batch_id=f.batch_id, tokens=wire.Tensor(np.zeros(0, np.int32)),
+                           logprobs=wire.Tensor(np.zeros(0, np.float32)))
         if len(f.sampling) != n:
             raise ServiceError("bad_batch", f"{n} sequences sample but {len(f.sampling)} "
                                             "sampling entries were sent")
