@@ -51,7 +51,7 @@ async def _generate(args) -> int:
     from services.modelstore.pull import pull
     from services.tokenizer import Tokenizer
     from services.tokenizer.gguf_meta import read_metadata
-    from wire.messages.shard import Forward, Sampling
+    from wire.messages.shard import Forward, RouteStage, Sampling
 
     from .local.children import Children, free_port, private_cluster
     from .local.ranges import split_layers
@@ -100,6 +100,8 @@ async def _generate(args) -> int:
         history = list(ids)
         feed, start = list(ids), 0
         table = wire.Tensor(np.arange(pages, dtype=np.int32)[None, :])
+        # Every batch takes the shards started here, in their epochs: a replica's KV is not ours.
+        route = [RouteStage(f"shard-{a}", directory.get(f"shard-{a}").epoch) for a, _ in ranges]
         t_first = time.monotonic()
         for step in range(args.max_tokens):
             body = Forward(
@@ -108,7 +110,8 @@ async def _generate(args) -> int:
                 query_lens=wire.Tensor(np.array([len(feed)], np.int32)), page_table=table,
                 tokens=wire.Tensor(np.asarray(feed, np.int32)),
                 sampling=[Sampling(temperature=params.temperature, top_p=params.top_p,
-                                   seed=params.seed, step=step)])
+                                   seed=params.seed, step=step)],
+                route=route)
             try:
                 reply = await peers.call(f"shard-{ranges[0][0]}", body, timeout=60)
             except BusError as e:

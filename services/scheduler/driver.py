@@ -86,7 +86,8 @@ class Driver:
             body = to_forward(plan, {c.request_id: self.requests[c.request_id].sampling
                                      for c in plan.chunks if c.sample},
                               {c.request_id: h for c in plan.chunks if c.sample
-                               and (h := self.requests[c.request_id].history) is not None})
+                               and (h := self.requests[c.request_id].history) is not None},
+                              chain)
             task = asyncio.get_running_loop().create_task(
                 self._run_batch(plan, body, chain[0].name, sig))
             self._batches.add(task)

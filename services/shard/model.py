@@ -69,6 +69,7 @@ class ShardModel:
         c, xp = self.config, self.xp
         validate(batch, first=self.first, d_model=c.d_model, vocab_size=c.vocab_size,
                  num_pages=self.kv.num_pages, page_size=self.kv.page_size)
+        self.kv.check_written(batch)
         plan = plan_attention(batch, self.kv.page_size, self.dtype, xp, bias=not self.paged_decode,
                               rows_alone=self.rows_alone)
         cos, sin = rope_tables(xp, batch.positions, c.rope_dims, c.rope_base, self.dtype)
@@ -79,11 +80,13 @@ class ShardModel:
         self._trace("embed" if self.first else "hidden_in", h)
         if self.native is not None:
             h = self.native.run(h, plan, cos, sin, self.trace)           # its buffer: copied below
+            self.kv.mark_written(batch)
             if not self.last:
                 return h.copy()
         else:
             for i, layer in enumerate(self.layers):
                 h = self._layer(i, layer, h, plan, cos, sin)
+        self.kv.mark_written(batch)
         if not self.last:
             return to_numpy(h).astype(np.float32, copy=False)
         every_row = batch.want_logits is None and batch.num_tokens == batch.num_seqs   # decodes: no gather
