@@ -7,6 +7,8 @@ from services.modelstore.weight_cache import load_weights
 from services.shard.kv_cache import KVConfig, PagedKVCache
 from services.shard.local import Chunk, PageAllocator, build_batch
 from services.shard.model import ShardModel
+from services.shard.native_layers import NativeLayers
+from services.shard.numpy_layers import NumpyLayers
 
 pytestmark = pytest.mark.slow
 
@@ -27,10 +29,10 @@ def run(loaded, native: bool):
     cfg = loaded.config
     kv = PagedKVCache.for_model(cfg, 0, cfg.n_layers, KVConfig(num_pages=16, page_size=16))
     model = ShardModel(cfg, loaded.weights, kv)
-    if model.native is None:
+    if not isinstance(model.runner, NativeLayers):
         pytest.skip("the native library is not built")
-    if not native:
-        model.native = None
+    if not native:   # the numpy loop, every row attending alone as in the native one
+        model.runner = NumpyLayers(cfg, model.runner.layers, kv, model.start, rows_alone=True)
     pages = PageAllocator(16, 16)
     return [model.forward(build_batch(chunks, pages)) for chunks in STEPS], kv
 
