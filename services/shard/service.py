@@ -131,6 +131,7 @@ class ShardService(Service):
     @handles(Forward)
     async def forward(self, msg: wire.Message) -> Sampled:
         f: Forward = msg.body
+        self.counters["forwards"] += 1
         if self.model is None:
             raise ServiceError("loading", f"{self.name} is still loading", retry_after=1.0)
         try:

@@ -24,10 +24,11 @@ from ..bus.procs import ROOT, cli, env
 class Stack:
     """`llmbus up ARGS` in its own runtime folder; stop() sends SIGTERM as systemd or a user would."""
 
-    def __init__(self, runtime: Path, *args: str, ready_timeout: float = 240):
+    def __init__(self, runtime: Path, *args: str, ready_timeout: float = 240, extra_env: dict | None = None):
         self.runtime = runtime
         e = env()
         e["LLMBUS_RUNTIME_DIR"] = str(runtime)
+        e.update(extra_env or {})
         self.proc = subprocess.Popen(cli("up", *args), cwd=ROOT, env=e, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.output: list[str] = []
