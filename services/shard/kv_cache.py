@@ -80,5 +80,7 @@ class PagedKVCache:
         ps = self.page_size
         pos = batch.positions.astype(np.int64)                                           # (T,)
         seq_of = np.repeat(np.arange(batch.num_seqs), batch.query_lens.astype(np.int64))   # (T,)
-        pages = batch.page_table[seq_of, pos // ps]                                      # (T,)
-        np.maximum.at(self.written, pages, (pos % ps + 1).astype(np.int32))
+        ends = pos % ps == ps - 1                   # the last row each page gets: one per page
+        ends[batch.cu_lens()[1:] - 1] = True
+        pages = batch.page_table[seq_of[ends], pos[ends] // ps]
+        np.maximum.at(self.written, pages, (pos[ends] % ps + 1).astype(np.int32))

@@ -34,11 +34,12 @@ def prompts(model_path) -> list[list[int]]:
     from services.tokenizer import Tokenizer
     tok = Tokenizer.from_gguf(model_path)
     chat = lambda text: tok.encode_chat([{"role": "user", "content": text}])   # noqa: E731
-    per = len(tok.encode(" ".join(long_text(i) for i in range(10)))) / 10
+    question = " How many marbles does box 3 hold?"
+    per = len(tok.encode(" ".join(long_text(i) for i in range(100)))) / 100     # tokens a sentence
     out = []
     for n in LONG:
-        k = int(n / per)
-        out.append(chat(" ".join(long_text(i) for i in range(k)) + " How many marbles does box 3 hold?"))
+        k = int((n - len(chat(question))) / per)
+        out.append(chat(" ".join(long_text(i) for i in range(k)) + question))
         assert abs(len(out[-1]) - n) < 0.1 * n, (n, len(out[-1]))
     return out + [chat(q) for q in SHORT]
 
