@@ -2,9 +2,9 @@
 
 A `shard.forward` arrives at the first shard with token ids. Each shard runs its layers, then
 hands its activations to the next stage of the batch's route (the scheduler's pipeline, see
-services.shard.route) in the configured codec, and awaits that shard's reply. The last shard applies the
-output head, samples, and answers with token ids and log-probabilities; the answer travels back
-along the chain, so a failure anywhere reaches the caller as a typed error.
+services.shard.route) in the configured codec, and awaits that shard's reply. The last shard
+applies the output head, samples, and answers with token ids and log-probabilities; the answer
+travels back along the chain, so a failure anywhere reaches the caller as a typed error.
 """
 
 from __future__ import annotations
