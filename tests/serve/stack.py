@@ -74,14 +74,16 @@ class Result:
 
 
 async def generate(endpoint: str, body: Generate, client: RpcClient | None = None,
-                   stop_after_tokens: int | None = None, on_tokens=None) -> Result:
+                   stop_after_tokens: int | None = None, on_tokens=None,
+                   idle_timeout: float = 120) -> Result:
     """Run one request to its end (or close the stream after `stop_after_tokens` tokens);
-    `on_tokens(n)` is called with the number of tokens so far at each Tokens event."""
+    `on_tokens(n)` is called with the number of tokens so far at each Tokens event; a stream
+    silent for `idle_timeout` seconds raises CallTimeout."""
     own = client is None
     client = client or RpcClient(zmq.asyncio.Context.instance(), endpoint)
     res = Result()
     try:
-        async with contextlib.aclosing(client.stream(body, idle_timeout=120)) as events:
+        async with contextlib.aclosing(client.stream(body, idle_timeout=idle_timeout)) as events:
             async for ev in events:
                 res.events.append(ev)
                 if isinstance(ev, Started):

@@ -147,8 +147,10 @@ async def test_a_full_queue_refuses_at_once_with_retry_after(stack, model_path):
     text = " ".join(f"Fact {k}: water is wet." for k in range(60))
     body = lambda i: Generate(messages=[{"role": "user", "content": f"{i} {text}"}],   # noqa: E731
                               temperature=0.0, max_tokens=1)
-    tasks = [asyncio.create_task(generate(stack.endpoint, body(i))) for i in range(MAX_QUEUE + 20)]
-    done, pending = await asyncio.wait(tasks, timeout=180)
+    # The last admitted waits for every prompt before it (~13k tokens, 30 s on a quiet machine).
+    tasks = [asyncio.create_task(generate(stack.endpoint, body(i), idle_timeout=600))
+             for i in range(MAX_QUEUE + 20)]
+    done, pending = await asyncio.wait(tasks, timeout=600)
     assert not pending, f"{len(pending)} requests never ended"
     refused = [t.exception() for t in tasks if t.exception() is not None]
     assert refused, "no request was refused"
