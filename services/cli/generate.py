@@ -51,7 +51,7 @@ async def _generate(args) -> int:
     from services.tokenizer import Tokenizer
     from services.modelstore.gguf_meta import read_metadata
     from wire.messages.sampling import SamplingParams
-    from wire.messages.shard import Forward
+    from wire.messages.shard import Forward, RouteStage
 
     from .children import Children, free_port, private_cluster
     from .ranges import split_layers
@@ -100,6 +100,8 @@ async def _generate(args) -> int:
         history = list(ids)
         feed, start = list(ids), 0
         table = wire.Tensor(np.arange(pages, dtype=np.int32)[None, :])
+        # Every batch takes the shards started here, in their epochs: a replica's KV is not ours.
+        route = [RouteStage(f"shard-{a}", directory.get(f"shard-{a}").epoch) for a, _ in ranges]
         t_first = time.monotonic()
         for step in range(args.max_tokens):
             body = Forward(
@@ -107,7 +109,7 @@ async def _generate(args) -> int:
                 positions=wire.Tensor(np.arange(start, start + len(feed), dtype=np.int32)),
                 query_lens=wire.Tensor(np.array([len(feed)], np.int32)), page_table=table,
                 tokens=wire.Tensor(np.asarray(feed, np.int32)),
-                sampling=[params], steps=[step])
+                sampling=[params], steps=[step], route=route)
             try:
                 reply = await peers.call(f"shard-{ranges[0][0]}", body, timeout=60)
             except BusError as e:

@@ -105,7 +105,8 @@ class Driver:
                                          for c in plan.chunks if c.sample},
                                   {c.request_id: self.policy.history(c.request_id)
                                    for c in plan.chunks
-                                   if c.sample and self.requests[c.request_id].sampling.penalized})
+                                   if c.sample and self.requests[c.request_id].sampling.penalized},
+                                  chain)
             except Exception as e:  # a bug: its requests end with the reason, none hangs
                 log.exception("batch %d could not be built", plan.batch_id)
                 self._give_up(plan, f"the scheduler could not build the batch: {e!r}")

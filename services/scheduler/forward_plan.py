@@ -8,15 +8,17 @@ import numpy as np
 
 import wire
 from wire.messages.sampling import SamplingParams
-from wire.messages.shard import Forward
+from wire.messages.shard import Forward, RouteStage
 
 from .batch_plan import BatchPlan
+from .pipeline import Stage
 
 
 def to_forward(plan: BatchPlan, sampling: Mapping[str, SamplingParams],
-               histories: Mapping[str, Sequence[int]]) -> Forward:
+               histories: Mapping[str, Sequence[int]], chain: Sequence[Stage]) -> Forward:
     """`sampling[rid]` is the request's SamplingParams, for each chunk that samples; a request is
-    in `histories` only when its penalties need the tokens it has seen."""
+    in `histories` only when its penalties need the tokens it has seen. `chain` is the pipeline the
+    batch must take: the shards whose KV the policy's page tables describe."""
     chunks = plan.chunks
     width = max(len(c.page_table) for c in chunks)
     table = np.full((len(chunks), width), -1, np.int32)
@@ -40,4 +42,5 @@ def to_forward(plan: BatchPlan, sampling: Mapping[str, SamplingParams],
         steps=[c.step for c in samplers],
         history=wire.Tensor(np.fromiter((t for h in hist for t in h), np.int32))
         if penalized else None,
-        history_lens=[len(h) for h in hist] if penalized else [])
+        history_lens=[len(h) for h in hist] if penalized else [],
+        route=[RouteStage(s.name, s.epoch) for s in chain], hop=0)

@@ -4,8 +4,12 @@ At one token per step, the numpy layer spends more time dispatching ~20 small op
 their results and reading array addresses (ctypes' `.ctypes.data` costs ~1 us) than computing
 them. Here each layer is its four projections plus four C calls (RMSNorm with the residual add
 before it, RoPE with the KV write, attention with every row a decode query of its own length)
-and SwiGLU's ufuncs into fixed buffers, whose addresses are read once. Same arithmetic in the same order as ShardModel._layer: the
-hidden states come out bit-identical.
+and SwiGLU's ufuncs into fixed buffers, whose addresses are read once. Same arithmetic in the same
+order as NumpyLayers with rows_alone: the hidden states come out bit-identical.
+
+Every query row attends alone, prompt rows too (plan_attention's rows_alone): the quantized
+kernels round activations to 8 bits, which turns a 1-ulp difference between a prompt's chunkings
+into a different token, so no row may depend on its neighbours.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import numpy as np
 
 from kernels.ffn import swiglu_into
 from kernels.matmul import matmul
+from kernels.norm import add_rms_norm
 from kernels.qmatmul import bound_qmatmul
 from kernels.qmatrix import QMatrix
-from services.shard.plan import AttentionPlan
+from services.shard.plan import AttentionPlan, plan_attention
 
 F32 = np.float32
 
@@ -44,14 +49,29 @@ class Scratch:
 class NativeLayers:
     """Runs layers of a ShardModel (float32 norms, weights float32 or QMatrix) with the C library `lib`."""
 
-    def __init__(self, lib, config, layers, kv, scale, split: bool, start: int = 0):
-        self.lib, self.c, self.layers, self.kv, self.scale, self.split = lib, config, layers, kv, scale, split
-        self.start = start
+    rows_alone = True
+
+    def __init__(self, lib, config, layers, kv, start: int = 0):
+        self.lib, self.c, self.layers, self.kv, self.start = lib, config, layers, kv, start
+        self.scale = F32(1.0 / np.sqrt(config.head_dim))
+        self.split = True       # float32 weights: OpenBLAS in small-matrix calls (kernels.matmul)
         # The norm weights as contiguous float32 (kept alive here: their addresses go to C).
         self._keep = [(np.ascontiguousarray(a, F32), np.ascontiguousarray(f, F32)) for a, _, _, f, _, _ in layers]
         self.norms = [(_addr(a), _addr(f)) for a, f in self._keep]
         self.ffn = int(layers[0][4].shape[0]) // 2
         self.scratch: Scratch | None = None
+
+    def plan(self, batch) -> AttentionPlan:
+        return plan_attention(batch, self.kv.page_size, np.dtype(F32), np, bias=False, rows_alone=True)
+
+    def hidden_out(self, h: np.ndarray) -> np.ndarray:
+        """A middle shard's output: a copy, since `h` is this object's buffer."""
+        return h.copy()
+
+    def head(self, rows: np.ndarray, output_norm, output, eps) -> np.ndarray:
+        """Final norm (in C) and output head: rows (S, D) -> logits (S, V)."""
+        x = add_rms_norm(np.ascontiguousarray(rows), None, output_norm, eps)
+        return matmul(np, x, output, self.split)
 
     def _scratch(self, t: int) -> Scratch:
         if self.scratch is None or self.scratch.t != t:

@@ -1,15 +1,16 @@
 """The shard runner: holds layers [start, end) of a model and runs batches through them.
 
 A `shard.forward` arrives at the first shard with token ids. Each shard runs its layers, then
-hands its activations to the shard holding the next range (found on the bus by its advertised
-layer range) in the configured codec, and awaits that shard's reply. The last shard applies the
-output head, samples, and answers with token ids and log-probabilities; the answer travels back
-along the chain, so a failure anywhere reaches the caller as a typed error.
+hands its activations to the next stage of the batch's route (the scheduler's pipeline, see
+services.shard.route) in the configured codec, and awaits that shard's reply. The last shard
+applies the output head, samples, and answers with token ids and log-probabilities; the answer
+travels back along the chain, so a failure anywhere reaches the caller as a typed error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import resource
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,9 @@ from bus.errors import ServiceError
 from bus.service import Service, handles
 from wire.messages.shard import Forward, ForwardReply
 
+from .route import BadRoute, StaleRoute, check_self, next_stage
+
+log = logging.getLogger("llmbus.shard")
 
 DEVICES = ("cpu", "cuda")
 # "quantized": GGUF's blocks through the native kernel (kernels.qmatmul), 6x fewer bytes a step;
@@ -127,8 +131,13 @@ class ShardService(Service):
     @handles(Forward)
     async def forward(self, msg: wire.Message) -> ForwardReply:
         f: Forward = msg.body
+        self.counters["forwards"] += 1
         if self.model is None:
             raise ServiceError("loading", f"{self.name} is still loading", retry_after=1.0)
+        try:
+            check_self(f.route, f.hop, self.name, self.epoch)
+        except StaleRoute as e:
+            raise self._refuse("stale_route", e) from None
         if f.first_layer != self.shard.start:
             raise ServiceError("range_mismatch", f"{self.name} holds layers {self.shard.start}:"
                                                  f"{self.shard.end}, not {f.first_layer}:")
@@ -155,32 +164,40 @@ class ShardService(Service):
         except ValueError as e:   # a payload that does not reshape to its declared shape
             raise ServiceError("bad_batch", str(e)) from None
 
+    def _refuse(self, code: str, e: Exception) -> ServiceError:
+        """A batch planned for KV this shard does not hold: the scheduler must plan again."""
+        self.counters[f"refused.{code}"] += 1
+        log.warning("%s refuses a batch (%s): %s", self.name, code, e)
+        return ServiceError(code, f"{self.name}: {e}")
+
     async def _run(self, fn, *args):
         from kernels.sampling import BadSamplerInput
         from services.shard.batch import BadBatch
+        from services.shard.kv_cache import KVMissing
         try:
             return await asyncio.get_running_loop().run_in_executor(self._compute, fn, *args)
+        except KVMissing as e:
+            raise self._refuse("kv_missing", e) from None
         except (BadBatch, BadSamplerInput) as e:
             raise ServiceError("bad_batch", str(e)) from None
 
     async def _hand_on(self, msg: wire.Message, f: Forward, hidden: np.ndarray) -> ForwardReply:
-        nxt = self._next_shard()
-        onward = replace(f, first_layer=self.shard.end, tokens=None,
+        try:
+            nxt = next_stage(f.route, f.hop, self._live_epoch, self.shard.end)
+        except StaleRoute as e:
+            raise self._refuse("stale_route", e) from None
+        except BadRoute as e:
+            raise ServiceError("bad_batch", str(e)) from None
+        onward = replace(f, first_layer=self.shard.end, tokens=None, hop=f.hop + 1,
                          hidden=wire.Tensor(hidden, self.shard.codec))
         timeout = (msg.deadline - time.time()) if msg.deadline else 30.0
         if timeout <= 0:
             raise ServiceError("deadline_exceeded", "no time left to reach the next shard")
-        return await self.peers.call(nxt, onward, timeout=timeout)
+        return await self.peers.call(nxt.name, onward, timeout=timeout)
 
-    def _next_shard(self) -> str:
-        live = [e for e in self.directory.of_kind("shard")
-                if e.info.get("layers", [None])[0] == self.shard.end
-                and e.info.get("model") == self.model_id and e.state == "ready"]
-        if not live:
-            raise ServiceError("shard_unavailable",
-                               f"no live shard holds layers from {self.shard.end} of this model",
-                               retry_after=1.0)
-        return min(live, key=lambda e: e.load).name
+    def _live_epoch(self, name: str) -> int | None:
+        e = self.directory.get(name)
+        return e.epoch if e is not None else None
 
     async def _sample(self, f: Forward, logits: np.ndarray) -> ForwardReply:
         from services.shard.sampling_step import sample_rows, split_histories

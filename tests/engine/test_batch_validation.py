@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from services.shard.batch import BadBatch, ForwardBatch
+from services.shard.kv_cache import KVMissing
 from tests.engine.conftest import make_shard
 
 
@@ -24,7 +25,17 @@ def middle(tiny_path, tiny_cache):
     return make_shard(tiny_path, 1, 2, num_pages=4, page_size=4, root=tiny_cache)
 
 
+def test_a_batch_resting_on_keys_never_written_is_refused_before_any_state_changes(tiny_path, tiny_cache):
+    fresh = make_shard(tiny_path, 0, 2, num_pages=4, page_size=4, root=tiny_cache)
+    with pytest.raises(KVMissing, match="sequence 1 goes on from position 7, but page 1"):
+        fresh.forward(ok_batch())
+    assert not fresh.kv.k.any() and not fresh.kv.written.any()
+
+
 def test_the_valid_batch_runs(first):
+    # Sequence 1 goes on from position 7: its keys 0..6 are written first.
+    first.forward(ok_batch(tokens=np.arange(7, dtype=np.int32), positions=np.arange(7, dtype=np.int32),
+                           query_lens=np.array([7], np.int32), page_table=np.array([[1, 2]], np.int32)))
     assert first.forward(ok_batch()).shape == (4, 64)
 
 

@@ -86,7 +86,8 @@ def test_forward_over_blocks_follows_the_float_forward_with_8_bit_activations(q4
     """Two sequences, prefill and a decode, through a two-shard split and whole, in both formats: the
     split changes nothing, and the blocks' 8-bit activations move logits by about 1% of their range."""
     rng = np.random.default_rng(0)
-    chunks = [Chunk("a", rng.integers(0, TINY["vocab"], 9).tolist(), 0), Chunk("b", [5], 3)]
+    # b is a single-token row (the decode path) from position 0: a fresh cache holds no earlier keys.
+    chunks = [Chunk("a", rng.integers(0, TINY["vocab"], 9).tolist(), 0), Chunk("b", [5], 0)]
     out = {}
     for fmt in ("float32", "quantized"):
         h = _forward(q4_1_path, fmt, 0, 2, tmp_path, chunks)

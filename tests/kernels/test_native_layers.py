@@ -8,6 +8,8 @@ from services.shard.kv_cache import KVConfig, PagedKVCache
 from services.shard.inprocess import Chunk, PageAllocator, build_batch
 from services.shard.model import ShardModel
 from tests.conftest import require
+from services.shard.native_layers import NativeLayers
+from services.shard.numpy_layers import NumpyLayers
 
 pytestmark = pytest.mark.slow
 
@@ -28,9 +30,10 @@ def run(loaded, native: bool):
     cfg = loaded.config
     kv = PagedKVCache.for_model(cfg, 0, cfg.n_layers, KVConfig(num_pages=16, page_size=16))
     model = ShardModel(cfg, loaded.weights, kv)
-    require(model.native is not None, "the native library is not built (pip install -e . with a C compiler builds it)")
-    if not native:
-        model.native = None
+    require(isinstance(model.runner, NativeLayers),
+            "the native library is not built (pip install -e . with a C compiler builds it)")
+    if not native:   # the numpy loop, every row attending alone as in the native one
+        model.runner = NumpyLayers(cfg, model.runner.layers, kv, model.start, rows_alone=True)
     pages = PageAllocator(16, 16)
     return [model.forward(build_batch(chunks, pages)) for chunks in STEPS], kv
 

@@ -24,12 +24,13 @@ from ..waiting import until
 class Stack:
     """`llmbus up ARGS` in its own runtime folder; stop() sends SIGTERM as systemd or a user would."""
 
-    def __init__(self, runtime: Path, *args: str, ready_timeout: float = 240):
+    def __init__(self, runtime: Path, *args: str, ready_timeout: float = 240, extra_env: dict | None = None):
         self.runtime = runtime
         e = env()
         e["LLMBUS_RUNTIME_DIR"] = str(runtime)
         if "--http" not in args:   # never the default 8080: tests run side by side
             args = (*args, "--http", "127.0.0.1:0")
+        e.update(extra_env or {})
         self.proc = subprocess.Popen(cli("up", *args), cwd=ROOT, env=e, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.output: list[str] = []
@@ -76,14 +77,16 @@ class Result:
 
 
 async def generate(endpoint: str, body: Generate, client: RpcClient | None = None,
-                   stop_after_tokens: int | None = None, on_tokens=None) -> Result:
+                   stop_after_tokens: int | None = None, on_tokens=None,
+                   idle_timeout: float = 120) -> Result:
     """Run one request to its end (or close the stream after `stop_after_tokens` tokens);
-    `on_tokens(n)` is called with the number of tokens so far at each Tokens event."""
+    `on_tokens(n)` is called with the number of tokens so far at each Tokens event; a stream
+    silent for `idle_timeout` seconds raises CallTimeout."""
     own = client is None
     client = client or RpcClient(zmq.asyncio.Context.instance(), endpoint)
     res = Result()
     try:
-        async with contextlib.aclosing(client.stream(body, idle_timeout=120)) as events:
+        async with contextlib.aclosing(client.stream(body, idle_timeout=idle_timeout)) as events:
             async for ev in events:
                 res.events.append(ev)
                 if isinstance(ev, Started):

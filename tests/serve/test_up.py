@@ -136,22 +136,34 @@ async def _running(stack, n):
     return (await stats(stack))["running"] >= n
 
 
-async def test_a_full_queue_refuses_at_once_with_retry_after(stack):
+async def test_a_full_queue_refuses_at_once_with_retry_after(stack, model_path):
+    from services.tokenizer import Tokenizer
+    eos = Tokenizer.from_gguf(model_path).eot_ids
     # Long prompts: few fit into the micro-batches in flight, the rest wait and fill the queue.
     text = " ".join(f"Fact {k}: water is wet." for k in range(60))
-    body = lambda i: Generate(messages=[{"role": "user", "content": f"{i} {text}"}],
+    body = lambda i: Generate(messages=[{"role": "user", "content": f"{i} {text}"}],   # noqa: E731
                               temperature=0.0, max_tokens=1)
-    tasks = [asyncio.create_task(generate(stack.endpoint, body(i), stop_after_tokens=1))
+    # The last admitted waits for every prompt before it (~13k tokens, 30 s on a quiet machine).
+    tasks = [asyncio.create_task(generate(stack.endpoint, body(i), idle_timeout=600))
              for i in range(MAX_QUEUE + 20)]
-    done, _ = await asyncio.wait(tasks, timeout=120)
-    refused = [t.exception() for t in done if t.exception() is not None]
+    done, pending = await asyncio.wait(tasks, timeout=600)
+    assert not pending, f"{len(pending)} requests never ended"
+    refused = [t.exception() for t in tasks if t.exception() is not None]
     assert refused, "no request was refused"
     for e in refused:
         assert isinstance(e, RemoteError) and e.code == "queue_full", e
         assert e.retry_after is not None and e.retry_after > 0
     assert len(refused) <= 20 + 4 * 16  # only what the queue and the pipeline could not take
-    await asyncio.gather(*tasks, return_exceptions=True)
+    # Every admitted request ran to its end: one greedy token, ended by max_tokens (or by EOS).
+    admitted = {i: t.result() for i, t in enumerate(tasks) if t.exception() is None}
+    for i, res in admitted.items():
+        assert res.done is not None and len(res.token_ids) == res.done.completion_tokens == 1, (i, res.done)
+        assert res.done.finish_reason == ("stop" if res.token_ids[0] in eos else "length"), (i, res.done)
     await wait_for(lambda: idle(stack), timeout=30)
+    # Greedy: the same request alone, on an idle stack, gives the same token and text.
+    for i in sorted(admitted)[::max(1, len(admitted) // 3)]:
+        alone = await generate(stack.endpoint, body(i))
+        assert (alone.token_ids, alone.text) == (admitted[i].token_ids, admitted[i].text), i
 
 
 @pytest.mark.parametrize("body, code", [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from bus.directory import Directory
 from bus.errors import RemoteError
 from bus.peers import Peers
 from wire.messages.sampling import SamplingParams
-from wire.messages.shard import Forward
+from wire.messages.shard import Forward, RouteStage
 
 from ..bus.procs import Procs, cli, unique_cluster
 
@@ -27,6 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 REFERENCE = json.loads((Path(__file__).parents[1] / "data" / "smollm2-135m-q4_1.llamacpp.json").read_text())
 RANGES = ((0, 10), (10, 20), (20, 30))
+NAMES = [f"shard-{a}" for a, _ in RANGES]
 PAGES, PAGE = 64, 16
 
 
@@ -42,13 +44,17 @@ def start_pipeline(procs: Procs, model: Path, cluster: str, codec: str) -> dict:
 
 
 class Driver:
-    """Plays the scheduler: one sequence at a time, pages 0.. in order."""
+    """Plays the scheduler: one sequence at a time, pages 0.. in order, along the shards live now."""
 
-    def __init__(self, peers: Peers):
-        self.peers = peers
+    def __init__(self, peers: Peers, directory: Directory):
+        self.peers, self.directory = peers, directory
         self.batch_id = 0
 
-    async def step(self, ids, start, *, first_layer=0, sampling=None, table=None, rows=None, **kw):
+    def route(self) -> list[RouteStage]:
+        return [RouteStage(name, self.directory.get(name).epoch) for name in NAMES]
+
+    async def step(self, ids, start, *, first_layer=0, sampling=None, table=None, rows=None,
+                   route=None, **kw):
         """One chunk of one sequence; `rows` overrides its one sampling row (e.g. [] for none)."""
         self.batch_id += 1
         n = len(ids)
@@ -60,8 +66,9 @@ class Driver:
                        page_table=wire.Tensor(table),
                        tokens=wire.Tensor(np.asarray(ids, np.int32)),
                        sampling=[sampling or SamplingParams(temperature=0.0)] if rows is None else rows,
-                       steps=[0] if rows is None else [0] * len(rows), **kw)
-        return await self.peers.call("shard-0", body, timeout=60)
+                       steps=[0] if rows is None else [0] * len(rows),
+                       route=self.route() if route is None else route, **kw)
+        return await self.peers.call(body.route[0].name, body, timeout=60)
 
     async def teacher_forced(self, chat, steps):
         """Logits after the prompt and after each of the first `steps` reference tokens."""
@@ -82,7 +89,7 @@ async def pipeline(model_path):
     await d.start()
     peers = Peers(ctx, d, me="test")
     await _ready(d, 3)
-    yield procs, shards, d, Driver(peers), cluster
+    yield procs, shards, d, Driver(peers, d), cluster
     await peers.close()
     await d.stop()
     procs.stop_all()
@@ -173,7 +180,7 @@ async def test_bad_batches_get_typed_errors_and_the_shard_keeps_serving(pipeline
                   query_lens=wire.Tensor(np.array([5], np.int32)),
                   page_table=wire.Tensor(np.zeros((1, 1), np.int32)),
                   tokens=wire.Tensor(np.asarray(ids, np.int32)),
-                  sampling=[SamplingParams(temperature=0.0)], steps=[0])
+                  sampling=[SamplingParams(temperature=0.0)], steps=[0], route=drive.route())
     with pytest.raises(RemoteError) as e:
         await drive.peers.call("shard-0", bad)
     assert e.value.code == "bad_batch"
@@ -194,15 +201,49 @@ async def test_a_batch_in_which_no_row_samples_comes_back_empty(pipeline):
     assert r.tokens.array().tolist() == [chat["greedy_steps_top5"][k][0][0]]
 
 
+async def test_a_batch_is_refused_unless_its_route_is_the_live_pipeline(pipeline):
+    _, _, _, drive, _ = pipeline
+    ids = REFERENCE["chats"][0]["prompt_ids"][:5]
+    live = drive.route()
+    routes = {
+        "the first stage's epoch": [replace(live[0], epoch=live[0].epoch - 1), *live[1:]],
+        "a restart the sender sees": [live[0], replace(live[1], epoch=live[1].epoch - 1), live[2]],
+        "a restart only the receiver knows": [*live[:2], replace(live[2], epoch=live[2].epoch + 1)],
+        "a shard not live": [live[0], RouteStage("shard-99", live[1].epoch), live[2]],
+    }
+    for what, route in routes.items():
+        with pytest.raises(RemoteError) as e:
+            await drive.step(ids, 0, route=route)
+        assert e.value.code == "stale_route", (what, e.value)
+    with pytest.raises(RemoteError) as e:                       # ends before the last layer
+        await drive.step(ids, 0, route=live[:2])
+    assert e.value.code == "bad_batch" and "route ends" in e.value.message
+    assert (await drive.step(ids, 0, route=live)).tokens.array().shape == (1,)
+
+
+async def test_a_batch_resting_on_kv_the_shards_never_wrote_is_refused(pipeline):
+    _, _, _, drive, _ = pipeline
+    ids = REFERENCE["chats"][0]["prompt_ids"][:6]
+    page = np.array([[PAGES - 1]], np.int32)                    # a page no other test writes
+    with pytest.raises(RemoteError) as e:
+        await drive.step(ids[4:], 4, table=page)
+    assert e.value.code == "kv_missing" and "shard-0" in e.value.message
+    await drive.step(ids[:4], 0, table=page)                    # positions 0..3 written on every shard
+    assert (await drive.step(ids[4:], 4, table=page)).tokens.array().shape == (1,)
+
+
 async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_model, model_path):
     procs, shards, d, drive, cluster = pipeline
-    old = d.get("shard-10")
+    old, planned = d.get("shard-10"), drive.route()
+    chat = REFERENCE["chats"][1]
+    n = len(chat["prompt_ids"])
+    held = np.arange(48, 48 + n // PAGE + 1, dtype=np.int32)[None, :]     # pages no other test uses
+    await drive.step(chat["prompt_ids"], 0, table=held)   # a sequence whose KV dies with shard-10
     shards["shard-10"].kill()
     shards["shard-10"].wait(5)
-    chat = REFERENCE["chats"][1]
     with pytest.raises(RemoteError) as e:      # typed while the range is missing, never a hang
-        await drive.step(chat["prompt_ids"], 0)
-    assert e.value.code in ("shard_unavailable", "peer_dead")
+        await drive.step(chat["prompt_ids"], 0, route=planned)
+    assert e.value.code in ("stale_route", "peer_dead")
     t0 = time.monotonic()
     procs.start(cli("run", "shard", "--name", "shard-10", "--cluster", cluster,
                     "--interface", "127.0.0.1", "--model", str(model_path),
@@ -215,6 +256,14 @@ async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_mod
         assert time.monotonic() - t0 < 60, d.explain()
         await asyncio.sleep(0.1)
     assert e.info["cold_load"] is False and e.info["load_s"] < 2.0
+    # Along the old route the batch is refused by name; along the new one, the sequence that went
+    # on from its prompt is refused by shard-10, which never computed that prompt's keys.
+    with pytest.raises(RemoteError) as e:
+        await drive.step(chat["greedy_ids"][:1], n, table=held, route=planned)
+    assert e.value.code == "stale_route" and "shard-10" in e.value.message
+    with pytest.raises(RemoteError) as e:
+        await drive.step(chat["greedy_ids"][:1], n, table=held)
+    assert e.value.code == "kv_missing" and "shard-10" in e.value.message
     # The KV of the dead shard is gone: the sequence is prefilled again, with the same result.
     replies = await drive.teacher_forced(chat, steps=2)
     expected = local_logits(local_model, chat, steps=2)
@@ -236,7 +285,7 @@ async def test_int8_and_fp16_hops_agree_with_fp32_on_the_reference(model_path, l
             await d.start()
             peers = Peers(ctx, d, me="t")
             await _ready(d, 3)
-            drive = Driver(peers)
+            drive = Driver(peers, d)
             agree = total = 0
             worst = 0.0
             for chat in REFERENCE["chats"][:2]:

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from ..schema import message
+from ..schema import message, record
 from ..tensor import Tensor
 from .sampling import SamplingParams
+
+
+@record
+class RouteStage:
+    """One shard of a batch's route: the process (name) and the run of it (epoch) that holds the KV."""
+    name: str
+    epoch: int
 
 
 @message("shard.forward")
@@ -26,10 +33,16 @@ class Forward:
     history: Tensor | None = None      # int32: prompt+generated ids of sampling sequences, end to end
     history_lens: list[int] = field(default_factory=list)
     return_logits: bool = False        # diagnostics and parity tests only
+    # The scheduler's pipeline, in layer order: each shard hands on to route[hop + 1] and to no
+    # other, since only the shards the scheduler planned for hold the batch's KV.
+    route: list[RouteStage] = field(default_factory=list)
+    hop: int = 0                       # the receiver's index in route
 
     def check(self):
         if self.batch_id < 0 or self.first_layer < 0:
             raise ValueError("batch_id and first_layer must be >= 0")
+        if not 0 <= self.hop < len(self.route):
+            raise ValueError(f"hop {self.hop} is not a stage of the route ({len(self.route)} stages)")
         if (self.tokens is None) == (self.hidden is None):
             raise ValueError("exactly one of tokens and hidden")
         if len(self.steps) != len(self.sampling) or any(t < 0 for t in self.steps):

@@ -1,0 +1,77 @@
+"""The layer loop written once against an array module, op by op: what a GPU shard runs (cupy).
+
+cuBLAS takes each projection in one call, decode rows attend over their pages gathered and
+masked by a bias, prompt chunks attend as a whole. numpy_layers.py is the CPU variant of this
+loop; native_layers.py replaces it where the C library is built.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.attention import attend_decode, attend_prefill, write_kv
+from kernels.ffn import feed_forward
+from kernels.matmul import matmul
+from kernels.norm import rms_norm
+from kernels.rope import apply_rope
+from kernels.xp import to_numpy
+from services.shard.plan import AttentionPlan, plan_attention
+
+
+class ArrayLayers:
+    """Runs the layers `layers` (per layer: attn_norm, wqkv, wo, ffn_norm, w_gate_up, w_down) of a
+    shard starting at layer `start` on `xp`, over the paged cache `kv`."""
+
+    rows_alone = False      # prompt chunks attend together (plan_attention)
+    bias = True             # decode rows are masked by plan.decode_bias
+
+    def __init__(self, xp, config, layers, kv, start: int, split: bool = False):
+        self.xp, self.c, self.layers, self.kv, self.start, self.split = xp, config, layers, kv, start, split
+        self.dtype = np.dtype(kv.dtype)
+        self.scale = self.dtype.type(1.0 / np.sqrt(config.head_dim))
+
+    def plan(self, batch) -> AttentionPlan:
+        return plan_attention(batch, self.kv.page_size, self.dtype, self.xp, bias=self.bias,
+                              rows_alone=self.rows_alone)
+
+    def run(self, h, plan: AttentionPlan, cos, sin, trace):
+        """h (T, D) on xp through every layer, updated in place -> (T, D)."""
+        for i, layer in enumerate(self.layers):
+            h = self._layer(i, layer, h, plan, cos, sin, trace)
+        return h
+
+    def hidden_out(self, h) -> np.ndarray:
+        """A middle shard's output: (T, D) float32 on the host."""
+        return to_numpy(h).astype(np.float32, copy=False)
+
+    def head(self, rows, output_norm, output, eps):
+        """The last shard's final norm and output head: rows (S, D) -> logits (S, V) on xp."""
+        return matmul(self.xp, rms_norm(self.xp, rows, output_norm, eps), output, self.split)
+
+    def _decode(self, q, kc, vc, plan: AttentionPlan):
+        return attend_decode(self.xp, q, kc, vc, plan.decode_table, plan.decode_bias, self.scale)
+
+    def _layer(self, i: int, layer, h, plan: AttentionPlan, cos, sin, trace):
+        c, xp = self.c, self.xp
+        attn_norm, wqkv, wo, ffn_norm, w_gate_up, w_down = layer
+        t = h.shape[0]
+        nq, nkv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        x = rms_norm(xp, h, attn_norm, c.norm_eps)
+        qkv = matmul(xp, x, wqkv, self.split)                             # (T, (H + 2 KVH) * Dh)
+        q = apply_rope(xp, qkv[:, :nq].reshape(t, c.n_heads, c.head_dim), cos, sin)
+        k = apply_rope(xp, qkv[:, nq:nq + nkv].reshape(t, c.n_kv_heads, c.head_dim), cos, sin)
+        v = qkv[:, nq + nkv:].reshape(t, c.n_kv_heads, c.head_dim)
+        kc, vc = self.kv.k[i], self.kv.v[i]
+        write_kv(kc, vc, k, v, plan.write_pages, plan.write_slots)
+        attn = xp.empty_like(q)                                           # (T, H, Dh)
+        if plan.decode_rows.shape[0]:
+            attn[plan.decode_rows] = self._decode(q[plan.decode_rows], kc, vc, plan)
+        for p in plan.prefills:
+            attn[p.rows] = attend_prefill(xp, q[p.rows], kc, vc, p.pages, p.start, self.scale)
+        h += matmul(xp, attn.reshape(t, nq), wo, self.split)              # (T, D)
+        if trace is not None:
+            trace("attn", attn)
+        h += feed_forward(xp, rms_norm(xp, h, ffn_norm, c.norm_eps), w_gate_up, w_down, self.split)
+        if trace is not None:
+            trace("h", h)
+        return h

@@ -1,0 +1,28 @@
+"""Which layer loop a shard runs on this machine, decided in one place.
+
+    cupy (a GPU)                   -> ArrayLayers: op by op, one cuBLAS call per projection
+    numpy, float32, C library      -> NativeLayers: fused C ops, every row attending alone
+    numpy, float32, no C library   -> NumpyLayers: op by op, OpenBLAS small-matrix calls
+    numpy, another dtype           -> ArrayLayers on numpy (tests and tools only)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.native_lib import load
+from services.shard.array_layers import ArrayLayers
+from services.shard.native_layers import NativeLayers
+from services.shard.numpy_layers import NumpyLayers
+
+
+def choose_runner(xp, config, layers, kv, start: int):
+    """The layer runner for `layers` of a shard starting at layer `start`, over the cache `kv`."""
+    if xp is not np:
+        return ArrayLayers(xp, config, layers, kv, start)
+    if kv.dtype != np.float32:
+        return ArrayLayers(np, config, layers, kv, start, split=True)
+    lib = load()
+    if lib is None:
+        return NumpyLayers(config, layers, kv, start)
+    return NativeLayers(lib, config, layers, kv, start)

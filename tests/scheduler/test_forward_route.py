@@ -1,0 +1,40 @@
+"""A planned micro-batch goes out as `shard.forward` carrying its route: the pipeline it was planned on."""
+
+import pytest
+
+import wire
+from services.scheduler.batch_plan import BatchPlan, SeqChunk
+from services.scheduler.forward_plan import to_forward
+from services.scheduler.pipeline import Stage
+from wire.messages.sampling import SamplingParams
+from wire.messages.shard import Forward, RouteStage
+
+CHAIN = [Stage("shard-0", 11, 0, 13, 64, 16), Stage("shard-13", 22, 13, 25, 64, 16),
+         Stage("shard-25", 33, 25, 30, 64, 16)]
+
+
+def plan() -> BatchPlan:
+    return BatchPlan(batch_id=7, page_size=16, chunks=(
+        SeqChunk("a", (1, 2, 3), 0, 0, (4,), True, 0, 0),
+        SeqChunk("b", (9,), 20, 0, (5, 6), True, 0, 3)))
+
+
+def roundtrip(f: Forward) -> Forward:
+    return wire.decode([bytes(x) for x in wire.encode(wire.Message(f, sender="t", epoch=1))]).body
+
+
+def test_the_forward_names_every_stage_of_the_chain_with_its_epoch():
+    f = roundtrip(to_forward(plan(), {"a": SamplingParams(), "b": SamplingParams(temperature=0.0)}, {}, CHAIN))
+    assert f.route == [RouteStage("shard-0", 11), RouteStage("shard-13", 22), RouteStage("shard-25", 33)]
+    assert f.hop == 0 and f.first_layer == 0
+    assert f.positions.array().tolist() == [0, 1, 2, 20]
+    assert f.steps == [0, 3]
+
+
+@pytest.mark.parametrize("route,hop", [([], 0), ([RouteStage("shard-0", 1)], 1),
+                                       ([RouteStage("shard-0", 1)], -1)])
+def test_a_forward_without_its_receiver_in_the_route_is_a_bad_frame(route, hop):
+    f = to_forward(plan(), {"a": SamplingParams(), "b": SamplingParams()}, {}, CHAIN)
+    bad = Forward(**{**{k: getattr(f, k) for k in f.__dataclass_fields__}, "route": route, "hop": hop})
+    with pytest.raises(wire.BadFrame, match="hop"):
+        roundtrip(bad)
