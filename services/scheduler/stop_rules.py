@@ -60,11 +60,13 @@ class StopState:
         return out
 
     def _find_stop(self) -> tuple[int, str] | None:
-        # Held text holds no complete stop string before this piece, so search it whole.
+        # Held text holds no complete stop string before this piece, so search it whole. The stop
+        # string that a character-by-character stream completes first wins (earliest end, then
+        # earliest start), so where tokens happen to split the text never changes the answer.
         best = None
         for s in self.stop:
             at = self._held.find(s)
-            if at >= 0 and (best is None or at < best[0]):
+            if at >= 0 and (best is None or (at + len(s), at) < (best[0] + len(best[1]), best[0])):
                 best = (at, s)
         return best
 
