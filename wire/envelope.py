@@ -94,7 +94,10 @@ def decode(frames: Sequence[Any]) -> Message:
     bufs = [_buffer(f) for f in frames]
     head = bufs[0]
     if len(head) > limits.MAX_HEADER_BYTES:
-        raise BadFrame("oversized", f"header of {len(head)} bytes")
+        # The one bad frame an honest caller sends (a prompt too big): its error reply must
+        # name the call, or the caller waits for an answer that was sent under id 0.
+        raise BadFrame("oversized", f"header of {len(head)} bytes, limit {limits.MAX_HEADER_BYTES}",
+                       msg_id=_peek_id(head))
     try:
         header = msgpack.unpackb(head, raw=False, strict_map_key=True, use_list=True,
                                  max_str_len=limits.MAX_STR, max_bin_len=limits.MAX_HEADER_BYTES,
@@ -140,6 +143,25 @@ def _body(header: dict, bufs: list, mid: int, sender: str, epoch: int, deadline:
     if len(used) != len(bufs) - 1:
         raise BadFrame("frame_count", f"{len(bufs) - 1} payload frames, {len(used)} referenced")
     return Message(body=body, id=mid, sender=sender, epoch=epoch, deadline=float(deadline))
+
+
+def _peek_id(head: memoryview) -> int:
+    """The id of an oversized header, read from the small keys that encode() puts before the
+    body; 0 when it is not there. Reads nothing past the id, whatever the rest holds."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_str_len=256, max_bin_len=256,
+                                max_array_len=16, max_map_len=16, max_ext_len=0)
+    unpacker.feed(head)
+    try:
+        for _ in range(min(unpacker.read_map_header(), len(_HEADER_KEYS))):
+            key = unpacker.unpack()
+            if key == "body":
+                return 0
+            value = unpacker.unpack()
+            if key == "id":
+                return value if _is_int(value) and 0 <= value < 1 << 64 else 0
+    except Exception:  # anything unreadable: no id to name
+        return 0
+    return 0
 
 
 def _numel(dims: Iterable[int]) -> int:
