@@ -108,7 +108,6 @@ def decode(frames: Sequence[Any]) -> Message:
     if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
         raise BadFrame("schema", "header must be a map of exactly "
                        "version, type, id, sender, epoch, deadline, body")
-    _check_depth(header["body"], 0)
     version = header["version"]
     if not _is_int(version) or version != limits.VERSION:
         raise BadFrame("version", f"version {str(version)[:20]}, this side speaks {limits.VERSION}")
@@ -122,6 +121,7 @@ def decode(frames: Sequence[Any]) -> Message:
     if not (_is_int(epoch) and 0 <= epoch < 1 << 64):
         raise BadFrame("schema", "epoch must be an unsigned 64-bit integer")
     try:
+        _check_depth(header["body"], 0)  # here, where an error names the call it answers
         return _body(header, bufs, mid, sender, epoch, deadline)
     except BadFrame as e:
         e.msg_id = mid  # the header is sound: the error reply can name the call it answers
