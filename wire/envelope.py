@@ -105,7 +105,10 @@ def decode(frames: Sequence[Any]) -> Message:
     bufs = [_buffer(f) for f in frames]
     head = bufs[0]
     if len(head) > limits.MAX_HEADER_BYTES:
-        raise BadFrame("oversized", f"header of {len(head)} bytes")
+        # The one bad frame an honest caller sends (a prompt too big): its error reply must
+        # name the call, or the caller waits for an answer that was sent under id 0.
+        raise BadFrame("oversized", f"header of {len(head)} bytes, limit {limits.MAX_HEADER_BYTES}",
+                       msg_id=_peek_id(head))
     try:
         header = msgpack.unpackb(head, raw=False, strict_map_key=True, use_list=True,
                                  max_str_len=limits.MAX_STR, max_bin_len=limits.MAX_HEADER_BYTES,
@@ -116,7 +119,6 @@ def decode(frames: Sequence[Any]) -> Message:
     if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
         raise BadFrame("schema", "header must be a map of exactly "
                        "version, type, id, sender, epoch, deadline, body")
-    _check_depth(header["body"], 0)
     version = header["version"]
     if not _is_int(version) or version != limits.VERSION:
         raise BadFrame("version", f"version {str(version)[:20]}, this side speaks {limits.VERSION}")
@@ -130,6 +132,7 @@ def decode(frames: Sequence[Any]) -> Message:
     if not (_is_int(epoch) and 0 <= epoch < 1 << 64):
         raise BadFrame("schema", "epoch must be an unsigned 64-bit integer")
     try:
+        _check_depth(header["body"], 0)  # here, where an error names the call it answers
         return _body(header, bufs, mid, sender, epoch, deadline)
     except BadFrame as e:
         e.msg_id = mid  # the header is sound: the error reply can name the call it answers
@@ -153,6 +156,25 @@ def _body(header: dict, bufs: list, mid: int, sender: str, epoch: int, deadline:
     return Message(body=body, id=mid, sender=sender, epoch=epoch, deadline=float(deadline))
 
 
+def _peek_id(head: memoryview) -> int:
+    """The id of an oversized header, read from the small keys that encode() puts before the
+    body; 0 when it is not there. Reads nothing past the id, whatever the rest holds."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_str_len=256, max_bin_len=256,
+                                max_array_len=16, max_map_len=16, max_ext_len=0)
+    unpacker.feed(head)
+    try:
+        for _ in range(min(unpacker.read_map_header(), len(_HEADER_KEYS))):
+            key = unpacker.unpack()
+            if key == "body":
+                return 0
+            value = unpacker.unpack()
+            if key == "id":
+                return value if _is_int(value) and 0 <= value < 1 << 64 else 0
+    except Exception:  # anything unreadable: no id to name
+        return 0
+    return 0
+
+
 def _numel(dims: Iterable[int]) -> int:
     n = 1
     for d in dims:
@@ -167,11 +189,17 @@ def _is_int(v: Any) -> bool:
 def _check_depth(v: Any, depth: int) -> None:
     if depth > limits.MAX_DEPTH:
         raise BadFrame("oversized", f"nested deeper than {limits.MAX_DEPTH}")
-    if isinstance(v, dict):
-        for x in v.values():
-            _check_depth(x, depth + 1)
-    elif isinstance(v, list):
-        for x in v:
+    items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+    if not items:
+        return
+    if depth + 1 > limits.MAX_DEPTH:   # its items, scalars too, are one level too deep
+        raise BadFrame("oversized", f"nested deeper than {limits.MAX_DEPTH}")
+    # Only containers go deeper, and a list of scalars is told in one C loop: a Python step
+    # per item made a million token ids take a second.
+    if {dict, list}.isdisjoint(map(type, items)):
+        return
+    for x in items:
+        if isinstance(x, (dict, list)):
             _check_depth(x, depth + 1)
 
 

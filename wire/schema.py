@@ -126,12 +126,17 @@ def _compile(tp) -> Callable:
             raise TypeError(f"only tuple[T, ...] is supported, not {tp}")
         sub = _compile(args[0])
         make = list if origin is list else tuple
+        plain = _PLAIN_ITEMS.get(args[0])
 
         def conv_list(v, p, t):
             if not isinstance(v, (list, tuple)):
                 raise BadFrame("schema", f"{p}: expected a list, got {type(v).__name__}")
             if len(v) > MAX_LIST:
                 raise BadFrame("oversized", f"{p}: list of {len(v)} items")
+            # A million token ids checked one call each stalled a service's event loop for
+            # seconds (peers took it for dead); a set of item types is one C loop.
+            if plain is not None and set(map(type, v)) <= plain:
+                return make(v)
             return make(sub(x, f"{p}[{i}]", t) for i, x in enumerate(v))
 
         return conv_list
@@ -169,6 +174,11 @@ def _compile(tp) -> Callable:
     if tp is bytes:
         return _scalar(bytes, (bytes,))
     raise TypeError(f"unsupported field type {tp!r}")
+
+
+# Item types a list[T] may hold as decoded, with nothing more to check or convert: what
+# `_scalar` accepts as is (a str's length is bounded by msgpack's max_str_len already).
+_PLAIN_ITEMS = {int: {int}, float: {float}, str: {str}}
 
 
 def _scalar(make, accepted, exclude_bool=False):

@@ -13,6 +13,9 @@ from .sequence import PRIORITIES, Request
 if TYPE_CHECKING:  # the policy stays importable without wire (and numpy): `llmbus run` builds
     from wire.messages.sampling import SamplingParams   # its parser from this package
 
+# Every event of a stream carries the id back: a megabyte id would make each reply a megabyte.
+MAX_REQUEST_ID_CHARS = 256
+
 
 @dataclass(frozen=True)
 class Admission:
@@ -33,8 +36,13 @@ def validate(request: Request, config: SchedulerConfig) -> Admission:
     prompt = request.prompt
     if not isinstance(request.request_id, str) or not request.request_id:
         raise BadRequestId("request_id must be a non-empty string")
+    if len(request.request_id) > MAX_REQUEST_ID_CHARS:
+        raise BadRequestId(f"request_id of {len(request.request_id)} characters; at most "
+                           f"{MAX_REQUEST_ID_CHARS}")
     if len(prompt) == 0:
         raise EmptyPrompt("the prompt has no tokens")
+    if len(prompt) >= config.context_length:  # before the per-id checks: a list may hold 10^6
+        raise PromptTooLong(len(prompt), config.context_length)
     limit = config.vocab_size
     for t in prompt:
         if not _is_int(t) or t < 0 or (limit is not None and t >= limit):

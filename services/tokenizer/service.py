@@ -1,7 +1,7 @@
 """The tokenizer service: one model's Tokenizer behind the `tokenizer.*` messages.
 
 Bad input is answered with a typed `bus.error` (bad_messages, unknown_template, template_error,
-bad_token_id, text_too_long, vocab_too_large) and the service keeps serving. Work on text runs
+bad_token_id, text_too_long, prompt_too_long, vocab_too_large) and the service keeps serving. Work on text runs
 in one worker thread so that requests keep being read while a long prompt is tokenized.
 """
 
@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+import msgpack
 
 import wire
 from bus.config import ServiceConfig
@@ -143,6 +145,7 @@ class TokenizerService(Service):
         self._check_length(req.text, "text")
         ids = await self._run(tok.encode, req.text, req.parse_special,
                               add_special=req.add_special)
+        self._check_reply(ids, "")
         return Ids(ids=ids)
 
     @handles(Render)
@@ -151,6 +154,7 @@ class TokenizerService(Service):
         req: Render = msg.body
         text, ids = await self._run(self._prompt, openai_roles(req.messages),
                                     req.add_generation_prompt, req.template)
+        self._check_reply(ids, text)
         return Prompt(text=text, ids=ids)
 
     def _prompt(self, messages, add_generation_prompt: bool, template: str | None):
@@ -168,7 +172,13 @@ class TokenizerService(Service):
     async def decode(self, msg: wire.Message) -> Text:
         tok = self._ready()
         req: Decode = msg.body
-        return Text(text=await self._run(tok.decode, req.ids, req.skip_special))
+        text = await self._run(tok.decode, req.ids, req.skip_special)
+        if len(text) * 4 > MAX_HEADER_BYTES - _HEADER_ROOM:   # cheap bound first, as for input
+            n = len(text.encode("utf-8", "surrogatepass"))
+            if n > MAX_HEADER_BYTES - _HEADER_ROOM:
+                raise ServiceError("text_too_long", f"{len(req.ids)} ids decode to {n} bytes, more "
+                                                    f"than one reply carries: decode fewer at once")
+        return Text(text=text)
 
     # ------------------------------------------------------------------ helpers
     def _ready(self):
@@ -185,6 +195,17 @@ class TokenizerService(Service):
         if n > limit:
             raise ServiceError("text_too_long", f"{what} is {n} bytes of UTF-8, over the limit "
                                                 f"of {limit}: send it in shorter pieces")
+
+    @staticmethod
+    def _check_reply(ids: list[int], text: str) -> None:
+        # A text within max_text_bytes can still make more ids than one reply header carries
+        # (" a" is 2 bytes of text and 3 of msgpack); a reply the caller cannot decode would
+        # leave it waiting, so say so here.
+        size = len(msgpack.packb(ids)) + len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_HEADER_BYTES - _HEADER_ROOM:
+            raise ServiceError("prompt_too_long", f"the prompt is {len(ids)} tokens, more than one "
+                                                  f"reply carries ({size} bytes of "
+                                                  f"{MAX_HEADER_BYTES}): shorten it")
 
     async def _run(self, fn: Callable, *args, **kw):
         try:

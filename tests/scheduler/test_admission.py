@@ -26,7 +26,10 @@ from .harness import ManualClock, req, small, step
     (Request("r", (1, 2), 4, stop=("x",) * 17), BadStopStrings),
     (Request("r", (1, 2), 4, seed="7"), BadSeed),
     (Request("", (1, 2), 4), BadRequestId),
+    (Request("r" * 257, (1, 2), 4), BadRequestId),
     (Request("r", tuple(range(1, 65)), 4), PromptTooLong),
+    # Told by its length before any id is read (a list of 10^6 ids took the loop a second).
+    (Request("r", (-1,) * 10**6, 4), PromptTooLong),
 ])
 def test_bad_requests_get_a_typed_error_and_are_not_queued(request_, error):
     sched = Scheduler(small(vocab_size=49152))

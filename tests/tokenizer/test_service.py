@@ -179,6 +179,16 @@ BAD = [
     ("text too long", Encode(text="é" * 300_000), "text_too_long", "600000 bytes"),
     ("chat too long", Render(messages=[{"role": "user", "content": "x" * 600_000}]),
      "text_too_long", "rendered chat"),
+    # Within the text limit, but a token a byte: "\x01" is 2 bytes of msgpack as an id, " a" 3
+    # (with the rendered text beside): more than one reply header carries.
+    ("more ids than a reply carries", Encode(text="\x01" * 524_000), "prompt_too_long",
+     "524000 tokens"),
+    ("a chat of more ids than a reply carries", Render(messages=[{"role": "user",
+                                                                  "content": " a" * 262_000}]),
+     "prompt_too_long", "more than one reply carries"),
+    # Token 46778 is a newline and 80 spaces (81 bytes): 14,000 of them decode to 1.1 MB.
+    ("decoded text longer than a reply carries", Decode(ids=[46778] * 14_000), "text_too_long",
+     "14000 ids"),
 ]
 
 

@@ -63,6 +63,23 @@ def test_oversized_header():
     bad([pack(header(text="x" * limits.MAX_HEADER_BYTES))], "oversized")
 
 
+def test_an_oversized_header_names_its_call_so_the_caller_gets_the_error():
+    big = {"text": "x" * limits.MAX_HEADER_BYTES}
+    assert bad([pack(header(big, id=2**64 - 1))], "oversized").msg_id == 2**64 - 1
+    # No id before the body, or an id that is no id: the reply can name no call.
+    late = {k: v for k, v in header(big, id=9).items() if k != "id"} | {"id": 9}
+    assert bad([pack(late)], "oversized").msg_id == 0
+    assert bad([pack(header(big, id=-3))], "oversized").msg_id == 0
+    assert bad([b"\x87" + b"\xc1" * limits.MAX_HEADER_BYTES], "oversized").msg_id == 0
+
+
+def test_a_body_nested_too_deep_names_its_call():
+    body = {"text": "x"}
+    for _ in range(limits.MAX_DEPTH + 1):
+        body = {"k": body}
+    assert bad([pack(header(body, id=5))], "oversized").msg_id == 5
+
+
 @pytest.mark.parametrize("depth,reason", [(3, "schema"), (limits.MAX_DEPTH + 1, "oversized"),
                                           (500, "oversized"), (100_000, "malformed")])
 def test_deeply_nested_msgpack(depth, reason):
