@@ -144,7 +144,6 @@ class Anthropic(Protocol):
 
             await send("message_start", {"message": self._message(card, msg_id, Result(
                 prompt_tokens=r.prompt_tokens))})
-            await send("ping", {})
             parser = tools.stream() if tools else None
             blocks = {"next": 0, "text": None, "calls": 0}   # index of the open text block
 
@@ -179,6 +178,7 @@ class Anthropic(Protocol):
 
             if parser is None:
                 await text("")     # without tools the one text block opens at once
+            await send("ping", {})
             async for _, ev in replay:
                 if isinstance(ev, Tokens) and ev.text:
                     await pieces([Text(ev.text)] if parser is None else parser.feed(ev.text))
