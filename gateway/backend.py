@@ -25,6 +25,7 @@ from . import health
 from .errors import NotFound, Unavailable, from_bus
 from .metrics import Metrics
 from .model import ModelCard
+from .tools import Tools
 
 log = logging.getLogger("llmbus.gateway")
 
@@ -136,8 +137,19 @@ class Backend:
                                                   parse_special=parse_special))
         return list(reply.ids)
 
-    async def render(self, messages: list[dict]) -> list[int]:
-        return list((await self._tokenizer_call(Render(messages=messages))).ids)
+    async def render(self, messages: list[dict], tools: Tools | None = None,
+                     template: str | None = None) -> list[int]:
+        return list((await self._tokenizer_call(Render(
+            messages=messages, template=template, tools=tools.functions if tools else None,
+            assistant_prefix=tools.prefix if tools else ""))).ids)
+
+    async def with_tools(self, request: Generate, tools: Tools | None) -> Generate:
+        """The request with its tools in the prompt: the chat rendered here (the scheduler's
+        Generate has no tools), with a forced call's opening appended."""
+        if tools is None or request.messages is None:
+            return request
+        ids = await self.render(request.messages, tools, request.template)
+        return dataclasses.replace(request, messages=None, prompt_ids=ids)
 
     async def detokenize(self, ids: list[int]) -> str:
         return (await self._tokenizer_call(Decode(ids=ids, skip_special=False))).text

@@ -9,6 +9,7 @@ from typing import Any
 from .errors import BadRequest
 
 _MISSING = object()
+_INT_LO, _INT_HI = -(2 ** 63), 2 ** 63 - 1
 
 
 class Fields:
@@ -60,7 +61,8 @@ class Fields:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (
                 isinstance(v, float) and not v.is_integer()):
             raise BadRequest(f"{self._name(key)} must be an integer", param=self._name(key))
-        return self._range(key, int(v), lo, hi)
+        # Unbounded fields still end on the bus as msgpack integers: 64 bits at most.
+        return self._range(key, int(v), _INT_LO if lo is None else lo, _INT_HI if hi is None else hi)
 
     def num(self, key: str, default: float | None = None, lo: float | None = None,
             hi: float | None = None) -> float | None:

@@ -57,11 +57,19 @@ def document(protocols: list[Protocol], version: str, models: list[str]) -> dict
             "paths": paths}
 
 
+# One server-sent event as generic tools read it (OpenAI sends data only; Anthropic names events).
+_SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
+    "event": {"type": "string"}, "data": {"type": "string"}}}
+# Answered in plain text: Ollama's "Ollama is running", and Prometheus' exposition format.
+_TEXT_PATHS = {"/", "/metrics"}
+
+
 def _ok(proto: Protocol, path: str) -> dict:
     content = {"application/json": {"schema": {"type": "object"}}}
     if path in proto.requests and "stream" in proto.requests[path].get("properties", {}):
-        content[_STREAM_TYPES[proto.name]] = {"schema": {"type": "string"}}
-    if path == "/":
+        kind = _STREAM_TYPES[proto.name]
+        content[kind] = {"schema": _SSE_EVENT if kind == "text/event-stream" else {"type": "object"}}
+    if path in _TEXT_PATHS:
         content = {"text/plain": {"schema": {"type": "string"}}}
     return {"description": "the answer", "content": content}
 

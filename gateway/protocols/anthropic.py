@@ -12,6 +12,8 @@ from wire.messages.scheduler import Done, Generate, Tokens
 from ..errors import BadRequest, GatewayError
 from ..fields import Fields, text_of
 from ..generation import Result, admitted, collect, merged
+from ..toolcalls import Text, ToolCall, parse
+from ..tools import anthropic_tools, anthropic_turn, call_id
 from ..model import ModelCard
 from ..stream import json_response, open_stream, sse
 from .base import Protocol, error_headers
@@ -21,7 +23,9 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_f
           429: "rate_limit_error", 503: "overloaded_error"}
 
 
-def stop_reason(r: Result) -> str:
+def stop_reason(r: Result, called: bool = False) -> str:
+    if called:
+        return "tool_use"
     if r.length_limited:
         return "max_tokens"
     return "stop_sequence" if r.stop_string is not None else "end_turn"
@@ -40,13 +44,24 @@ def chat(f: Fields) -> list[dict]:
                              param=f"messages[{i}].role")
         if "content" not in m:
             raise BadRequest(f"messages[{i}].content is required", param=f"messages[{i}].content")
-        out.append({"role": role, "content": text_of(m["content"], f"messages[{i}].content")})
+        out += anthropic_turn(role, m["content"], i)
     return out
 
 
 _MESSAGES = {"type": "array", "minItems": 1, "items": {
     "type": "object", "required": ["role", "content"], "properties": {
         "role": {"enum": ["user", "assistant"]}, "content": {"type": ["string", "array"]}}}}
+
+
+_TOOLS = {"type": "array", "items": {"type": "object", "required": ["name"], "properties": {
+    "name": {"type": "string", "minLength": 1}, "description": {"type": "string"},
+    "input_schema": {"type": "object"}}}}
+_TOOL_CHOICE = {"type": "object", "required": ["type"], "properties": {
+    "type": {"enum": ["auto", "any", "tool", "none"]}, "name": {"type": "string"}}}
+
+
+def tool_use(c: ToolCall) -> dict:
+    return {"type": "tool_use", "id": call_id("toolu_"), "name": c.name, "input": c.arguments}
 
 
 class Anthropic(Protocol):
@@ -62,7 +77,8 @@ class Anthropic(Protocol):
                                                         "maximum": 1},
                                         "top_k": {"type": "integer", "minimum": 0},
                                         "top_p": {"type": "number", "minimum": 0, "maximum": 1},
-                                        "stream": {"type": "boolean"}}},
+                                        "stream": {"type": "boolean"},
+                                        "tools": _TOOLS, "tool_choice": _TOOL_CHOICE}},
         "/v1/messages/count_tokens": {"type": "object", "required": ["model", "messages"],
                                       "properties": {"model": {"type": "string"},
                                                      "messages": _MESSAGES,
@@ -88,7 +104,8 @@ class Anthropic(Protocol):
     async def count_tokens(self, request: web.Request) -> web.Response:
         f = await self.body(request)
         self.backend.model(f.str("model", required=True))
-        return json_response({"input_tokens": len(await self.backend.render(chat(f)))})
+        return json_response({"input_tokens": len(await self.backend.render(
+            chat(f), anthropic_tools(f)))})
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         f = await self.body(request)
@@ -97,21 +114,25 @@ class Anthropic(Protocol):
                        temperature=f.num("temperature", 1.0, 0.0, 1.0),
                        top_k=f.int("top_k", 0, lo=0), top_p=f.num("top_p", 1.0, 0.0, 1.0),
                        stop=f.stops("stop_sequences"))
+        tools = anthropic_tools(f)
+        gen = await self.backend.with_tools(gen, tools)
         msg_id = f"msg_{uuid.uuid4().hex[:24]}"
         if f.bool("stream"):
-            return await self._stream(request, card, gen, msg_id)
+            return await self._stream(request, card, gen, msg_id, tools)
         r = await collect(self.backend.generate(gen))
-        return json_response({**self._message(card, msg_id, r), "content": [
-            {"type": "text", "text": r.text}]})
+        text, calls = parse(tools.prefix + r.text, tools.names) if tools else (r.text, [])
+        content = [{"type": "text", "text": text}] if text.strip() or not calls else []
+        return json_response({**self._message(card, msg_id, r, bool(calls)),
+                              "content": content + [tool_use(c) for c in calls]})
 
-    def _message(self, card: ModelCard, msg_id: str, r: Result) -> dict:
+    def _message(self, card: ModelCard, msg_id: str, r: Result, called: bool = False) -> dict:
         done = r.done
         return {"id": msg_id, "type": "message", "role": "assistant", "model": card.id,
-                "content": [], "stop_reason": stop_reason(r) if done else None,
+                "content": [], "stop_reason": stop_reason(r, called) if done else None,
                 "stop_sequence": r.stop_string if done else None,
                 "usage": {"input_tokens": r.prompt_tokens, "output_tokens": r.completion_tokens}}
 
-    async def _stream(self, request, card: ModelCard, gen: Generate, msg_id: str):
+    async def _stream(self, request, card: ModelCard, gen: Generate, msg_id: str, tools=None):
         async with contextlib.aclosing(merged([self.backend.generate(gen)])) as events:
             r = Result()
             replay = await admitted(events, [r])
@@ -123,18 +144,54 @@ class Anthropic(Protocol):
 
             await send("message_start", {"message": self._message(card, msg_id, Result(
                 prompt_tokens=r.prompt_tokens))})
-            await send("content_block_start", {"index": 0,
-                                               "content_block": {"type": "text", "text": ""}})
+            parser = tools.stream() if tools else None
+            blocks = {"next": 0, "text": None, "calls": 0}   # index of the open text block
+
+            async def text(t: str) -> None:
+                if blocks["text"] is None:
+                    blocks["text"], blocks["next"] = blocks["next"], blocks["next"] + 1
+                    await send("content_block_start", {"index": blocks["text"], "content_block": {
+                        "type": "text", "text": ""}})
+                if t:
+                    await send("content_block_delta", {"index": blocks["text"], "delta": {
+                        "type": "text_delta", "text": t}})
+
+            async def close_text() -> None:
+                if blocks["text"] is not None:
+                    await send("content_block_stop", {"index": blocks["text"]})
+                    blocks["text"] = None
+
+            async def pieces(out) -> None:
+                for p in out:
+                    if isinstance(p, Text):
+                        await text(p.text)
+                    else:   # a whole call: its block starts, gets its input, and stops at once
+                        await close_text()
+                        k = blocks["next"]
+                        blocks["next"] += 1
+                        blocks["calls"] += 1
+                        await send("content_block_start", {"index": k, "content_block": {
+                            **tool_use(p), "input": {}}})
+                        await send("content_block_delta", {"index": k, "delta": {
+                            "type": "input_json_delta", "partial_json": p.arguments_json}})
+                        await send("content_block_stop", {"index": k})
+
+            if parser is None:
+                await text("")     # without tools the one text block opens at once
             await send("ping", {})
             async for _, ev in replay:
                 if isinstance(ev, Tokens) and ev.text:
-                    await send("content_block_delta", {"index": 0, "delta": {
-                        "type": "text_delta", "text": ev.text}})
+                    await pieces([Text(ev.text)] if parser is None else parser.feed(ev.text))
                 elif isinstance(ev, Done):
                     break
-            await send("content_block_stop", {"index": 0})
+            if parser is not None:
+                await pieces(parser.finish())
+            if blocks["next"] == 0:
+                await text("")
+            await close_text()
             await send("message_delta", {
-                "delta": {"stop_reason": stop_reason(r), "stop_sequence": r.stop_string},
+                "delta": {"stop_reason": stop_reason(r, blocks["calls"] > 0),
+                          "stop_sequence": r.stop_string},
                 "usage": {"output_tokens": r.completion_tokens}})
             await send("message_stop", {})
             await resp.write_eof()

@@ -14,9 +14,12 @@ from wire.messages.scheduler import Generate, Tokens
 from ..errors import BadRequest, GatewayError, NotFound
 from ..fields import Fields, text_of
 from ..generation import Result, admitted, merged
+from ..toolcalls import Text, ToolCall, parse
+from ..tools import openai_tools, past_calls
 from ..model import ModelCard
 from ..stream import json_response, ndjson, open_stream
 from .base import Protocol, error_headers
+from .openai import TOOLS_SCHEMA
 
 # The Ollama API level these endpoints follow (clients compare it to enable features).
 API_VERSION = "0.6.2"
@@ -59,7 +62,8 @@ class Ollama(Protocol):
     requests = {
         "/api/chat": {"type": "object", "required": ["model"], "properties": {
             "model": {"type": "string"}, "stream": {"type": "boolean"}, "options": _OPTIONS,
-            "messages": {"type": "array", "items": {"type": "object", "required": ["role"]}}}},
+            "messages": {"type": "array", "items": {"type": "object", "required": ["role"]}},
+            "tools": TOOLS_SCHEMA}},
         "/api/generate": {"type": "object", "required": ["model"], "properties": {
             "model": {"type": "string"}, "prompt": {"type": "string"},
             "system": {"type": "string"}, "raw": {"type": "boolean"},
@@ -124,7 +128,7 @@ class Ollama(Protocol):
                               "details": entry["details"], "modified_at": entry["modified_at"],
                               "model_info": {"general.architecture": arch,
                                              f"{arch}.context_length": card.context_length},
-                              "capabilities": ["completion"]})
+                              "capabilities": ["completion", "tools"]})
 
     # ------------------------------------------------------------------ generation
     async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -136,15 +140,25 @@ class Ollama(Protocol):
             role = mf.str("role", required=True)
             if role not in ("system", "user", "assistant", "tool"):
                 raise BadRequest(f"messages[{i}].role is {role!r}", param=f"messages[{i}].role")
-            messages.append({"role": role, "content": text_of(m.get("content") or "",
-                                                              f"messages[{i}].content")})
+            turn = {"role": role, "content": text_of(m.get("content") or "",
+                                                     f"messages[{i}].content")}
+            if role == "assistant" and m.get("tool_calls"):
+                turn["tool_calls"] = past_calls(m["tool_calls"], f"messages[{i}].tool_calls")
+            messages.append(turn)
         if not messages:      # Ollama's way to load a model: answer at once
             return json_response({"model": card.id, "created_at": _now(),
                                   "message": {"role": "assistant", "content": ""},
                                   "done": True, "done_reason": "load"})
-        gen = Generate(messages=messages, **sampling(f))
-        return await self._run(request, f, card, gen,
-                               lambda text: {"message": {"role": "assistant", "content": text}})
+        tools = openai_tools(f)     # Ollama has no tool_choice: the model decides
+        gen = await self.backend.with_tools(Generate(messages=messages, **sampling(f)), tools)
+
+        def piece(text: str, calls: list[ToolCall] = ()) -> dict:
+            msg = {"role": "assistant", "content": text}
+            if calls:   # arguments as an object, as Ollama sends them
+                msg["tool_calls"] = [{"function": {"index": c.index, "name": c.name,
+                                                   "arguments": c.arguments}} for c in calls]
+            return {"message": msg}
+        return await self._run(request, f, card, gen, piece, tools)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         f = await self.body(request)
@@ -162,17 +176,32 @@ class Ollama(Protocol):
         return await self._run(request, f, card, Generate(**source, **sampling(f)),
                                lambda text: {"response": text})
 
-    async def _run(self, request, f: Fields, card: ModelCard, gen: Generate, piece):
+    async def _run(self, request, f: Fields, card: ModelCard, gen: Generate, piece, tools=None):
         stream = f.bool("stream", True)    # Ollama streams unless told not to
+        parser = tools.stream() if tools else None
         async with contextlib.aclosing(merged([self.backend.generate(gen)])) as events:
             r = Result()
             replay = await admitted(events, [r])
             resp = await open_stream(request, "application/x-ndjson") if stream else None
+
+            async def write(out) -> None:
+                text = "".join(p.text for p in out if isinstance(p, Text))
+                calls = [p for p in out if isinstance(p, ToolCall)]
+                if text or calls:
+                    await resp.write(ndjson({"model": card.id, "created_at": _now(),
+                                             **piece(text, *([calls] if calls else [])),
+                                             "done": False}))
             async for _, ev in replay:
                 if resp is not None and isinstance(ev, Tokens) and ev.text:
-                    await resp.write(ndjson({"model": card.id, "created_at": _now(),
-                                             **piece(ev.text), "done": False}))
-            last = {"model": card.id, "created_at": _now(), **piece("" if stream else r.text),
+                    await write([Text(ev.text)] if parser is None else parser.feed(ev.text))
+            if resp is not None and parser is not None:
+                await write(parser.finish())
+            if resp is None and parser is not None:
+                text, calls = parse(tools.prefix + r.text, tools.names)
+                end = piece(text, calls) if calls else piece(text)
+            else:
+                end = piece("" if stream else r.text)
+            last = {"model": card.id, "created_at": _now(), **end,
                     "done": True, "done_reason": "length" if r.length_limited else "stop",
                     **_durations(r)}
             if resp is None:

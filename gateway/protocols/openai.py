@@ -18,6 +18,8 @@ from wire.messages.scheduler import Done, Generate, Tokens
 from ..errors import BadRequest, GatewayError
 from ..fields import Fields, text_of
 from ..generation import Result, admitted, collect_all, merged
+from ..toolcalls import Text, ToolCall, parse
+from ..tools import Tools, call_id, openai_tools, past_calls
 from ..model import ModelCard
 from ..stream import json_response, open_stream, sse
 from .base import Protocol, error_headers
@@ -37,6 +39,7 @@ class Job:
     include_usage: bool
     logprobs: bool          # chat: report content logprobs; legacy: the `logprobs` count > 0
     n: int                  # choices per prompt
+    tools: Tools | None = None
 
 
 def finish_reason(res: Result) -> str:
@@ -74,13 +77,40 @@ def chat_messages(f: Fields) -> list[dict]:
         content = m.get("content")
         text = "" if content is None else text_of(content, f"messages[{i}].content")
         # Newer clients send "developer" for what chat templates know as "system".
-        out.append({"role": "system" if role == "developer" else role, "content": text})
+        turn = {"role": "system" if role == "developer" else role, "content": text}
+        if role == "assistant" and m.get("tool_calls"):
+            turn["tool_calls"] = past_calls(m["tool_calls"], f"messages[{i}].tool_calls")
+        if role == "tool":
+            turn["tool_call_id"] = mf.str("tool_call_id", "")
+        out.append(turn)
     return out
+
+
+def tool_message(text: str, calls: list[ToolCall]) -> dict:
+    """The assistant's message: its text, and its tool calls if it made any."""
+    if not calls:
+        return {"role": "assistant", "content": text}
+    return {"role": "assistant", "content": text.strip() or None,
+            "tool_calls": [_call(c) for c in calls]}
+
+
+def _call(c: ToolCall, index: int | None = None) -> dict:
+    out = {"id": call_id(), "type": "function",
+           "function": {"name": c.name, "arguments": c.arguments_json}}
+    return out if index is None else {"index": index, **out}
 
 
 _MESSAGES = {"type": "array", "minItems": 1, "items": {
     "type": "object", "required": ["role"], "properties": {
         "role": {"enum": sorted(ROLES)}, "content": {"type": ["string", "array", "null"]}}}}
+_FUNCTION_NAME = {"type": "object", "required": ["name"],
+                  "properties": {"name": {"type": "string", "minLength": 1}}}
+TOOLS_SCHEMA = {"type": "array", "items": {
+    "type": "object", "required": ["type", "function"], "properties": {
+        "type": {"const": "function"},
+        "function": {"type": "object", "required": ["name"], "properties": {
+            "name": {"type": "string", "minLength": 1}, "description": {"type": "string"},
+            "parameters": {"type": "object"}}}}}}
 _SAMPLING = {
     "model": {"type": "string"}, "max_tokens": {"type": "integer", "minimum": 1},
     "temperature": {"type": "number", "minimum": 0, "maximum": 2},
@@ -103,6 +133,12 @@ class OpenAI(Protocol):
                                                 "max_completion_tokens": {"type": "integer",
                                                                           "minimum": 1},
                                                 "logprobs": {"type": "boolean"},
+                                                "tools": TOOLS_SCHEMA,
+                                                "tool_choice": {"anyOf": [
+                                                    {"enum": ["none", "auto", "required"]},
+                                                    {"type": "object", "required": ["type", "function"],
+                                                     "properties": {"type": {"const": "function"},
+                                                                    "function": _FUNCTION_NAME}}]},
                                                 "top_logprobs": {"type": "integer",
                                                                  "minimum": 0, "maximum": 20}}},
         "/v1/completions": {"type": "object", "required": ["model", "prompt"],
@@ -153,15 +189,21 @@ class OpenAI(Protocol):
         logprobs = f.bool("logprobs")
         if top and not logprobs:
             raise BadRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+        tools = openai_tools(f)
         gens = sampling(f, card, {"messages": chat_messages(f), "top_logprobs": top}, n, "chat")
+        gens = [await self.backend.with_tools(g, tools) for g in gens]
         job = Job(gens, f.bool("stream"), f.obj("stream_options").bool("include_usage"),
-                  logprobs, n)
+                  logprobs, n, tools)
         if job.stream:
             return await self._stream(request, card, job, chat=True)
         results = await collect_all([self.backend.generate(g) for g in gens])
-        choices = [{"index": i, "message": {"role": "assistant", "content": r.text},
-                    "logprobs": {"content": self._chat_logprobs(card, r, 0)} if logprobs else None,
-                    "finish_reason": finish_reason(r)} for i, r in enumerate(results)]
+        choices = []
+        for i, r in enumerate(results):
+            text, calls = (parse(tools.prefix + r.text, tools.names) if tools else (r.text, []))
+            choices.append({"index": i, "message": tool_message(text, calls),
+                            "logprobs": ({"content": self._chat_logprobs(card, r, 0)}
+                                         if logprobs else None),
+                            "finish_reason": "tool_calls" if calls else finish_reason(r)})
         return json_response({"id": _id("chatcmpl"), "object": "chat.completion",
                               "created": int(time.time()), "model": card.id, "choices": choices,
                               "usage": _usage(results, n)})
@@ -202,6 +244,21 @@ class OpenAI(Protocol):
             if chat:
                 for i in range(len(results)):
                     await resp.write(self._chunk(head, job, i, {"role": "assistant", "content": ""}))
+            parsers = [job.tools.stream() if job.tools else None for _ in results]
+            called = [0] * len(results)     # tool calls sent per choice
+
+            async def pieces(i: int, text: str, lp: dict | None, end: bool = False) -> None:
+                """A choice's new text, as content and tool-call deltas (tools given)."""
+                p = parsers[i]
+                out = ([Text(text)] if p is None else p.feed(text)) + (p.finish() if end and p else [])
+                content = "".join(x.text for x in out if isinstance(x, Text))
+                if content or lp is not None:
+                    await resp.write(self._chunk(head, job, i, {"content": content}, logprobs=lp))
+                for c in out:
+                    if isinstance(c, ToolCall):
+                        await resp.write(self._chunk(head, job, i, {"tool_calls": [
+                            _call(c, c.index)]}))
+                        called[i] += 1
 
             async for i, ev in replay:
                 r = results[i]
@@ -209,14 +266,17 @@ class OpenAI(Protocol):
                     if chat:
                         lp = ({"content": self._chat_logprobs(card, r, len(r.token_ids) - len(ev.token_ids))}
                               if job.logprobs else None)
-                        await resp.write(self._chunk(head, job, i, {"content": ev.text}, logprobs=lp))
+                        await pieces(i, ev.text, lp)
                     else:
                         lp = (self._legacy_logprobs(card, r, len(r.token_ids) - len(ev.token_ids))
                               if job.logprobs else None)
                         await resp.write(self._legacy_chunk(head, job, i, ev.text, None, lp))
                 elif isinstance(ev, Done):
                     if chat:
-                        await resp.write(self._chunk(head, job, i, {}, finish=finish_reason(r)))
+                        if parsers[i] is not None:
+                            await pieces(i, "", None, end=True)
+                        await resp.write(self._chunk(head, job, i, {}, finish=(
+                            "tool_calls" if called[i] else finish_reason(r))))
                     else:
                         await resp.write(self._legacy_chunk(head, job, i, "", finish_reason(r), None))
             if job.include_usage:

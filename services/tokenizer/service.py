@@ -20,6 +20,8 @@ from bus.config import ServiceConfig
 from bus.errors import ServiceError
 from bus.service import Service, handles
 from services.tokenizer import errors
+from services.tokenizer.templates import reads_tools
+from services.tokenizer.tool_prompt import builtin_tool_chat, uses_tools
 from wire.limits import MAX_HEADER_BYTES
 from wire.messages.tokenizer import (Decode, Encode, Ids, InfoRequest, Prompt, Render, Text,
                                      TokenizerInfo, VocabRequest, VocabTable)
@@ -153,13 +155,27 @@ class TokenizerService(Service):
         self._ready()
         req: Render = msg.body
         text, ids = await self._run(self._prompt, openai_roles(req.messages),
-                                    req.add_generation_prompt, req.template)
+                                    req.add_generation_prompt, req.template, req.tools,
+                                    req.assistant_prefix)
         self._check_reply(ids, text)
         return Prompt(text=text, ids=ids)
 
-    def _prompt(self, messages, add_generation_prompt: bool, template: str | None):
+    def _prompt(self, messages, add_generation_prompt: bool, template: str | None,
+                tools: list[dict] | None = None, assistant_prefix: str = ""):
         tok = self.tokenizer
-        text = tok.render_chat(messages, add_generation_prompt, template)
+        if not isinstance(messages, list):
+            raise errors.BadMessages(f"expected a list of messages, got {type(messages).__name__}")
+        if tools is not None and not (isinstance(tools, list)
+                                      and all(isinstance(t, dict) for t in tools)):
+            raise errors.BadMessages("tools must be a list of objects")
+        extra = {}
+        if uses_tools(messages, tools):
+            if reads_tools(tok.templates.source(template)):
+                extra["tools"] = tools or None
+            else:
+                messages = builtin_tool_chat(messages, tools)
+        text = tok.render_chat(messages, add_generation_prompt, template, **extra)
+        text += assistant_prefix
         self._check_length(text, "the rendered chat")
         # Tokenizer.encode_chat's rule, applied to the text rendered once (a template that
         # reads the clock could render differently twice): BOS only if the GGUF asks for it

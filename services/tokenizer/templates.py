@@ -20,6 +20,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from services.tokenizer.builtin_templates import BUILTIN_TEMPLATES, DETECT_ORDER, FALLBACK
 from services.tokenizer.errors import TemplateError, UnknownTemplate
 from services.tokenizer.messages import normalize_messages
+from services.tokenizer.tool_prompt import template_reads_tools
 
 GGUF_DEFAULT = "gguf"   # the name under which the GGUF's own template is chosen
 
@@ -73,6 +74,12 @@ def compile_template(source: str) -> jinja2.Template:
         return _ENV.from_string(source)
     except jinja2.TemplateSyntaxError as e:
         raise TemplateError(f"chat template does not compile (line {e.lineno}): {e.message}") from e
+
+
+@lru_cache(maxsize=32)
+def reads_tools(source: str) -> bool:
+    """Whether the template renders `tools` itself (else the built-in tool prompt is used)."""
+    return template_reads_tools(_ENV, source)
 
 
 def render(source: str, messages: Any, *, add_generation_prompt: bool = True,

@@ -65,10 +65,18 @@ class Ids:
 
 @message("tokenizer.render")
 class Render:
-    """An OpenAI-style chat (content a string or text parts; role developer = system)."""
+    """An OpenAI-style chat (content a string or text parts; role developer = system).
+
+    `tools` are OpenAI-style function definitions ({type: function, function: {name,
+    description, parameters}}); assistant turns may carry `tool_calls` and `tool` turns
+    results. A template that does not read `tools` gets the built-in tool prompt
+    (services/tokenizer/tool_prompt.py). `assistant_prefix` is text the assistant's answer
+    starts with, appended after the generation prompt (a forced tool call starts this way)."""
     messages: list[dict[str, Any]]
     add_generation_prompt: bool = True
     template: str | None = None   # a name from TokenizerInfo.templates; None: the default
+    tools: list[dict[str, Any]] | None = None
+    assistant_prefix: str = ""
 
 
 @message("tokenizer.prompt")

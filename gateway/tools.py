@@ -1,0 +1,186 @@
+"""A request's tools, read from each protocol's fields into one form (OpenAI's function
+definitions, which is what `tokenizer.render` takes), and how a forced call is asked for.
+
+Forcing works by starting the assistant's answer with the opening of a call (the Render
+`assistant_prefix`): `tool_choice` "required"/"any" opens `<tool_call>{"name": "` and lets the
+model pick the name; a named tool opens the call with its name written in. The parser is fed
+the same prefix first, so what the model writes is read as the rest of that call.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import BadRequest
+from .fields import Fields, text_of
+from .toolcalls import OPEN, ToolCallStream
+
+
+@dataclass(frozen=True)
+class Tools:
+    functions: list[dict[str, Any]]      # [{type: function, function: {name, description, parameters}}]
+    force: str | None = None             # None: the model decides; "": some tool; else that tool
+
+    @property
+    def names(self) -> list[str]:
+        return [f["function"]["name"] for f in self.functions]
+
+    @property
+    def prefix(self) -> str:
+        if self.force is None:
+            return ""
+        if self.force == "":
+            return OPEN + '\n{"name": "'
+        return OPEN + '\n{"name": ' + json.dumps(self.force) + ', "arguments": '
+
+    def stream(self) -> ToolCallStream:
+        """A parser for this request's output, already past the forced prefix."""
+        s = ToolCallStream(self.names)
+        s.feed(self.prefix)     # held back inside the open call: yields nothing
+        return s
+
+
+def call_id(prefix: str = "call_") -> str:
+    return prefix + uuid.uuid4().hex[:24]
+
+
+def function(f: Fields, param: str) -> dict[str, Any]:
+    """One OpenAI/Ollama-style function definition, checked."""
+    fn = f.obj("function")
+    name = fn.str("name", required=True)
+    if not name:
+        raise BadRequest(f"{param}.function.name must not be empty", param=f"{param}.function.name")
+    out: dict[str, Any] = {"name": name}
+    if fn.has("description"):
+        out["description"] = fn.str("description")
+    params = fn.body.get("parameters")
+    if params is not None:
+        if not isinstance(params, dict):
+            raise BadRequest(f"{param}.function.parameters must be a JSON schema object",
+                             param=f"{param}.function.parameters")
+        out["parameters"] = params
+    return {"type": "function", "function": out}
+
+
+def openai_tools(f: Fields, choice_key: str = "tool_choice") -> Tools | None:
+    """`tools` (+ `tool_choice`: none, auto, required, or {type: function, function: {name}})."""
+    items = f.list("tools")
+    if not items:
+        return None
+    fns = [function(Fields(t, prefix=f"tools[{i}]."), f"tools[{i}]") for i, t in enumerate(items)]
+    choice = f.body.get(choice_key)
+    if choice is None or choice == "auto":
+        return Tools(fns)
+    if choice == "none":
+        return None
+    if choice == "required":
+        return Tools(fns, force="")
+    if isinstance(choice, dict):
+        name = Fields(choice, prefix=f"{choice_key}.").obj("function").str("name", required=True)
+        return _named(fns, name, choice_key)
+    raise BadRequest(f"{choice_key} must be none, auto, required or a function", param=choice_key)
+
+
+def anthropic_tools(f: Fields) -> Tools | None:
+    """`tools` [{name, description, input_schema}] and `tool_choice` {type: auto|any|tool|none}."""
+    items = f.list("tools")
+    if not items:
+        return None
+    fns = []
+    for i, t in enumerate(items):
+        tf = Fields(t, prefix=f"tools[{i}].")
+        fn = {"name": tf.str("name", required=True)}
+        if tf.has("description"):
+            fn["description"] = tf.str("description")
+        schema = t.get("input_schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise BadRequest(f"tools[{i}].input_schema must be an object",
+                             param=f"tools[{i}].input_schema")
+        fn["parameters"] = schema or {"type": "object"}
+        fns.append({"type": "function", "function": fn})
+    choice = f.obj("tool_choice")
+    kind = choice.str("type", "auto")
+    if kind == "auto":
+        return Tools(fns)
+    if kind == "none":
+        return None
+    if kind == "any":
+        return Tools(fns, force="")
+    if kind == "tool":
+        return _named(fns, choice.str("name", required=True), "tool_choice")
+    raise BadRequest(f"tool_choice.type is {kind!r}; expected auto, any, tool or none",
+                     param="tool_choice.type")
+
+
+def _named(fns: list[dict], name: str, param: str) -> Tools:
+    if name not in [f["function"]["name"] for f in fns]:
+        raise BadRequest(f"{param} names {name!r}, which is not among the tools", param=param)
+    return Tools(fns, force=name)
+
+
+def call_arguments(raw: Any, param: str) -> dict:
+    """A past call's arguments: an object, or (OpenAI) a JSON string of one."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            raise BadRequest(f"{param} is not valid JSON", param=param) from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BadRequest(f"{param} must be a JSON object", param=param)
+    return raw
+
+
+def past_calls(calls: Any, param: str) -> list[dict]:
+    """An assistant turn's `tool_calls` (OpenAI or Ollama form) in the form templates read."""
+    if not isinstance(calls, list):
+        raise BadRequest(f"{param} must be a list", param=param)
+    out = []
+    for j, c in enumerate(calls):
+        fn = Fields(c, prefix=f"{param}[{j}].").obj("function")
+        out.append({"id": c.get("id") or call_id(), "type": "function", "function": {
+            "name": fn.str("name", required=True),
+            "arguments": call_arguments(fn.body.get("arguments"),
+                                        f"{param}[{j}].function.arguments")}})
+    return out
+
+
+def anthropic_turn(role: str, content: Any, i: int) -> list[dict]:
+    """One Anthropic message as chat turns: text, `tool_use` blocks as the assistant's
+    tool_calls, `tool_result` blocks as `tool` turns (before the user's text)."""
+    param = f"messages[{i}].content"
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    if not isinstance(content, list):
+        raise BadRequest(f"{param} must be a string or a list of blocks", param=param)
+    texts, calls, results = [], [], []
+    for j, b in enumerate(content):
+        bf = Fields(b, prefix=f"{param}[{j}].")
+        kind = bf.str("type", required=True)
+        if kind == "text":
+            texts.append(bf.str("text", required=True))
+        elif kind == "tool_use" and role == "assistant":
+            calls.append({"id": bf.str("id") or call_id("toolu_"), "type": "function",
+                          "function": {"name": bf.str("name", required=True),
+                                       "arguments": call_arguments(b.get("input"),
+                                                                   f"{param}[{j}].input")}})
+        elif kind == "tool_result" and role == "user":
+            inner = b.get("content")
+            results.append({"role": "tool", "tool_call_id": bf.str("tool_use_id", ""),
+                            "content": "" if inner is None else text_of(inner,
+                                                                        f"{param}[{j}].content")})
+        else:
+            raise BadRequest(f"{param}[{j}] is a {kind!r} block, which a {role} turn cannot hold "
+                             f"here (text, tool_use from the assistant, tool_result from the user)",
+                             param=f"{param}[{j}]")
+    turns = list(results)
+    if texts or calls or not results:
+        turn: dict[str, Any] = {"role": role, "content": "".join(texts)}
+        if calls:
+            turn["tool_calls"] = calls
+        turns.append(turn)
+    return turns
