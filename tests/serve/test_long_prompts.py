@@ -14,7 +14,9 @@ from wire.messages.scheduler import Generate
 
 from .stack import Stack, generate
 
-pytestmark = pytest.mark.slow
+# The reference prefills ~13k tokens in process, and the stack as many again: minutes on a CPU
+# with AVX2 alone (~100 tokens/s a core), more on a shared machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 MAX_TOKENS = 12
 LONG = (600, 2000, 4000)        # prompt tokens, about

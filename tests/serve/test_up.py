@@ -141,9 +141,10 @@ async def test_a_full_queue_refuses_at_once_with_retry_after(stack, model_path):
     eos = Tokenizer.from_gguf(model_path).eot_ids
     # Long prompts: few fit into the micro-batches in flight, the rest wait and fill the queue.
     text = " ".join(f"Fact {k}: water is wet." for k in range(60))
-    body = lambda i: Generate(messages=[{"role": "user", "content": f"{i} {text}"}],   # noqa: E731
+    # One long prefix for all: the queue fills at submission, long before any prompt is prefilled,
+    # and once the first prompts' pages are cached the rest prefill only their own last tokens.
+    body = lambda i: Generate(messages=[{"role": "user", "content": f"{text} Request {i}."}],  # noqa: E731
                               temperature=0.0, max_tokens=1)
-    # The last admitted waits for every prompt before it (~13k tokens, 30 s on a quiet machine).
     tasks = [asyncio.create_task(generate(stack.endpoint, body(i), idle_timeout=600))
              for i in range(MAX_QUEUE + 20)]
     done, pending = await asyncio.wait(tasks, timeout=600)
