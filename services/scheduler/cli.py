@@ -26,4 +26,5 @@ def build(args: argparse.Namespace, config):
     return SchedulerService(config, SchedulerServiceConfig(
         model=args.model_id, max_batch_tokens=args.max_batch_tokens,
         max_batch_seqs=args.max_batch_seqs, max_inflight=args.inflight,
-        max_queue=args.max_queue, context_length=args.context))
+        max_queue=args.max_queue, context_length=args.context,
+        unserved_budget_s=args.unserved_budget))
