@@ -17,6 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="waiting requests; past it a request is refused with retry-after")
     p.add_argument("--context", type=int, default=0,
                    help="tokens per sequence (0: the model's, bounded by the KV pages)")
+    p.add_argument("--unserved-budget", type=float, default=300.0, metavar="SECONDS",
+                   help="a request fails only when its layers have been unserved this long "
+                        "(no shard for a layer range, or every batch failing)")
 
 
 def build(args: argparse.Namespace, config):
