@@ -243,9 +243,13 @@ async def test_no_count_of_losses_fails_a_request_and_its_text_is_the_undisturbe
 
 async def test_a_gap_past_the_time_budget_fails_every_request_with_the_unserved_layers(rig):
     r = rig(budget=60.0)
+
+    def answer_then_lose_a_shard(body):
+        r.pipe.gap = True                              # the second shard's layers lose their shard
+        return answer(body)
+    r.pipe.script = [answer_then_lose_a_shard]
     r.submit("a", first=10, max_tokens=6)
-    await r.until(lambda: len(r.tokens("a")) >= 1, "a first token")
-    r.pipe.gap = True                                  # the second shard's layers lose their shard
+    await r.until(lambda: len(r.tokens("a")) == 1, "a first token")
     r.submit("b", first=30, max_tokens=6)
     await r.until(lambda: r.driver.counters["waits.gap"] >= 2, "the driver to see the gap")
     r.clock.t += 59.0                                  # within the budget: streams only pause
