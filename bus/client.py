@@ -159,6 +159,12 @@ class RpcClient:
             if sent_to and sent_to < epoch and not fut.done():
                 fut.set_exception(PeerRestarted(f"{self.name} restarted (epoch {sent_to} -> {epoch})"))
 
+    def fail_pending_before(self, epoch: int, exc: Exception) -> None:
+        """End with `exc` every call in flight that was not sent to `epoch` or a later one."""
+        for fut, sent_to in list(self._pending.values()):
+            if sent_to < epoch and not fut.done():
+                fut.set_exception(exc)
+
     def fail_pending(self, exc: Exception) -> None:
         """End every call in flight with `exc` (the peer is known dead)."""
         for fut, _ in list(self._pending.values()):

@@ -37,6 +37,8 @@ class Directory:
         self.last_errors: dict[str, str] = {}      # endpoint -> why the handshake failed
         self.on_event: list[Callable[[bytes, wire.Message], None]] = []
         self.on_expire: list[Callable[[PeerEntry], None]] = []
+        # (old, new): a name's process was replaced by a new epoch before the old one expired.
+        self.on_replaced: list[Callable[[PeerEntry, PeerEntry], None]] = []
         self._zc = zeroconf
         self._own_zc = False
         self._browser: Browser | None = None
@@ -183,9 +185,16 @@ class Directory:
         return entry
 
     def _observe(self, entry: PeerEntry) -> None:
+        old = self.table.entries.get(entry.name)
         change = self.table.observe(entry, time.monotonic())
         if change == "restarted":
             self.counters["restarts_seen"] += 1
+            if old is not None:
+                # The old process is gone without having expired (a handshake or heartbeat of
+                # the new one came first, maybe while the old was already dead by time): its
+                # calls must fail now, as an expiry would have failed them.
+                for cb in self.on_replaced:
+                    cb(old, entry)
         self._changed.set()
 
     async def _read_heartbeats(self) -> None:

@@ -11,7 +11,7 @@ import zmq.asyncio
 
 from .client import RpcClient
 from .directory import Directory
-from .errors import PeerDead
+from .errors import PeerDead, PeerRestarted
 from .liveness import PeerEntry
 from .sockets import limits_for_kind
 
@@ -24,12 +24,23 @@ class Peers:
         self.epoch = epoch
         self._clients: dict[str, RpcClient] = {}
         directory.on_expire.append(self._expired)
+        directory.on_replaced.append(self._replaced)
 
     def _expired(self, entry: PeerEntry) -> None:
         # Calls in flight to a peer whose heartbeats stopped fail now, not at their timeout.
         c = self._clients.get(entry.name)
         if c is not None:
             c.fail_pending(PeerDead(f"{entry.name} stopped heartbeating (epoch {entry.epoch})"))
+
+    def _replaced(self, old: PeerEntry, new: PeerEntry) -> None:
+        # Calls sent to the old process will never be answered: fail them now, not at timeout.
+        c = self._clients.get(old.name)
+        if c is None:
+            return
+        if c.endpoint == new.rpc_endpoint:
+            c.saw_epoch(new.epoch)   # fails exactly the calls sent to older epochs
+        c.fail_pending_before(new.epoch, PeerRestarted(
+            f"{old.name} was replaced (epoch {old.epoch} -> {new.epoch})"))
 
     async def client(self, name: str, wait: float = 5.0) -> RpcClient:
         entry = await self.directory.wait_for(name, wait)

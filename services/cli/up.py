@@ -2,8 +2,9 @@
 
 Starts a tokenizer, N shard runners over contiguous layer ranges, a scheduler and the HTTP
 gateway, each its own process that dies with this one. They find each other as static peers on
-loopback (no multicast needed). A child that crashes is started again (a few times a minute at most); the
-scheduler carries its requests through. `llmbus chat` finds the stack through a small file in
+loopback (no multicast needed). A health watcher (services/health) kills a child that stops
+heartbeating or stalls, starts again one that exits (with back-off), and gives up on one that
+keeps failing; the scheduler carries its requests through. `llmbus chat` finds the stack through a small file in
 the runtime folder.
 """
 
@@ -15,11 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections import deque
 from pathlib import Path
-
-RESPAWNS_PER_MINUTE = 5
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser("up", help="run tokenizer, scheduler, shards and gateway here until Ctrl-C")
@@ -139,7 +136,7 @@ async def _up(args) -> int:
               f"`llmbus chat`; inspect it with "
               f"`LLMBUS_CLUSTER={cluster} LLMBUS_MDNS=0 LLMBUS_PEERS={','.join(peers)} busctl list`. "
               f"Ctrl-C stops it.", flush=True)
-        return await _supervise(kids, stop, logs)
+        return await _supervise(kids, directory, stop, logs)
     finally:
         say("stopping")
         await directory.stop()
@@ -172,26 +169,21 @@ async def _wait_ready(directory, kids, stop: asyncio.Event, logs: Path) -> bool:
     return False
 
 
-async def _supervise(kids, stop: asyncio.Event, logs: Path) -> int:
-    """Start again a child that crashed; give up on one that keeps crashing."""
-    recent: dict[str, deque] = {}
+async def _supervise(kids, directory, stop: asyncio.Event, logs: Path) -> int:
+    """The health watcher over the children: kill what stops heartbeating or stalls, respawn
+    what exits, give up (mark failed) on one that keeps failing."""
+    from services.health.children import ChildWatcher
+
+    def tell(e) -> None:
+        say(f"{e.kind}: {e.name}: {e.detail}")
+        if e.kind == "service_failed":
+            say(f"{e.name} is given up; its log ends:\n{_tail(logs / f'{e.name}.log')}")
+
+    watcher = ChildWatcher(kids, directory, on_event=tell)
     while not stop.is_set():
-        for name, rc in kids.exited().items():
-            if stop.is_set() or rc == 0:  # 0: it was asked to stop (Ctrl-C reaches every child)
-                continue
-            times = recent.setdefault(name, deque())
-            now = time.monotonic()
-            while times and times[0] < now - 60:
-                times.popleft()
-            if len(times) >= RESPAWNS_PER_MINUTE:
-                say(f"{name} crashed {len(times) + 1} times within a minute; giving up:\n"
-                    f"{_tail(logs / f'{name}.log')}")
-                return 1
-            times.append(now)
-            say(f"{name} exited with status {rc}; starting it again")
-            kids.respawn(name)
+        watcher.tick()
         try:
-            await asyncio.wait_for(stop.wait(), 0.5)
+            await asyncio.wait_for(stop.wait(), 0.1)
         except asyncio.TimeoutError:
             pass
     return 0

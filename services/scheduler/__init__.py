@@ -15,7 +15,8 @@ Pure (no sockets, no asyncio, no arrays): the service shell owns the I/O and dri
     for o in outs:                                   # o.text: stream it; o.finish: close stream
         ...
     # then schedule() again. Client went away: sched.cancel(rid). A shard restarted:
-    # sched.reset_for_recovery() (failures past the retry budget come back as Outputs).
+    # sched.reset_for_recovery() (every sequence re-prefills; none fails for it). The pipeline
+    # gone past the driver's time budget: sched.fail_all(reason).
 """
 
 from .admission import Admission, check_sampling

@@ -24,7 +24,6 @@ class SchedulerConfig:
     loop_repeats: int = 4              # same non-trivial line this many times → repeated_line_loop
     loop_window: int = 8               # ... within this many recent non-trivial lines
     loop_min_chars: int = 8            # a line is non-trivial with at least this many non-space chars
-    max_recoveries: int = 3            # KV resets one sequence survives before it fails
     max_batch_retries: int = 3         # unusable results in a row one sequence survives
     retry_after_min_s: float = 1.0
     retry_after_max_s: float = 300.0

@@ -5,7 +5,13 @@ One task owns the loop. Each micro-batch the policy plans goes to the first shar
 pipeline at once. Whatever goes wrong, a batch leaves the policy's in-flight set:
 - the pipeline broke (a shard died, restarted, timed out): every sequence that held KV is
   re-prefilled (the policy's `reset_for_recovery`) once the pipeline is whole again, after a
-  backoff while it is the same pipeline; streams only pause;
+  backoff while it is the same pipeline; streams only pause. One loss is charged once: a
+  recovery happens only when KV computed since the last one is gone (a batch that held such
+  KV failed, or the pipeline it lives on changed); a retry failing on a stale pipeline, or the
+  new epoch appearing after the loss was charged, only runs the lost chunks again;
+- no request fails for how often that happens: only when the pipeline has served nothing for
+  `unserved_budget_s` while there was work (a layer range has no shard, or every batch fails),
+  every request ends with that reason;
 - the shards refused the batch (`_REFUSED`), naming no row: its sequences run again each in a
   batch of its own; a request refused alone fails with the shard's reason;
 - the reply does not fit the batch, or anything else is raised: the batch runs again, and a
@@ -43,7 +49,9 @@ class Driver:
     def __init__(self, policy: Scheduler, requests: dict[str, RequestStream],
                  call: Callable, chain: Callable[[], list[Stage] | None],
                  batch_timeout: float = 120.0, *, backoff: tuple[float, float] = (0.5, 5.0),
-                 poll_s: float = 0.2, clock: Callable[[], float] = time.monotonic):
+                 poll_s: float = 0.2, clock: Callable[[], float] = time.monotonic,
+                 unserved_budget_s: float = 300.0,
+                 describe_gap: Callable[[], str] = lambda: "the shard pipeline has a gap"):
         self.policy = policy
         self.requests = requests
         self._call = call            # async (shard name, Forward, timeout) -> ForwardReply
@@ -51,6 +59,8 @@ class Driver:
         self.batch_timeout = batch_timeout
         self.poll_s = poll_s         # how often a gap or a backoff is looked at again
         self._clock = clock
+        self.unserved_budget_s = unserved_budget_s
+        self._describe_gap = describe_gap   # which layers have no shard, for the failure reason
         self._first_backoff, self._max_backoff = backoff
         self.wake = asyncio.Event()
         self.counters: Counter[str] = Counter()
@@ -58,6 +68,11 @@ class Driver:
         self.pipeline: list[Stage] = []
         self._seen: tuple | None = None          # signature the KV on the shards belongs to
         self._failed: tuple | None = None        # signature a batch last failed against
+        # The pipeline the KV computed since the last recovery lives on; None while nothing was
+        # computed since (then losing the pipeline loses nothing, and is not charged again).
+        self._kv_sig: tuple | None = None
+        self._unserved_since: float | None = None  # since when work waits on a broken pipeline
+        self._last_error = ""
         self.retry_at = 0.0                      # no batch runs on `_failed` before this
         self.backoff = self._first_backoff       # the wait after the next failure
         self._batches: set[asyncio.Task] = set()
@@ -81,10 +96,15 @@ class Driver:
 
     def _step(self) -> None:
         if not self.policy.has_work():
+            self._unserved_since = None   # the budget counts only while someone waits
             return
         chain = self._chain()
+        if self._past_budget(chain):
+            return
         if chain is None:
             self.counters["waits.gap"] += 1
+            if self._unserved_since is None:
+                self._unserved_since = self._clock()
             self._poll_later(self.poll_s)  # waiting for the pipeline to be whole again
             return
         sig = signature(chain)
@@ -93,9 +113,7 @@ class Driver:
             self._poll_later(min(wait, self.poll_s))
             return
         if self._seen is not None and sig != self._seen:
-            # A shard restarted (new epoch) or was replaced: the KV on it is gone.
-            self.counters["pipeline_changes"] += 1
-            self._recover(f"pipeline changed to {[n for n, _ in sig]}")
+            self._pipeline_changed(sig)
         self._seen, self.pipeline = sig, chain
         while (plan := self.policy.schedule()) is not None:
             try:
@@ -116,6 +134,33 @@ class Driver:
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
 
+    def _pipeline_changed(self, sig: tuple) -> None:
+        """A shard restarted (new epoch) or was replaced: the KV on the old one is gone."""
+        self.counters["pipeline_changes"] += 1
+        if self._kv_sig not in (None, sig):
+            self._recover(f"pipeline changed to {[n for n, _ in sig]}")
+            return
+        # Nothing computed since the loss was charged: batches still out on the old pipeline
+        # only run again (their results, if any come, would live on the old processes).
+        for batch_id in self.policy.inflight:
+            self.policy.abort_batch(batch_id)
+        self.counters["changes_uncharged"] += 1
+
+    def _past_budget(self, chain) -> bool:
+        """End every request once the pipeline has served nothing for the time budget."""
+        since = self._unserved_since
+        if since is None or (waited := self._clock() - since) <= self.unserved_budget_s:
+            return False
+        why = (self._describe_gap() if chain is None else
+               f"every batch on {[s.name for s in chain]} failed (last: {self._last_error})")
+        reason = (f"{why}; nothing served for {waited:.0f} s "
+                  f"(budget {self.unserved_budget_s:.0f} s)")
+        log.error("giving up on every request: %s", reason)
+        self.counters["unserved_give_ups"] += 1
+        self._deliver_all(self.policy.fail_all(reason))
+        self._unserved_since = None
+        return True
+
     def _poll_later(self, delay: float) -> None:
         asyncio.get_running_loop().call_later(delay, self.wake.set)
 
@@ -131,7 +176,7 @@ class Driver:
                 self._bad_reply(plan, e)
                 return
             try:
-                self._batch_done(plan, reply, time.perf_counter() - t0)
+                self._batch_done(plan, reply, time.perf_counter() - t0, sig)
             except Exception as e:  # checked before the policy applies anything: nothing is lost
                 self._bad_reply(plan, e)
         except Exception as e:  # a bug in the handling above: the batch must still end
@@ -141,7 +186,7 @@ class Driver:
         finally:
             self.wake.set()
 
-    def _batch_done(self, plan: BatchPlan, reply, seconds: float) -> None:
+    def _batch_done(self, plan: BatchPlan, reply, seconds: float, sig: tuple | None = None) -> None:
         if plan.batch_id not in self.policy.inflight:
             return  # dropped by a recovery while it ran
         if not isinstance(reply, ForwardReply) or reply.batch_id != plan.batch_id:
@@ -182,6 +227,9 @@ class Driver:
         except UnknownBatch:
             return
         self._failed, self.backoff = None, self._first_backoff
+        self._unserved_since = None
+        if self._kv_sig is None:
+            self._kv_sig = sig if sig is not None else self._seen
         self.counters["batches_done"] += 1
         self.counters["rows_failed"] += len(failures)
         for o in outputs:
@@ -199,9 +247,19 @@ class Driver:
             self._deliver_all(self.policy.refuse_batch(
                 plan.batch_id, f"the pipeline refused this request: {e}"))
             return
-        log.warning("batch %d failed (%s); re-prefilling after the pipeline recovers", plan.batch_id, e)
         self._failed, self.retry_at = sig, self._clock() + self.backoff
         self.backoff = min(self.backoff * 2, self._max_backoff)
+        self._last_error = str(e)
+        if self._unserved_since is None:
+            self._unserved_since = self._clock()
+        if self._kv_sig is None:
+            # Nothing was computed since the last recovery (a retry on a stale pipeline, or the
+            # first batches ever): no KV is lost, the batch only runs again.
+            log.warning("batch %d failed (%s); running it again", plan.batch_id, e)
+            self.counters["retries_uncharged"] += 1
+            self.policy.abort_batch(plan.batch_id)
+            return
+        log.warning("batch %d failed (%s); re-prefilling after the pipeline recovers", plan.batch_id, e)
         self._recover(str(e))
 
     def _bad_reply(self, plan: BatchPlan, e: Exception) -> None:
@@ -220,7 +278,8 @@ class Driver:
 
     def _recover(self, why: str) -> None:
         self.counters["recoveries"] += 1
-        self._deliver_all(self.policy.reset_for_recovery())
+        self.policy.reset_for_recovery()
+        self._kv_sig = None
         log.warning("recovery: %s", why)
 
     def _deliver_all(self, outputs) -> None:

@@ -51,6 +51,23 @@ def signature(chain: Sequence[Stage]) -> tuple[tuple[str, int], ...]:
     return tuple((s.name, s.epoch) for s in chain)
 
 
+def find_gap(entries: Iterable, model: str) -> tuple[int, int | None] | None:
+    """The first layer range [start, end) no ready shard of `model` serves; end None when the
+    model's layer count is unknown (no shard of it is ready); None when every layer is served."""
+    ranges = sorted((int(e.info["layers"][0]), int(e.info["layers"][1]), e.info.get("n_layers"))
+                    for e in entries if e.state == "ready" and e.info.get("model") == model
+                    and len(e.info.get("layers") or ()) == 2)
+    if not ranges:
+        return (0, None)
+    n_layers = next((n for *_, n in ranges if n), ranges[-1][1])
+    at = 0
+    for start, end, _ in ranges:
+        if start > at:
+            return (at, start)
+        at = max(at, end)
+    return (at, n_layers) if at < n_layers else None
+
+
 def explain_missing(entries: Iterable, model: str) -> str:
     """Say what is there, for an operator wondering why nothing runs."""
     have = sorted((e.info.get("layers", [None])[0] or 0, e.name, e.state, e.info.get("model") == model)

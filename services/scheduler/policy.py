@@ -184,35 +184,31 @@ class Scheduler:
 
     # ---- recovery -------------------------------------------------------------------------
 
-    def reset_sequence(self, request_id: str) -> Output | None:
-        """This sequence's KV is gone: re-prefill it later from prompt + generated tokens.
-
-        Returns its failure when it is past the recovery budget, else None.
-        """
+    def reset_sequence(self, request_id: str) -> None:
+        """This sequence's KV is gone: re-prefill it later from prompt + generated tokens."""
         seq = self._seqs.get(request_id)
-        if seq is None or seq.status is Status.WAITING:
-            return None
-        return self._requeue_after_loss(seq)
+        if seq is not None and seq.status is not Status.WAITING:
+            self._requeue_after_loss(seq)
 
-    def reset_for_recovery(self) -> list[Output]:
+    def reset_for_recovery(self) -> None:
         """A shard lost its KV (restart): drop every batch in flight and all cached pages; every
-        sequence that held KV is re-prefilled later. Returns failures past the recovery budget."""
+        sequence that held KV is re-prefilled later. No request fails for it: how long a request
+        may wait for its pipeline is the driver's time budget, not a count of losses."""
         self._inflight.clear()
-        outputs = [o for seq in list(self._running.values())
-                   if (o := self._requeue_after_loss(seq)) is not None]
+        for seq in list(self._running.values()):
+            self._requeue_after_loss(seq)
         self.kv.drop_cache()
         self._counts["recoveries"] += 1
-        return outputs
 
-    def _requeue_after_loss(self, seq: Sequence) -> Output | None:
+    def fail_all(self, reason: str) -> list[Output]:
+        """End every unfinished request as failed with `reason` (its pipeline is not coming back)."""
+        self._inflight.clear()
+        return [o for rid in list(self._seqs) if (o := self.fail(rid, reason)) is not None]
+
+    def _requeue_after_loss(self, seq: Sequence) -> None:
         seq.busy_batch = None  # its in-flight result, if it ever comes, is ignored
         seq.recoveries += 1
-        if seq.recoveries > self.config.max_recoveries:
-            return self._end(seq.request_id, Finish(
-                "failed", detail=f"KV lost {seq.recoveries} times (recovery budget "
-                                 f"{self.config.max_recoveries} exhausted)"))
         self._preempt(seq)
-        return None
 
     # ---- introspection --------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from .admission import check_sampling
 from .config import SchedulerConfig
 from .driver import Driver
 from .errors import BadRequest, QueueFull
-from .pipeline import explain_missing, find_chain
+from .pipeline import explain_missing, find_chain, find_gap
 from .policy import Scheduler
 from .sequence import Request
 from .streams import RequestStream, StreamEvent
@@ -43,9 +43,11 @@ class SchedulerServiceConfig:
     max_queue: int = 256
     context_length: int = 0          # 0: the model's, bounded by the shards' KV pages
     batch_timeout: float = 120.0
+    unserved_budget_s: float = 300.0  # requests fail when their layers are unserved this long
 
     def __post_init__(self):
-        for name in ("max_batch_tokens", "max_batch_seqs", "max_queue", "batch_timeout"):
+        for name in ("max_batch_tokens", "max_batch_seqs", "max_queue", "batch_timeout",
+                     "unserved_budget_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         if self.max_inflight < 0 or self.context_length < 0:
@@ -90,7 +92,8 @@ class SchedulerService(Service):
             vocab_size=info.vocab_size, eos_ids=frozenset(info.eot_ids),
             token_bytes=tuple(self.token_bytes)))
         self.driver = Driver(self.policy, self.requests, self._forward, self._chain,
-                             self.sched.batch_timeout)
+                             self.sched.batch_timeout, unserved_budget_s=self.sched.unserved_budget_s,
+                             describe_gap=self._describe_gap)
         self.driver.pipeline = chain
         self._tasks.append(asyncio.get_running_loop().create_task(self.driver.run()))
         log.info("serving %s over %s (%d pages of %d tokens, context %d)", self.model,
@@ -125,6 +128,11 @@ class SchedulerService(Service):
     def _chain(self):
         prefer = self.driver.pipeline if self.driver is not None else ()
         return find_chain(self.directory.of_kind("shard"), self.model, [s.name for s in prefer])
+
+    def _describe_gap(self) -> str:
+        gap = find_gap(self.directory.of_kind("shard"), self.model)
+        where = ("no layers" if gap is None else f"layers {gap[0]}-{'?' if gap[1] is None else gap[1]}")
+        return f"{where} of {self.model} have no ready shard ({self._explain()})"
 
     def _explain(self) -> str:
         return explain_missing(self.directory.of_kind("shard"), self.model)

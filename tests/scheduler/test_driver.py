@@ -72,13 +72,14 @@ def answer(body, **override):
 class Rig:
     """A policy, its streams and a driver over a FakePipeline, run by a real event loop."""
 
-    def __init__(self, **config):
+    def __init__(self, budget=300.0, **config):
         self.clock = ManualClock()
         self.pipe = FakePipeline()
         self.policy = Scheduler(small(**{"max_inflight": 2, **config}))
         self.requests: dict[str, RequestStream] = {}
         self.driver = Driver(self.policy, self.requests, self.pipe.call, self.pipe.chain,
-                             backoff=(1.0, 4.0), poll_s=0.005, clock=self.clock)
+                             backoff=(1.0, 4.0), poll_s=0.005, clock=self.clock,
+                             unserved_budget_s=budget, describe_gap=lambda: "layers 15-30 gone")
         self.events: dict[str, list] = {}
 
     def submit(self, rid, n=5, first=1, max_tokens=4, top_k=0, penalized=False):
@@ -171,6 +172,128 @@ async def test_a_shard_restart_reprefills_every_running_sequence_and_streams_onl
         assert list(t) == prompt(first) + r.tokens(rid)[:len(t) - 5]
         assert len(t) == 7             # the two tokens generated before the restart were kept
     assert r.driver.counters["pipeline_changes"] == 1
+    assert r.driver.counters["recoveries"] == 1    # the failure and the new epoch: one loss
+    r.assert_nothing_left()
+
+
+def refills(r, since):
+    """First tokens of every row fed from position 0 in the forwards after index `since`."""
+    return [int(t[0]) for body in r.pipe.forwards[since:] for t, p in rows(body) if p[0] == 0]
+
+
+def fails_with(error):
+    def call(body):
+        raise error
+    return call
+
+
+async def undisturbed_tokens(rig, **submit):
+    r = rig()
+    for rid, kw in submit.items():
+        r.submit(rid, **kw)
+    await r.run_until_all_finish()
+    return {rid: r.tokens(rid) for rid in submit}
+
+
+@pytest.mark.parametrize("stale", [RemoteError("stale_route", "shard-1 is epoch 2", peer="shard-1"),
+                                   RemoteError("kv_missing", "no pages", peer="shard-1"),
+                                   RemoteError("shard_unavailable", "shard-1?", peer="shard-0"),
+                                   PeerRestarted("shard-1 restarted")], ids=str)
+async def test_a_loss_seen_before_the_new_epoch_is_charged_once_and_its_reprefill_kept(rig, stale):
+    want = await undisturbed_tokens(rig, a=dict(first=10, max_tokens=6), b=dict(first=30, max_tokens=6))
+    r = rig()
+    r.pipe.script = [answer, answer, fails_with(PeerRestarted("shard-1 restarted")),
+                     fails_with(stale)]                # the retry still goes to the old pipeline
+    r.submit("a", first=10, max_tokens=6)
+    r.submit("b", first=30, max_tokens=6)
+    await r.until(lambda: len(r.pipe.forwards) == 3 and not r.policy.inflight, "the loss")
+    assert r.driver.counters["recoveries"] == 1
+    r.clock.t += 1.0                                   # the backoff ends: retry on stale epochs
+    await r.until(lambda: len(r.pipe.forwards) == 4 and not r.policy.inflight, "the stale retry")
+    assert r.driver.counters["recoveries"] == 1 and r.driver.counters["retries_uncharged"] == 1
+    r.pipe.epochs[1] += 1                              # now the directory shows the new epoch
+    r.clock.t += 2.0
+    r.driver.wake.set()
+    await r.run_until_all_finish()
+    assert r.driver.counters["recoveries"] == 1        # one kill, one charge
+    assert r.driver.counters["changes_uncharged"] == 1
+    # Re-prefilled from position 0 once on the new epoch (the stale try aside), never again.
+    assert sorted(refills(r, 4)) == [10, 30]
+    assert {rid: r.tokens(rid) for rid in "ab"} == want
+    r.assert_nothing_left()
+
+
+async def test_no_count_of_losses_fails_a_request_and_its_text_is_the_undisturbed_one(rig):
+    want = await undisturbed_tokens(rig, a=dict(first=10, max_tokens=12))
+    r = rig()
+    kills = 0
+
+    def kill(body):
+        nonlocal kills
+        kills += 1
+        r.pipe.epochs[kills % 2] += 1                  # a different shard each time
+        raise PeerDead(f"killed ({kills})")
+    r.pipe.script = [answer, kill] * 8                 # eight losses, each after a token
+    r.submit("a", first=10, max_tokens=12)
+    await r.run_until_all_finish()
+    assert kills == 8 and r.driver.counters["recoveries"] == 8
+    assert r.finish("a").reason == "length" and r.tokens("a") == want["a"]
+    r.assert_nothing_left()
+
+
+async def test_a_gap_past_the_time_budget_fails_every_request_with_the_unserved_layers(rig):
+    r = rig(budget=60.0)
+
+    def answer_then_lose_a_shard(body):
+        r.pipe.gap = True                              # the second shard's layers lose their shard
+        return answer(body)
+    r.pipe.script = [answer_then_lose_a_shard]
+    r.submit("a", first=10, max_tokens=6)
+    await r.until(lambda: len(r.tokens("a")) == 1, "a first token")
+    r.submit("b", first=30, max_tokens=6)
+    await r.until(lambda: r.driver.counters["waits.gap"] >= 2, "the driver to see the gap")
+    r.clock.t += 59.0                                  # within the budget: streams only pause
+    held = r.driver.counters["waits.gap"]
+    await r.until(lambda: r.driver.counters["waits.gap"] >= held + 3, "more waits")
+    assert r.finish("a") is None and r.finish("b") is None
+    r.clock.t += 2.0
+    await r.run_until_all_finish()
+    for rid in "ab":
+        finish = r.finish(rid)
+        assert finish.reason == "failed" and "layers 15-30 gone" in finish.detail
+        assert "budget 60 s" in finish.detail
+    r.assert_nothing_left()
+
+
+async def test_a_pipeline_failing_every_batch_past_the_budget_fails_with_its_last_error(rig):
+    r = rig(budget=10.0)
+    r.pipe.script = [fails_with(CallTimeout("shard-1 did not answer"))] * 100
+    r.submit("a", max_tokens=3)
+    await r.until(lambda: len(r.pipe.forwards) == 1 and not r.policy.inflight, "the failure")
+    for wait in (1.0, 2.0, 4.0):                       # backoffs of 1, 2, 4 s: 7 s < 10 s
+        r.clock.t += wait
+        n = len(r.pipe.forwards)
+        await r.until(lambda: len(r.pipe.forwards) == n + 1 and not r.policy.inflight, "a retry")
+    assert r.finish("a") is None
+    r.clock.t += 4.0                                   # 11 s unserved
+    await r.run_until_all_finish()
+    finish = r.finish("a")
+    assert finish.reason == "failed" and "did not answer" in finish.detail
+    assert "budget 10 s" in finish.detail
+    r.assert_nothing_left()
+
+
+async def test_a_batch_that_succeeds_resets_the_budget(rig):
+    r = rig(budget=10.0)
+    r.pipe.script = [answer, fails_with(PeerDead("gone")), answer, answer,
+                     fails_with(PeerDead("gone again"))]
+    r.submit("a", first=10, max_tokens=8)
+    await r.until(lambda: len(r.pipe.forwards) == 2 and not r.policy.inflight, "first loss")
+    r.clock.t += 8.0                                   # 8 s unserved, then served again
+    await r.until(lambda: len(r.pipe.forwards) == 5 and not r.policy.inflight, "second loss")
+    r.clock.t += 8.0                                   # 8 s more: 16 s in all, but not in a row
+    await r.run_until_all_finish()
+    assert r.finish("a").reason == "length" and len(r.tokens("a")) == 8
     r.assert_nothing_left()
 
 

@@ -20,7 +20,7 @@ class SchedulerEvents(RuleBasedStateMachine):
         self.sched = Scheduler(SchedulerConfig(
             num_pages=pages, page_size=4, context_length=24, max_batch_tokens=budget,
             max_batch_seqs=seqs, max_inflight=inflight, max_queue=6, eos_ids={0},
-            loop_repeats=2, loop_window=4, loop_min_chars=5, max_recoveries=2,
+            loop_repeats=2, loop_window=4, loop_min_chars=5,
             token_bytes=tuple(p.encode() for p in PIECES) + TOKEN_BYTES[len(PIECES):]))
         self.submitted: list[str] = []
         self.finishes: Counter[str] = Counter()
@@ -89,12 +89,19 @@ class SchedulerEvents(RuleBasedStateMachine):
         elif how == "fail":
             out = self.sched.fail(rid, "test")
         else:
-            out = self.sched.reset_sequence(rid)
+            self.sched.reset_sequence(rid)
+            out = None
         self._record([out] if out else [])
 
     @rule()
     def shard_failure(self):
-        self._record(self.sched.reset_for_recovery())
+        self.sched.reset_for_recovery()
+        self.plans.clear()
+
+    @precondition(lambda self: self.submitted)
+    @rule()
+    def pipeline_gone_for_good(self):
+        self._record(self.sched.fail_all("test: layers unserved past the budget"))
         self.plans.clear()
 
     @invariant()

@@ -96,7 +96,7 @@ def test_shard_failure_reprefills_every_interrupted_sequence_and_forgets_the_cac
     step(sched)
     a_tokens = list(sched._seqs["a"].tokens)
     lost = sched.schedule()                     # in flight when the shard dies
-    assert sched.reset_for_recovery() == []
+    sched.reset_for_recovery()
     with pytest.raises(UnknownBatch):
         sched.complete(lost.batch_id, samples_for(lost))
     stats = sched.stats()
@@ -113,17 +113,29 @@ def test_shard_failure_reprefills_every_interrupted_sequence_and_forgets_the_cac
     assert outs["b"][-1].finish.reason == "length"
 
 
-def test_past_the_recovery_budget_a_request_fails_with_a_reason():
-    sched = Scheduler(small(max_recoveries=2))
+def test_no_count_of_recoveries_fails_a_request():
+    sched = Scheduler(small())
     sched.submit(req("a", max_tokens=50))
-    for _ in range(2):
+    for _ in range(20):                        # however often its KV is lost ...
         step(sched)
-        assert sched.reset_for_recovery() == []
+        sched.reset_for_recovery()
+    assert sched.is_tracked("a")               # ... it is re-prefilled, never failed for it
+    outs = run_to_end(sched)
+    assert outs["a"][-1].finish.reason == "length"
+
+
+def test_fail_all_ends_every_request_with_the_reason_and_frees_everything():
+    sched = Scheduler(small(max_inflight=2))
+    sched.submit(req("a", first=10))
+    sched.submit(req("b", first=40))
     step(sched)
-    (out,) = sched.reset_for_recovery()
-    assert out.request_id == "a" and out.finish.reason == "failed"
-    assert "recovery budget" in out.finish.detail
-    assert not sched.has_work()
+    sched.schedule()                           # in flight when the pipeline is given up on
+    outs = sched.fail_all("layers 15-30 unserved")
+    assert sorted(o.request_id for o in outs) == ["a", "b"]
+    assert all(o.finish.reason == "failed" and o.finish.detail == "layers 15-30 unserved"
+               for o in outs)
+    assert not sched.has_work() and sched.inflight == () and sched.stats()["pages_used"] == 0
+    sched.check()
 
 
 def test_reset_one_sequence_requeues_it_and_ignores_its_in_flight_result():

@@ -1,0 +1,1 @@
+"""The health watcher: hears every heartbeat, kills and respawns what stops on its machine."""
