@@ -52,6 +52,7 @@ class Directory:
         self._confirming: set[asyncio.Task] = set()   # handshakes started by mDNS candidates
         self._changed = asyncio.Event()
         self._closed = False
+        self._listened: float | None = None        # when the reader last emptied its socket
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -79,13 +80,22 @@ class Directory:
             await self._zc.async_close()
 
     # ------------------------------------------------------------------ queries
-    def live(self) -> list[PeerEntry]:
+    def _now(self) -> float:
+        """The time liveness is judged at: no later than shortly after this directory last read
+        its socket. A stalled event loop (a long decode, say) has heartbeats queued but unread;
+        they are not missing, and the peers that sent them are not dead."""
         now = time.monotonic()
+        if self._listened is None:
+            return now
+        return min(now, self._listened + self.config.heartbeat_interval)
+
+    def live(self) -> list[PeerEntry]:
+        now = self._now()
         return [e for e in self.table.live(now) if e.name != self.me]
 
     def get(self, name: str) -> PeerEntry | None:
         e = self.table.entries.get(name)
-        return e if e is not None and self.table.is_alive(e, time.monotonic()) else None
+        return e if e is not None and self.table.is_alive(e, self._now()) else None
 
     def of_kind(self, kind: str) -> list[PeerEntry]:
         return [e for e in self.live() if e.kind == kind]
@@ -200,15 +210,22 @@ class Directory:
     async def _read_heartbeats(self) -> None:
         last_expire = 0.0
         while not self._closed:
-            now = time.monotonic()
+            if not await self._sub.poll(100) or await self._drain():
+                self._listened = time.monotonic()
+            now = self._now()
             if now - last_expire > self.config.heartbeat_interval / 2:
                 for dead in self.table.expire(now):
                     for cb in self.on_expire:
                         cb(dead)
                 last_expire = now
-            if not await self._sub.poll(100):
-                continue
-            frames = await self._sub.recv_multipart(copy=False)
+
+    async def _drain(self, most: int = 1000) -> bool:
+        """Read what is queued, up to `most` messages; True when the socket was emptied."""
+        for _ in range(most):
+            try:
+                frames = await self._sub.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return True
             try:
                 msg = wire.decode(frames[1:])
             except wire.BadFrame:
@@ -219,6 +236,7 @@ class Directory:
                 self._observe(PeerEntry.of(msg.body, "heartbeat"))
             for cb in self.on_event:
                 cb(topic, msg)
+        return False
 
     def subscribe(self, topic: bytes) -> None:
         self._sub.setsockopt(zmq.SUBSCRIBE, topic)
