@@ -10,13 +10,13 @@ import zmq
 import zmq.asyncio
 
 import wire
-from bus.client import RpcClient
 from bus.config import BusConfig, ServiceConfig
 from bus.errors import RemoteError
 from bus.service import Service, handles, streams
 from wire.messages.bus import Echo, EchoReply, Hello, Status, StatusReply, Welcome
 
 from .waiting import wait_until
+from .serving import client_of
 
 CAP = 2
 
@@ -63,9 +63,8 @@ async def service():
 
 @pytest.fixture
 async def client(service):
-    c = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{service.rpc_port}")
-    yield c
-    await c.close()
+    async with client_of(service) as c:
+        yield c
 
 
 def test_the_cap_is_validated():

@@ -23,6 +23,7 @@ from wire.limits import MAX_HEADER_BYTES
 from wire.messages.bus import Echo, EchoReply, Status
 
 from .waiting import wait_until
+from .serving import client_of, running
 
 
 @wire.message("test.big_reply")
@@ -70,18 +71,14 @@ def config(name: str) -> ServiceConfig:
 
 @pytest.fixture
 async def service():
-    s = Sizes(config("sizes"))
-    await s.start()
-    yield s
-    s.stop()
-    await s.shutdown()
+    async with running(Sizes(config("sizes"))) as s:
+        yield s
 
 
 @pytest.fixture
 async def client(service):
-    c = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{service.rpc_port}")
-    yield c
-    await c.close()
+    async with client_of(service) as c:
+        yield c
 
 
 def test_only_shards_take_large_frames():

@@ -20,6 +20,7 @@ from bus.service import Service, handles
 from wire.messages.bus import Echo, EchoReply, Error, Status, StatusReply, Welcome
 
 from ..waiting import until
+from .serving import client_of, running
 
 
 @wire.message("test.boom")
@@ -56,18 +57,14 @@ def config(name="svc", **kw) -> ServiceConfig:
 
 @pytest.fixture
 async def service():
-    s = ProbeService(config(), ctx=zmq.asyncio.Context.instance())
-    await s.start()
-    yield s
-    s.stop()
-    await s.shutdown()
+    async with running(ProbeService(config(), ctx=zmq.asyncio.Context.instance())) as s:
+        yield s
 
 
 @pytest.fixture
 async def client(service):
-    c = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{service.rpc_port}")
-    yield c
-    await c.close()
+    async with client_of(service) as c:
+        yield c
 
 
 async def test_echo_carries_a_tensor_and_the_handshake_names_the_service(service, client):

@@ -18,6 +18,7 @@ from bus.service import Service, streams
 from wire.messages.bus import EchoReply
 
 from ..waiting import until
+from .serving import client_of, running
 
 
 @wire.message("test.count")
@@ -50,20 +51,15 @@ class Counter(Service):
 
 @pytest.fixture
 async def service():
-    s = Counter(ServiceConfig(name="counter", kind="test",
-                              bus=BusConfig(cluster="stream-test", mdns=False)),
-                ctx=zmq.asyncio.Context.instance())
-    await s.start()
-    yield s
-    s.stop()
-    await s.shutdown()
+    config = ServiceConfig(name="counter", kind="test", bus=BusConfig(cluster="stream-test", mdns=False))
+    async with running(Counter(config, ctx=zmq.asyncio.Context.instance())) as s:
+        yield s
 
 
 @pytest.fixture
 async def client(service):
-    c = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{service.rpc_port}")
-    yield c
-    await c.close()
+    async with client_of(service) as c:
+        yield c
 
 
 async def wait_until(cond, timeout=5.0):
