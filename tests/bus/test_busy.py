@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import zmq
-import zmq.asyncio
 
 import wire
 from bus.config import BusConfig, ServiceConfig
