@@ -12,6 +12,7 @@ from wire.messages.bus import (Echo, EchoReply, Hello, Probe, ProbeReply, Status
 
 from .dispatch import handles
 from .errors import ServiceError
+from .machine import machine_id
 
 # Answered in every state and past the request cap: they are how peers and people see a service.
 ALWAYS = frozenset({Hello.TYPE, Status.TYPE, Echo.TYPE})
@@ -25,7 +26,8 @@ class BusMethods:
         return Welcome(name=self.name, kind=self.kind, instance=self.instance, epoch=self.epoch,
                        cluster=self.config.bus.cluster, host=self.config.bus.advertised,
                        rpc_port=self.rpc_port, pub_port=self.pub_port, state=self.state,
-                       info=self.info())
+                       info=self.info(), machine=machine_id(), pid=os.getpid(),
+                       unit=self.config.unit)
 
     @handles(Status)
     async def _status(self, msg: wire.Message) -> StatusReply:

@@ -52,6 +52,7 @@ class ServiceConfig:
     pub_port: int = 0
     drain_timeout: float = 10.0
     discover: bool = False              # run a directory of peers (services that call others)
+    unit: str = ""                      # the systemd unit running this process, if one does
     # Requests handled at once (streams count; bus.* do not); past it new ones get `busy`.
     # Above what a scheduler admits (its own queue answers `queue_full` first), below what
     # would let one flood of callers hold unbounded memory.

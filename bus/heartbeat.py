@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ from wire.errors import Oversized
 from wire.messages.bus import Heartbeat
 
 from .directory import HEARTBEAT_TOPIC
+from .machine import machine_id
 from .sockets import CONTROL
 
 
@@ -39,7 +41,8 @@ class Heartbeats:
         return Heartbeat(name=self.name, kind=self.kind, instance=self.instance, epoch=self.epoch,
                          state=self.state, load=self.load, progress=self.progress,
                          seq=self._hb_seq, host=self.config.bus.advertised,
-                         rpc_port=self.rpc_port, pub_port=self.pub_port, info=self.info())
+                         rpc_port=self.rpc_port, pub_port=self.pub_port, info=self.info(),
+                         machine=machine_id(), pid=os.getpid(), unit=self.config.unit)
 
     def _publish_heartbeat(self) -> None:
         self.publish(HEARTBEAT_TOPIC.decode(), self._heartbeat())

@@ -22,6 +22,9 @@ class PeerEntry:
     last_progress_at: float = 0.0   # when `progress` last grew
     info: dict[str, Any] = field(default_factory=dict)
     source: str = ""                # "mdns", "static" or "heartbeat"
+    machine: str = ""               # which machine, process and systemd unit (health watchers act on these)
+    pid: int = 0
+    unit: str = ""
 
     @classmethod
     def of(cls, m: Any, source: str) -> "PeerEntry":
@@ -29,7 +32,8 @@ class PeerEntry:
         return cls(name=m.name, kind=m.kind, instance=m.instance, epoch=m.epoch, host=m.host,
                    rpc_port=m.rpc_port, pub_port=m.pub_port, state=m.state,
                    load=getattr(m, "load", 0.0), progress=getattr(m, "progress", 0),
-                   info=dict(m.info), source=source)
+                   info=dict(m.info), source=source, machine=getattr(m, "machine", ""),
+                   pid=getattr(m, "pid", 0), unit=getattr(m, "unit", ""))
 
     @property
     def rpc_endpoint(self) -> str:

@@ -18,6 +18,7 @@ KINDS = {
     "tokenizer": "services.tokenizer.cli",
     "scheduler": "services.scheduler.cli",
     "gateway": "gateway.cli",
+    "health": "services.health.cli",
 }
 
 
@@ -34,6 +35,9 @@ def add_parser(sub: argparse._SubParsersAction, env: dict) -> None:
         p.add_argument("--threads", type=int, default=1, help="BLAS threads of this process")
         p.add_argument("--no-discover", dest="discover", action="store_false",
                        help="do not keep a directory of peers")
+        p.add_argument("--unit", default=env.get("LLMBUS_UNIT", ""),
+                       help="systemd unit running this process, told to the health watcher "
+                            "(the units set LLMBUS_UNIT=%%n)")
         importlib.import_module(module).add_arguments(p)
         p.set_defaults(func=_run, module=module)
 
@@ -47,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
         config = ServiceConfig(name=args.name or f"{args.kind}-{args.instance}", kind=args.kind,
                                instance=args.instance, bus=bus_config(args),
                                rpc_port=args.rpc_port, pub_port=args.pub_port,
-                               discover=args.discover)
+                               discover=args.discover, unit=args.unit)
     except ValueError as e:
         print(f"llmbus run {args.kind}: {e}", file=sys.stderr)
         return 2

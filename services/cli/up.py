@@ -1,11 +1,12 @@
 """`llmbus up`: the whole stack on this machine, under one parent, until Ctrl-C or SIGTERM.
 
-Starts a tokenizer, N shard runners over contiguous layer ranges, a scheduler and the HTTP
-gateway, each its own process that dies with this one. They find each other as static peers on
-loopback (no multicast needed). A health watcher (services/health) kills a child that stops
-heartbeating or stalls, starts again one that exits (with back-off), and gives up on one that
-keeps failing; the scheduler carries its requests through. `llmbus chat` finds the stack through a small file in
-the runtime folder.
+Runs the health watcher (services/health, `health-0` on the bus) in this process, in mode
+`children`: it starts a tokenizer, N shard runners over contiguous layer ranges, a scheduler and
+the HTTP gateway, each its own process that dies with this one, and once the stack is ready kills
+a child that stops heartbeating or stalls, starts again one that exits (with back-off), and gives
+up on one that keeps failing (`health.service_failed`); the scheduler carries its requests
+through. They find each other as static peers on loopback (no multicast needed). `llmbus chat`
+finds the stack through a small file in the runtime folder.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def add_parser(sub) -> None:
                    help="folder for the services' logs (default: in the runtime folder)")
     p.add_argument("-d", "--detach", action="store_true",
                    help="run in the background once ready; `llmbus down` stops it")
+    from services.health.cli import add_policy_arguments
+    add_policy_arguments(p)
     p.set_defaults(func=main)
     down = sub.add_parser("down", help="stop a stack started with `llmbus up --detach`")
     down.add_argument("--cluster", default=None, help="which stack (default: the newest)")
@@ -74,8 +77,10 @@ def say(text: str) -> None:
 async def _up(args) -> int:
     import zmq.asyncio
 
-    from bus.config import BusConfig
-    from bus.directory import Directory
+    from bus.config import BusConfig, ServiceConfig
+    from services.health.children import ChildrenMode
+    from services.health.cli import policy_config
+    from services.health.service import HealthService, HealthServiceConfig
     from services.modelstore.pull import pull
     from services.modelstore.gguf_meta import read_metadata
 
@@ -95,7 +100,7 @@ async def _up(args) -> int:
     logs = args.logs or runtime_dir() / "logs" / cluster
     sched_port = args.port or free_port()
     ports = {"tokenizer-0": free_port(), "scheduler-0": sched_port, "gateway-0": free_port(),
-             **{f"shard-{a}": free_port() for a, _ in ranges}}
+             **{f"shard-{a}": free_port() for a, _ in ranges}, "health-0": free_port()}
     peers = [f"127.0.0.1:{p}" for p in ports.values()]
     common = ["--cluster", cluster, "--no-mdns", *[a for p in peers for a in ("--peer", p)]]
     specs = {
@@ -107,19 +112,29 @@ async def _up(args) -> int:
         "gateway-0": ["run", "gateway", "--http", args.http]
         + (["--api-key-file", str(args.api_key_file.resolve())] if args.api_key_file else []),
     }
+    specs = {name: [*spec, "--name", name, "--rpc-port", str(ports[name]), *common]
+             for name, spec in specs.items()}
+    bus = BusConfig(cluster=cluster, mdns=False, peers=tuple(peers))
+    health = policy_config(args, bus.heartbeat_interval)   # bad values fail before anything starts
     kids = Children(log_dir=logs)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     ctx = zmq.asyncio.Context()
-    directory = Directory(ctx, BusConfig(cluster=cluster, mdns=False, peers=tuple(peers)), me="up")
+    # The watcher starts the children and hears their heartbeats; it acts once the stack is
+    # ready (a child failing while starting ends `llmbus up` with its log instead).
+    watcher = HealthService(
+        ServiceConfig(name="health-0", kind="health", bus=bus, rpc_port=ports["health-0"],
+                      discover=True),
+        ChildrenMode(kids, specs, stop_first=("gateway-0", "scheduler-0")),
+        HealthServiceConfig(policy=health, watch_at_start=False), ctx=ctx)
+    watcher.on_event.append(lambda e: _tell(e, logs))
     stack_file = None
     t0 = time.monotonic()
     try:
-        for name, spec in specs.items():
-            kids.start(name, [*spec, "--name", name, "--rpc-port", str(ports[name]), *common])
-        await directory.start()
+        await watcher.start()
+        directory = watcher.directory
         say(f"starting {len(specs)} services: model {model.name}, {len(ranges)} shards "
             f"{[f'{a}:{b}' for a, b in ranges]}, {inflight} micro-batch(es) in flight, "
             f"logs in {logs}")
@@ -136,15 +151,25 @@ async def _up(args) -> int:
               f"`llmbus chat`; inspect it with "
               f"`LLMBUS_CLUSTER={cluster} LLMBUS_MDNS=0 LLMBUS_PEERS={','.join(peers)} busctl list`. "
               f"Ctrl-C stops it.", flush=True)
-        return await _supervise(kids, directory, stop, logs)
+        watcher.watch()
+        await stop.wait()
+        return 0
     finally:
         say("stopping")
-        await directory.stop()
+        try:
+            await watcher.shutdown()   # stops the children (gateway and scheduler first)
+        finally:
+            kids.stop()                # a no-op unless the watcher failed before stopping them
         ctx.destroy(linger=0)          # a socket left open must not hold the shutdown
-        kids.stop(first=("gateway-0", "scheduler-0"))
         if stack_file is not None:
             stack_file.unlink(missing_ok=True)
         say("stopped")
+
+
+def _tell(e, logs: Path) -> None:
+    say(f"{e.kind}: {e.service}: {e.reason}")
+    if e.kind == "service_failed":
+        say(f"{e.service} is given up; its log ends:\n{_tail(logs / f'{e.service}.log')}")
 
 
 async def _wait_ready(directory, kids, stop: asyncio.Event, logs: Path) -> bool:
@@ -167,26 +192,6 @@ async def _wait_ready(directory, kids, stop: asyncio.Event, logs: Path) -> bool:
             last_report = time.monotonic()
         await asyncio.sleep(0.1)
     return False
-
-
-async def _supervise(kids, directory, stop: asyncio.Event, logs: Path) -> int:
-    """The health watcher over the children: kill what stops heartbeating or stalls, respawn
-    what exits, give up (mark failed) on one that keeps failing."""
-    from services.health.children import ChildWatcher
-
-    def tell(e) -> None:
-        say(f"{e.kind}: {e.name}: {e.detail}")
-        if e.kind == "service_failed":
-            say(f"{e.name} is given up; its log ends:\n{_tail(logs / f'{e.name}.log')}")
-
-    watcher = ChildWatcher(kids, directory, on_event=tell)
-    while not stop.is_set():
-        watcher.tick()
-        try:
-            await asyncio.wait_for(stop.wait(), 0.1)
-        except asyncio.TimeoutError:
-            pass
-    return 0
 
 
 def _tail(path: Path, lines: int = 15) -> str:

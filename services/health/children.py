@@ -1,60 +1,61 @@
-"""Mode 1 of the watcher: it supervises its own child processes (what `llmbus up` runs).
-
-Feeds the policy with the heartbeats its directory hears, the children's exits and their CPU
-time, and carries out what the policy decides: SIGKILL, respawn, or give up (marked failed).
-"""
+"""Mode `children` of the watcher: it runs the services itself, as child processes (what
+`llmbus up` does), sees their exits and CPU time directly, kills with SIGKILL and respawns."""
 
 from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable
 
 from wire.messages.bus import Heartbeat
 
-from .policy import Action, Event, HealthConfig, HealthPolicy
+from .policy import Action, HealthPolicy
 from .procstat import cpu_seconds
 
 
-class ChildWatcher:
-    def __init__(self, kids, directory, config: HealthConfig | None = None,
-                 on_event: Callable[[Event], None] = lambda e: None,
-                 clock: Callable[[], float] = time.monotonic):
+class ChildrenMode:
+    name = "children"
+
+    def __init__(self, kids, specs: dict[str, list[str]], stop_first: tuple[str, ...] = ()):
         self.kids = kids                  # services.cli.children.Children
-        self.policy = HealthPolicy(config)
-        self._on_event = on_event
-        self._clock = clock
-        now = clock()
-        for name in kids.by_name:
-            self.policy.started(name, now)
-        directory.on_event.append(self._heard)
+        self.specs = dict(specs)          # name -> `llmbus` arguments
+        self.stop_first = stop_first      # stopped (and drained) before the others
 
-    def _heard(self, topic: bytes, msg) -> None:
-        hb = msg.body
-        if isinstance(hb, Heartbeat) and hb.name in self.kids.by_name:
-            self.policy.heard(hb.name, hb.epoch, hb.load, hb.progress, self._clock())
+    def start_all(self) -> list[str]:
+        for name, args in self.specs.items():
+            self.kids.start(name, args)
+        return list(self.specs)
 
-    def tick(self) -> list[Action]:
-        """Look at every child once, act on what the policy decides; returns the actions."""
-        now = self._clock()
+    def stop_all(self) -> None:
+        self.kids.stop(first=self.stop_first)
+
+    def owns(self, hb: Heartbeat) -> bool:
+        return hb.name in self.kids.by_name
+
+    def observe(self, policy: HealthPolicy, now: float) -> None:
         for name, p in list(self.kids.by_name.items()):
             if p.poll() is not None:
-                self.policy.exited(name, p.returncode, now)
+                policy.exited(name, p.returncode, now)
             elif (cpu := cpu_seconds(p.pid)) is not None:
-                self.policy.cpu(name, cpu, now)
-        actions = self.policy.decide(now)
-        for a in actions:
-            p = self.kids.by_name[a.name]
-            if a.kind == "kill" and p.poll() is None:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait()                 # a killed child is reaped now: its exit is seen next tick
-            elif a.kind == "respawn":
-                self.kids.respawn(a.name)
-                self.policy.started(a.name, now)
-        for e in self.policy.pop_events():
-            self._on_event(e)
-        return actions
+                policy.cpu(name, cpu, now)
 
-    def failed(self) -> list[str]:
-        return [n for n, v in self.policy.view().items() if v["state"] == "failed"]
+    def act(self, a: Action) -> None:
+        p = self.kids.by_name[a.name]
+        if a.kind == "kill" and p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()                 # a killed child is reaped now: its exit is seen next tick
+        elif a.kind == "respawn":
+            self.kids.respawn(a.name)
+
+    def pid(self, name: str) -> int | None:
+        p = self.kids.by_name.get(name)
+        return p.pid if p is not None and p.poll() is None else None
+
+    def unit(self, name: str) -> str:
+        return ""
+
+    def signal(self, name: str, signum: int) -> int:
+        p = self.kids.by_name[name]
+        if p.poll() is not None:
+            raise ProcessLookupError(f"{name} is not running (exited with status {p.returncode})")
+        os.kill(p.pid, signum)
+        return p.pid

@@ -156,7 +156,15 @@ class HealthPolicy:
         events, self._events = self._events, []
         return events
 
-    def view(self) -> dict[str, dict]:
-        """State, restarts and last error of each service (what `busctl list` shows)."""
-        return {n: {"state": w.state, "restarts": w.total_restarts, "last_error": w.last_error}
-                for n, w in self.services.items()}
+    def view(self, now: float | None = None) -> dict[str, dict]:
+        """State, restarts and last error of each service (what `busctl list` shows). Given the
+        clock, an up service with work whose progress has not moved for a heartbeat window
+        shows as `stalled` (the stall window has not yet run out, or its CPU time still moves)."""
+        return {n: {"state": self._shown_state(w, now), "restarts": w.total_restarts,
+                    "last_error": w.last_error} for n, w in self.services.items()}
+
+    def _shown_state(self, w: Watched, now: float | None) -> str:
+        if (now is not None and w.state == "up" and w.load > 0
+                and now - w.progress_at > self.config.dead_after):
+            return "stalled"
+        return w.state

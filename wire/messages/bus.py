@@ -28,6 +28,10 @@ class Welcome:
     pub_port: int
     state: str
     info: dict[str, Any]
+    # Where the process runs, so that the health watcher of that machine can act on it.
+    machine: str = ""  # /etc/machine-id (or the host name): equal for every process of a machine
+    pid: int = 0
+    unit: str = ""     # the systemd unit that runs it ("" when none does)
 
 
 @message("bus.heartbeat")
@@ -44,6 +48,9 @@ class Heartbeat:
     rpc_port: int
     pub_port: int
     info: dict[str, Any]
+    machine: str = ""  # as in bus.welcome: which machine, process and unit this is
+    pid: int = 0
+    unit: str = ""
 
     def check(self):
         if self.state not in STATES:

@@ -1,0 +1,68 @@
+"""`llmbus run health`: options of the health watcher (one per machine)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=("systemd", "children"), default="systemd",
+                   help="systemd: units run this machine's services (LLMBUS_UNIT in their "
+                        "heartbeats); children: the watcher runs the --child services itself")
+    p.add_argument("--child", action="append", default=[], metavar="NAME=ARGS",
+                   help="with --mode children: run `llmbus ARGS` as service NAME (repeatable), "
+                        "e.g. 'shard-0=run shard --layers 0:15 --name shard-0'")
+    p.add_argument("--logs", default=None, help="folder for the children's logs")
+    add_policy_arguments(p)
+
+
+def add_policy_arguments(p: argparse.ArgumentParser) -> None:
+    """The restart budget and stall window (shared with `llmbus up`)."""
+    p.add_argument("--restart-budget", type=int, default=5, metavar="R",
+                   help="a service restarted R times within --budget-window is given up (failed)")
+    p.add_argument("--budget-window", type=float, default=60.0, metavar="SECONDS")
+    p.add_argument("--stall-window", type=float, default=10.0, metavar="SECONDS",
+                   help="a service with work whose progress and CPU time stay still this long "
+                        "is killed and respawned")
+
+
+def policy_config(args: argparse.Namespace, heartbeat_interval: float = 0.5):
+    from .policy import HealthConfig
+    return HealthConfig(heartbeat_interval=heartbeat_interval, restart_budget=args.restart_budget,
+                        budget_window=args.budget_window, stall_window=args.stall_window)
+
+
+def parse_children(specs: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for spec in specs:
+        name, sep, rest = spec.partition("=")
+        if not sep or not name or not rest.strip():
+            raise ValueError(f"--child {spec!r}: expected NAME=ARGS")
+        if name in out:
+            raise ValueError(f"--child {name!r} given twice")
+        out[name] = shlex.split(rest)
+    return out
+
+
+def build(args: argparse.Namespace, config):
+    from pathlib import Path
+
+    from bus.machine import machine_id
+    from services.cli.children import Children
+
+    from .children import ChildrenMode
+    from .service import HealthService, HealthServiceConfig
+    from .systemd import SystemdMode
+
+    children = parse_children(args.child)
+    if args.mode == "children":
+        if not children:
+            raise ValueError("--mode children needs at least one --child NAME=ARGS")
+        mode = ChildrenMode(Children(log_dir=Path(args.logs) if args.logs else None), children)
+    elif children:
+        raise ValueError("--child is for --mode children; under systemd the units run the services")
+    else:
+        mode = SystemdMode(machine_id())
+    return HealthService(config, mode, HealthServiceConfig(
+        policy=policy_config(args, config.bus.heartbeat_interval)))
