@@ -1,7 +1,9 @@
 """busctl: inspect and poke the bus.
 
-    busctl list                      every service seen, with its heartbeat
+    busctl list                      every service seen, with its heartbeat, and as its machine's
+                                     health watcher sees it (state, restarts, last error)
     busctl status NAME               one service's own status and counters
+    busctl kill NAME [--signal S]    ask the watcher of NAME's machine to signal it (drills)
     busctl monitor [TOPIC]           live events (all but heartbeats unless TOPIC says so)
     busctl call NAME METHOD [JSON]   send one message (METHOD is its wire type) and print the reply
 
@@ -77,21 +79,87 @@ async def cmd_list(ctl: Ctl) -> int:
     await asyncio.sleep(ctl.args.wait)
     now = time.monotonic()
     live = ctl.directory.live()
+    watched = await _watched(ctl, live)
     rows = [{"name": e.name, "kind": e.kind, "instance": e.instance, "host": e.host,
              "rpc_port": e.rpc_port, "epoch": e.epoch, "state": e.state, "load": e.load,
              "progress": e.progress, "heartbeat_age_s": round(now - e.last_seen, 2),
-             "info": e.info} for e in live]
+             "machine": e.machine, "pid": e.pid, "unit": e.unit, "info": e.info} for e in live]
+    seen = {r["name"] for r in rows}
+    # What watchers know but the bus no longer hears (down, failed) is listed too.
+    rows += [{"name": n, "kind": "", "instance": "", "host": "", "rpc_port": 0, "epoch": 0,
+              "state": "", "load": 0.0, "progress": 0, "heartbeat_age_s": None, "machine": "",
+              "pid": w["pid"], "unit": w["unit"], "info": {}}
+             for n, w in watched.items() if n not in seen]
+    for r in rows:
+        w = watched.get(r["name"])
+        r["health"] = w               # None: no watcher answers for it
+        if w is not None:
+            r["state"] = w["state"]
+    rows.sort(key=lambda r: r["name"])
     if not rows:
         print(f"busctl: no services found ({ctl.directory.explain()})", file=sys.stderr)
         if ctl.args.json:
             print("[]")
         return EXIT_NOT_FOUND
-    header = f"{'NAME':<18} {'KIND':<10} {'INST':<5} {'HOST':<22} {'EPOCH':<20} {'STATE':<9} {'LOAD':>5} {'AGE':>6}"
+    header = (f"{'NAME':<18} {'KIND':<10} {'HOST':<22} {'STATE':<9} {'RESTARTS':>8} {'LOAD':>5} "
+              f"{'AGE':>6}  LAST ERROR")
     lines = [header] + [
-        f"{r['name']:<18} {r['kind']:<10} {r['instance']:<5} {r['host'] + ':' + str(r['rpc_port']):<22} "
-        f"{r['epoch']:<20} {r['state']:<9} {r['load']:>5.1f} {r['heartbeat_age_s']:>5.1f}s"
+        f"{r['name']:<18} {r['kind']:<10} "
+        f"{(r['host'] + ':' + str(r['rpc_port'])) if r['host'] else '-':<22} {r['state']:<9} "
+        f"{r['health']['restarts'] if r['health'] else '-':>8} {r['load']:>5.1f} "
+        f"{'-' if r['heartbeat_age_s'] is None else format(r['heartbeat_age_s'], '.1f') + 's':>6}  "
+        f"{(r['health'] or {}).get('last_error', '')}"
         for r in rows]
+    if not any(r["kind"] == "health" for r in rows):
+        lines.append("(no health watcher on the bus: states are the services' own)")
     ctl.out(rows, "\n".join(lines))
+    return 0
+
+
+async def _watched(ctl: Ctl, live) -> dict[str, dict]:
+    """What every live health watcher says of the services it watches, by name."""
+    from bus.client import RpcClient
+    from bus.errors import BusError
+    from wire.messages.health import HealthStatus
+
+    async def ask(e):
+        async with RpcClient(ctl.ctx, e.rpc_endpoint, sender=ctl.directory.me, name=e.name) as c:
+            try:
+                return await c.call(HealthStatus(), ctl.args.timeout)
+            except BusError as err:
+                print(f"busctl: health watcher {e.name} did not answer: {err}", file=sys.stderr)
+                return None
+
+    replies = await asyncio.gather(*(ask(e) for e in live if e.kind == "health"))
+    return {w.name: {"state": w.state, "restarts": w.restarts, "last_error": w.last_error,
+                     "pid": w.pid, "unit": w.unit, "watcher": r.watcher}
+            for r in replies if r is not None for w in r.services}
+
+
+async def cmd_kill(ctl: Ctl) -> int:
+    from wire.messages.health import Kill
+    name = ctl.args.name
+    try:
+        body = Kill(name=name, signal=ctl.args.signal)
+        body.check()
+    except ValueError as e:
+        print(f"busctl: {e}", file=sys.stderr)
+        return 2
+    deadline = time.monotonic() + ctl.args.wait
+    while True:   # the watcher of NAME's machine lists it in its heartbeat
+        watchers = [e for e in ctl.directory.of_kind("health") if name in e.info.get("watching", ())]
+        if watchers or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    if not watchers:
+        print(f"busctl: no health watcher watches {name!r} "
+              f"({ctl.directory.explain()})", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    reply = await _call(ctl, watchers[0].name, body)
+    if reply is None:
+        return EXIT_NOT_FOUND
+    ctl.out(_jsonable(reply), f"sent {reply.signal} to {reply.name} (pid {reply.pid}) "
+                              f"through {watchers[0].name}")
     return 0
 
 
@@ -212,6 +280,12 @@ def build_parser(env: dict) -> argparse.ArgumentParser:
     sp.add_argument("--count", type=int, default=0, help="stop after N events")
     sp.add_argument("--duration", type=float, default=0, help="stop after S seconds")
     sp.set_defaults(func=cmd_monitor)
+    sp = sub.add_parser("kill", help="ask the watcher of a service's machine to signal it")
+    common(sp)
+    sp.add_argument("name")
+    sp.add_argument("--signal", default="SIGTERM", type=lambda v: v if v.startswith("SIG") else "SIG" + v,
+                    help="SIGTERM (default), SIGKILL, SIGSTOP, SIGCONT, ... (the SIG may be left off)")
+    sp.set_defaults(func=cmd_kill)
     sp = sub.add_parser("call", help="send one message and print the reply")
     common(sp)
     sp.add_argument("name")

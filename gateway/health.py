@@ -23,6 +23,10 @@ def missing(entries: Iterable, model: str | None) -> list[str]:
         gaps.append("scheduler: none ready" + (f" (seen: {', '.join(seen)})" if seen else ""))
     gaps += layer_gaps([e for e in ready if e.kind == "shard"
                         and (model is None or e.info.get("model") == model)])
+    if gaps:   # what will not come back by itself: the services a health watcher gave up
+        gaps += [f"{name}: failed, given up by {w.name} ({f.get('reason', '')})"
+                 for w in entries if w.kind == "health"
+                 for name, f in sorted((w.info.get("failed") or {}).items())]
     return gaps
 
 

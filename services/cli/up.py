@@ -99,8 +99,10 @@ async def _up(args) -> int:
     cluster = args.cluster or private_cluster()
     logs = args.logs or runtime_dir() / "logs" / cluster
     sched_port = args.port or free_port()
-    ports = {"tokenizer-0": free_port(), "scheduler-0": sched_port, "gateway-0": free_port(),
-             **{f"shard-{a}": free_port() for a, _ in ranges}, "health-0": free_port()}
+    # The watcher first: a directory confirms static peers one by one, and one that is down
+    # (waiting out its handshake) must not hide the service that says why it is down.
+    ports = {"health-0": free_port(), "tokenizer-0": free_port(), "scheduler-0": sched_port,
+             "gateway-0": free_port(), **{f"shard-{a}": free_port() for a, _ in ranges}}
     peers = [f"127.0.0.1:{p}" for p in ports.values()]
     common = ["--cluster", cluster, "--no-mdns", *[a for p in peers for a in ("--peer", p)]]
     specs = {

@@ -84,6 +84,8 @@ class Watcher:
                         last_error=v["last_error"], pid=self.mode.pid(n) or 0,
                         unit=self.mode.unit(n)) for n, v in sorted(view.items())]
 
-    def failed(self) -> dict[str, str]:
-        """Services given up, with why."""
-        return {n: w.last_error for n, w in self.policy.services.items() if w.state == "failed"}
+    def failed(self) -> dict[str, dict]:
+        """Services given up: why, and their last heartbeat info (a shard's layers and model),
+        so that a scheduler or gateway that missed the event still knows what is gone."""
+        return {n: {"reason": w.last_error, "info": self.info.get(n, {})}
+                for n, w in self.policy.services.items() if w.state == "failed"}

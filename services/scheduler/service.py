@@ -26,6 +26,7 @@ from .admission import check_sampling
 from .config import SchedulerConfig
 from .driver import Driver
 from .errors import BadRequest, QueueFull
+from .failed_ranges import FAILED_TOPIC, FailedRanges
 from .pipeline import explain_missing, find_chain, find_gap
 from .policy import Scheduler
 from .sequence import Request
@@ -65,9 +66,12 @@ class SchedulerService(Service):
         self.driver: Driver | None = None
         self.requests: dict[str, RequestStream] = {}
         self.token_bytes: list[bytes] = []
+        self.failed_ranges = FailedRanges()
 
     # ------------------------------------------------------------------ lifecycle
     async def on_start(self) -> None:
+        self.directory.subscribe(FAILED_TOPIC)
+        self.directory.on_event.append(self._on_health_event)
         tok = await self._wait_for(self._tokenizer, "a tokenizer")
         info = await self.peers.call(tok, InfoRequest(), timeout=10)
         self.model = info.model
@@ -149,10 +153,26 @@ class SchedulerService(Service):
         return {"model": self.model, "pipeline": [st.name for st in self.driver.pipeline],
                 **{k: round(float(s[k]), 4) for k in keep}}
 
+    def _on_health_event(self, topic: bytes, msg) -> None:
+        """A watcher gave a service up: if it held a range no one else holds, the requests
+        waiting for it end now with the reason (instead of after the unserved budget)."""
+        if not self.failed_ranges.on_event(topic, msg) or self.policy is None:
+            return
+        why = self.failed_ranges.why(self.directory.live(), self.model)
+        if why is None:
+            return
+        log.error("failing every request: %s", why)
+        for out in self.policy.fail_all(why):
+            if (stream := self.requests.get(out.request_id)) is not None:
+                stream.deliver(StreamEvent(out))
+        self.driver.wake.set()
+
     # ------------------------------------------------------------------ requests
     @streams(Generate)
     async def generate(self, msg):
         req: Generate = msg.body
+        if (why := self.failed_ranges.why(self.directory.live(), self.model)) is not None:
+            raise ServiceError("range_failed", why)
         if self.policy is None:
             raise ServiceError("starting", "the scheduler is still finding its pipeline",
                                retry_after=1.0)
