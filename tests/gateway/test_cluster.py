@@ -39,11 +39,11 @@ async def idle(stack) -> dict | None:
 
 async def test_health_and_the_cluster_map(stack):
     status, body = await get(stack, "/health")
-    assert status == 200 and body["status"] == "ok"
+    assert status == 200 and body["status"] == "ok", body
     status, view = await get(stack, "/v1/cluster")
     assert status == 200 and view["missing"] == []
     kinds = sorted(s["kind"] for s in view["services"])
-    assert kinds == ["scheduler", "shard", "shard", "tokenizer"]    # the gateway lists its peers
+    assert kinds == ["health", "scheduler", "shard", "shard", "tokenizer"]    # the gateway lists its peers
     assert all(s["state"] == "ready" and s["heartbeat_age_s"] < 2 for s in view["services"])
     layers = [m["layers"] for m in view["layer_map"]]
     assert layers[0][0] == 0 and all(a[1] == b[0] for a, b in zip(layers, layers[1:]))
