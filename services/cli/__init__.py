@@ -24,9 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
     pull = sub.add_parser("pull", help="fetch the default model into the cache (sha256-checked)")
     pull.add_argument("-v", "--verbose", action="store_true")
     pull.set_defaults(func=_pull)
-    from . import chat, generate, run, up
+    from . import chat, generate, run, units, up
     run.add_parser(sub, dict(os.environ))
     up.add_parser(sub)
+    units.add_parser(sub)
     generate.add_parser(sub)
     chat.add_parser(sub)
     return p
