@@ -140,12 +140,12 @@ class Backend:
     async def render(self, messages: list[dict], tools: Tools | None = None,
                      template: str | None = None) -> list[int]:
         return list((await self._tokenizer_call(Render(
-            messages=messages, template=template, tools=tools.functions if tools else None,
+            messages=messages, template=template, tools=(tools.functions or None) if tools else None,
             assistant_prefix=tools.prefix if tools else ""))).ids)
 
     async def with_tools(self, request: Generate, tools: Tools | None) -> Generate:
         """The request with its tools in the prompt: the chat rendered here (the scheduler's
-        Generate has no tools), with a forced call's opening appended."""
+        Generate has no tools), with a forced call's opening (or a prefill) appended."""
         if tools is None or request.messages is None:
             return request
         ids = await self.render(request.messages, tools, request.template)
