@@ -5,6 +5,11 @@ each with closed-loop clients at several concurrencies, and does the same with l
 `llama_cpp` (llama-cpp-python) is importable. Prints the pipeline's cost (3-shard / 1-shard
 throughput) and where the stack stands against the targets of issue 4.
 
+The first stack is also driven through its gateway (OpenAI chat completions, streamed over
+HTTP), each level right after the same level on the bus: the gateway's cost (added time per
+token at the lowest concurrency, throughput through it / direct at the highest) against the
+targets of issue 12. Each row says how much CPU the bench's clients and the services used.
+
 Run from the repository root:
     OPENBLAS_NUM_THREADS=1 python3 -m bench.serve            # a few minutes
     OPENBLAS_NUM_THREADS=1 python3 -m bench.serve --quick    # a smoke run
@@ -22,6 +27,8 @@ from pathlib import Path
 from bench.serve_workload import Summary, Workload, make_prompts, summarize
 
 PIPELINE_TARGET = 0.85   # 3-shard throughput at the top concurrency, as a share of 1-shard
+GATEWAY_ADDED_MS_TARGET = 1.0     # added per token through the gateway at the lowest concurrency
+GATEWAY_THROUGHPUT_TARGET = 0.95  # throughput through the gateway / direct at the highest
 
 
 def _ints(text: str) -> list[int]:
@@ -51,6 +58,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--model", type=Path, default=None,
                     help="GGUF file (default: the default model, pulled if missing)")
     ap.add_argument("--pages", type=int, default=None, help="KV pages per shard (llmbus up's default)")
+    ap.add_argument("--no-gateway", action="store_true",
+                    help="drive the stacks on the bus only (not also through the gateway)")
     ap.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp even if importable")
     ap.add_argument("--llamacpp-threads", type=int, default=1,
                     help="llama.cpp compute threads (default 1: like one shard's compute "
@@ -79,31 +88,97 @@ def row(engine: str, s: Summary, notes: str = "") -> str:
             f"{s.itl_p99 * ms:5.0f}ms {s.mean_prompt:6.0f} {s.mean_completion:5.1f}  {notes}")
 
 
-def bench_stack(shards: int, args, tok, prompts: dict) -> dict[int, Summary]:
+def bench_stack(shards: int, args, tok, prompts: dict, gateway: bool = False
+                ) -> dict[str, dict[int, Summary]]:
+    """One stack's rows: on the bus, and (gateway) through its HTTP gateway right after each
+    level, on the same stack, so that the two are measured side by side."""
     from bench.serve_client import run_level, scheduler_stats, stats_delta
+    from bench.serve_cpu import CpuMeter, stack_services
     from bench.serve_stack import LocalStack
 
     engine = f"llmbus {shards}-shard"
-    results: dict[int, Summary] = {}
+    results: dict[str, dict[int, Summary]] = {engine: {}}
     with LocalStack(shards, model=args.model, pages=args.pages,
                     max_queue=max(256, 2 * max(args.concurrency))) as stack:
         print(f"# {engine}: up in {stack.ready_s:.1f}s at {stack.scheduler}", flush=True)
+        cpu = CpuMeter(stack_services(stack.pid))
         warm = make_prompts(tok, 2, Workload(max_tokens=8, requests_per_client=1), salt=-1)
         asyncio.run(run_level(stack.scheduler, warm, 2, Workload(max_tokens=8)))
+        if gateway:
+            model = gateway_warm_up(stack, warm)
+            results[f"gateway {shards}-shard"] = {}
         for c in args.concurrency:
             before = asyncio.run(scheduler_stats(stack.scheduler))
+            cpu.start()
             timings = asyncio.run(run_level(stack.scheduler, prompts[c], c, args.workload))
+            cpu.stop()
             d = stats_delta(before, asyncio.run(scheduler_stats(stack.scheduler)))
-            s = results[c] = summarize(c, timings)
+            s = results[engine][c] = summarize(c, timings)
             notes = (f"{d['batches']:.0f} batches, {d['tokens_per_batch']:.1f} tok/batch"
                      + (f", {d['preemptions']:.0f} preempted" if d["preemptions"] else "")
-                     + _finish_note(s))
+                     + _finish_note(s) + "; " + cpu.note(s.tokens))
             print(row(engine, s, notes), flush=True)
-            for t in timings:
-                if t.error:
-                    print(f"  error: {t.error}", flush=True)
-                    break
+            _first_error(timings)
+            if gateway:
+                results[f"gateway {shards}-shard"][c] = gateway_level(stack, model, prompts[c], c,
+                                                                      args, cpu)
     return results
+
+
+def _first_error(timings) -> None:
+    for t in timings:
+        if t.error:
+            print(f"  error: {t.error}", flush=True)
+            break
+
+
+def gateway_warm_up(stack, warm) -> str:
+    """The gateway's model id, after one small request through it."""
+    from bench.serve_http import model_id, run_level_http
+    model = asyncio.run(model_id(stack.http))
+    asyncio.run(run_level_http(stack.http, model, warm, 2, Workload(max_tokens=8)))
+    return model
+
+
+def gateway_level(stack, model: str, prompts, c: int, args, cpu) -> Summary:
+    """One level through the gateway (streamed OpenAI chat), on prompts the bus level did not
+    leave in the prefix cache."""
+    from bench.serve_http import marked, run_level_http
+    cpu.start()
+    timings = asyncio.run(run_level_http(stack.http, model, marked(prompts), c, args.workload))
+    cpu.stop()
+    s = summarize(c, timings)
+    print(row(f"gateway {stack.shards}-shard", s,
+              f"{per_token_ms(s):.1f} ms/token{_finish_note(s)}; {cpu.note(s.tokens)}"),
+          flush=True)
+    _first_error(timings)
+    return s
+
+
+def per_token_ms(s: Summary) -> float:
+    """Mean wall time per generated token of one request (TTFT included), in ms."""
+    return 1e3 * s.seconds * s.concurrency / s.tokens if s.tokens else float("nan")
+
+
+def gateway_cost(results: dict[str, dict[int, Summary]], args) -> list[str]:
+    """The gateway's cost against the targets of issue 12: time added per token at the lowest
+    concurrency, and throughput through it as a share of direct at the highest."""
+    shards = args.shards_list[0]
+    direct, gw = results.get(f"llmbus {shards}-shard", {}), results.get(f"gateway {shards}-shard", {})
+    lo, hi = min(args.concurrency), max(args.concurrency)
+    out = []
+    if lo in direct and lo in gw:
+        added = per_token_ms(gw[lo]) - per_token_ms(direct[lo])
+        itl = 1e3 * (gw[lo].itl_p50 - direct[lo].itl_p50)
+        out.append(f"gateway target 1: under {GATEWAY_ADDED_MS_TARGET:g} ms added per token at "
+                   f"C={lo}: {'MET' if added < GATEWAY_ADDED_MS_TARGET else 'NOT MET'} "
+                   f"({added:+.2f} ms mean per token, ITL p50 {itl:+.2f} ms)")
+    if hi in direct and hi in gw and direct[hi].tokens_per_s:
+        r = gw[hi].tokens_per_s / direct[hi].tokens_per_s
+        out.append(f"gateway target 2: >= {GATEWAY_THROUGHPUT_TARGET:.0%} of direct throughput at "
+                   f"C={hi}: {'MET' if r >= GATEWAY_THROUGHPUT_TARGET else 'NOT MET'} "
+                   f"({r:.1%}: {gw[hi].tokens_per_s:.1f} vs {direct[hi].tokens_per_s:.1f} tok/s)")
+    return out
 
 
 def bench_llamacpp(args, prompts: dict, eog: frozenset[int]) -> dict[int, Summary]:
@@ -220,16 +295,17 @@ def main(argv=None) -> int:
     results: dict[str, dict[int, Summary]] = {}
     print(HEADER, flush=True)
     failed = False
-    for n in args.shards_list:
+    for i, n in enumerate(args.shards_list):
         try:
-            results[f"llmbus {n}-shard"] = bench_stack(n, args, tok, prompts)
+            results.update(bench_stack(n, args, tok, prompts,
+                                       gateway=i == 0 and not args.no_gateway))
         except StackFailed as e:
             print(f"error: the {n}-shard stack failed: {e}", file=sys.stderr, flush=True)
             failed = True
     if not args.no_llamacpp and _llamacpp_importable():
         results["llama.cpp"] = bench_llamacpp(args, prompts, tok.eot_ids)
     print()
-    for line in verdict(results, args):
+    for line in verdict(results, args) + gateway_cost(results, args):
         print(line)
     print(f"# load average at end: {load()}; took {time.monotonic() - t0:.0f}s")
     return 1 if failed else 0

@@ -50,6 +50,11 @@ class LocalStack:
         return "tcp://" + self.info["scheduler"]
 
     @property
+    def pid(self) -> int:
+        """The `llmbus up` process (its services are its children)."""
+        return self._proc.pid
+
+    @property
     def http(self) -> str:
         """The gateway's base URL (on a free port: a benchmark never takes the user's 8080)."""
         return self.info["http"]

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from bus.directory import Directory
-from bus.errors import BusError
+from bus.errors import BusError, CallTimeout
 from bus.peers import Peers
 from wire.messages.scheduler import CancelRequest, Done, Generate, Started, StatsRequest, Tokens
 from wire.messages.tokenizer import (Decode, Encode, InfoRequest, Render, TokenizerInfo,
@@ -23,6 +23,7 @@ from wire.messages.tokenizer import (Decode, Encode, InfoRequest, Render, Tokeni
 
 from . import health
 from .errors import NotFound, Unavailable, from_bus
+from .idle import IdleWatch
 from .metrics import Metrics
 from .model import ModelCard
 from .tools import Tools
@@ -95,11 +96,13 @@ class Backend:
             request = _with_id(request, "gw-" + uuid.uuid4().hex)
         finished = False
         started, admitted, token_events = time.perf_counter(), None, []
+        idle = IdleWatch(self.stream_idle_timeout)
         try:
             async with contextlib.aclosing(self.peers.stream(
-                    sched.name, request, wait=CALL_TIMEOUT,
-                    idle_timeout=self.stream_idle_timeout)) as events:
+                    sched.name, request, wait=CALL_TIMEOUT, idle_timeout=None)) as events:
+                idle.waiting()
                 async for ev in events:
+                    idle.got()
                     if isinstance(ev, Tokens) and ev.token_ids:
                         token_events.append((time.perf_counter(), len(ev.token_ids)))
                     elif isinstance(ev, Started):
@@ -109,11 +112,19 @@ class Backend:
                                                 ev.completion_tokens, ev.finish_reason,
                                                 time.perf_counter())
                     yield ev
+                    idle.waiting()
             finished = True
         except BusError as e:
             finished = True
             raise from_bus(e) from None
+        except asyncio.CancelledError:
+            if not idle.fired:
+                raise                      # the client left, or the service stops
+            asyncio.current_task().uncancel()
+            raise from_bus(CallTimeout(f"{sched.name}: the generation stream was silent for "
+                                       f"{self.stream_idle_timeout:g}s")) from None
         finally:
+            idle.close()
             if not finished:
                 self._cancel_later(sched.name, request.request_id)
 
@@ -140,12 +151,12 @@ class Backend:
     async def render(self, messages: list[dict], tools: Tools | None = None,
                      template: str | None = None) -> list[int]:
         return list((await self._tokenizer_call(Render(
-            messages=messages, template=template, tools=tools.functions if tools else None,
+            messages=messages, template=template, tools=(tools.functions or None) if tools else None,
             assistant_prefix=tools.prefix if tools else ""))).ids)
 
     async def with_tools(self, request: Generate, tools: Tools | None) -> Generate:
         """The request with its tools in the prompt: the chat rendered here (the scheduler's
-        Generate has no tools), with a forced call's opening appended."""
+        Generate has no tools), with a forced call's opening (or a prefill) appended."""
         if tools is None or request.messages is None:
             return request
         ids = await self.render(request.messages, tools, request.template)

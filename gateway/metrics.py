@@ -1,11 +1,13 @@
 """Prometheus series of the gateway (its own registry, no globals): requests by protocol and
-status, tokens and latencies of every generation it relays, and at each scrape the
-scheduler's gauges (running, waiting, KV page use, prefix hits, time per shard)."""
+status, tokens and latencies of every generation it relays, and at each scrape what the
+scheduler's stats say (running, waiting, KV page use, prefix hits, time per shard, queue time,
+bytes and latency of each shard hop)."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.core import CounterMetricFamily, SummaryMetricFamily
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _GAP = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
@@ -48,6 +50,8 @@ class Metrics:
         self.shard_compute = Gauge("llmbus_shard_compute_seconds",
                                    "compute time each shard reported for its hop, in total",
                                    ["shard"], registry=r)
+        self.bus = _SchedulerTotals()
+        r.register(self.bus)
         self.pipeline_batches = Gauge("llmbus_pipeline_batch_seconds",
                                       "round-trip time of batches through the pipeline, in total",
                                       registry=r)
@@ -78,6 +82,38 @@ class Metrics:
                 self.shard_compute.labels(key.removeprefix("driver.compute_ms.")).set(value / 1e3)
         if "driver.batch_ms" in stats:
             self.pipeline_batches.set(stats["driver.batch_ms"] / 1e3)
+        self.bus.stats = stats
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _SchedulerTotals:
+    """Series the scheduler sums for us (scheduler.stats), exposed as counters and summaries
+    as they were at the last scrape: queue time, and bytes and latency per shard hop."""
+
+    def __init__(self):
+        self.stats: dict[str, float] = {}
+
+    def describe(self):
+        return []   # families are known only from the stats; nothing to check at register
+
+    def collect(self):
+        s = self.stats
+        queue = SummaryMetricFamily("llmbus_queue_time_seconds",
+                                    "from admission by the scheduler to the request's first batch")
+        queue.add_metric([], s.get("queue_time_count", 0.0), s.get("queue_time_s", 0.0))
+        yield queue
+        hops = sorted(k.removeprefix("hop.batches.") for k in s if k.startswith("hop.batches."))
+        nbytes = CounterMetricFamily("llmbus_shard_hop_bytes",
+                                     "activation (or token) payload bytes sent over each hop "
+                                     "of the shard route (from>to)", labels=["hop"])
+        latency = SummaryMetricFamily("llmbus_shard_hop_latency_seconds",
+                                      "each batch's time on a hop of the shard route: the "
+                                      "sender's call less the receiver's own time", labels=["hop"])
+        for hop in hops:
+            nbytes.add_metric([hop], s.get(f"hop.bytes.{hop}", 0.0))
+            latency.add_metric([hop], s[f"hop.batches.{hop}"],
+                               s.get(f"hop.latency_ms.{hop}", 0.0) / 1e3)
+        yield nbytes
+        yield latency

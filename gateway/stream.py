@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -14,6 +15,21 @@ def sse(data: Any, event: str | None = None) -> bytes:
                                                              separators=(",", ":"))
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {payload}\n\n".encode()
+
+
+class SseTemplate:
+    """SSE events that differ from one template only by one string (a stream's text chunks):
+    the template is encoded once, and each event is its two halves around the new string's
+    JSON, the very bytes `sse` would write for the whole object."""
+
+    _HOLE = "\x00llmbus-hole\x00"
+
+    def __init__(self, template: Any, put: Callable[[Any, str], None]):
+        put(template, self._HOLE)
+        self._pre, self._post = sse(template).split(json.dumps(self._HOLE).encode())
+
+    def __call__(self, text: str) -> bytes:
+        return self._pre + json.dumps(text, ensure_ascii=False).encode() + self._post
 
 
 def ndjson(obj: Any) -> bytes:

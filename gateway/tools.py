@@ -23,6 +23,9 @@ from .toolcalls import OPEN, ToolCallStream
 class Tools:
     functions: list[dict[str, Any]]      # [{type: function, function: {name, description, parameters}}]
     force: str | None = None             # None: the model decides; "": some tool; else that tool
+    # Text the assistant's answer already starts with, when the model decides: Ollama continues
+    # a chat whose last message is the assistant's (a call opened there is parsed as one).
+    prefill: str = ""
 
     @property
     def names(self) -> list[str]:
@@ -31,7 +34,7 @@ class Tools:
     @property
     def prefix(self) -> str:
         if self.force is None:
-            return ""
+            return self.prefill
         if self.force == "":
             return OPEN + '\n{"name": "'
         return OPEN + '\n{"name": ' + json.dumps(self.force) + ', "arguments": '

@@ -15,7 +15,7 @@ from ..errors import BadRequest, GatewayError, NotFound
 from ..fields import Fields, text_of
 from ..generation import Result, admitted, merged
 from ..toolcalls import Text, ToolCall, parse
-from ..tools import openai_tools, past_calls
+from ..tools import Tools, openai_tools, past_calls
 from ..model import ModelCard
 from ..stream import json_response, ndjson, open_stream
 from .base import Protocol, error_headers
@@ -150,6 +150,11 @@ class Ollama(Protocol):
                                   "message": {"role": "assistant", "content": ""},
                                   "done": True, "done_reason": "load"})
         tools = openai_tools(f)     # Ollama has no tool_choice: the model decides
+        if len(messages) > 1 and messages[-1]["role"] == "assistant" \
+                and not messages[-1].get("tool_calls"):
+            # As Ollama does, a last assistant message is continued, not answered: the reply
+            # is the rest of it (a tool call it opened included).
+            tools = Tools(tools.functions if tools else [], prefill=messages.pop()["content"])
         gen = await self.backend.with_tools(Generate(messages=messages, **sampling(f)), tools)
 
         def piece(text: str, calls: list[ToolCall] = ()) -> dict:
@@ -198,7 +203,8 @@ class Ollama(Protocol):
                 await write(parser.finish())
             if resp is None and parser is not None:
                 text, calls = parse(tools.prefix + r.text, tools.names)
-                end = piece(text, calls) if calls else piece(text)
+                # Without a call, the answer is what the model wrote (never the prefill again).
+                end = piece(text, calls) if calls else piece(r.text if tools.prefill else text)
             else:
                 end = piece("" if stream else r.text)
             last = {"model": card.id, "created_at": _now(), **end,

@@ -7,6 +7,7 @@ completion); their events become one JSON answer or one SSE stream of chunks.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from ..generation import Result, admitted, collect_all, merged
 from ..toolcalls import Text, ToolCall, parse
 from ..tools import Tools, call_id, openai_tools, past_calls
 from ..model import ModelCard
-from ..stream import json_response, open_stream, sse
+from ..stream import SseTemplate, json_response, open_stream, sse
 from .base import Protocol, error_headers
 
 MAX_N = 16
@@ -245,6 +246,9 @@ class OpenAI(Protocol):
                 for i in range(len(results)):
                     await resp.write(self._chunk(head, job, i, {"role": "assistant", "content": ""}))
             parsers = [job.tools.stream() if job.tools else None for _ in results]
+            # Plain text chunks, the bulk of a stream, from a template encoded once per choice.
+            texts = [SseTemplate(json.loads(self._chunk(head, job, i, {"content": ""})[6:]),
+                                 _put_content) for i in range(len(results))]
             called = [0] * len(results)     # tool calls sent per choice
 
             async def pieces(i: int, text: str, lp: dict | None, end: bool = False) -> None:
@@ -252,8 +256,10 @@ class OpenAI(Protocol):
                 p = parsers[i]
                 out = ([Text(text)] if p is None else p.feed(text)) + (p.finish() if end and p else [])
                 content = "".join(x.text for x in out if isinstance(x, Text))
-                if content or lp is not None:
+                if lp is not None:
                     await resp.write(self._chunk(head, job, i, {"content": content}, logprobs=lp))
+                elif content:
+                    await resp.write(texts[i](content))
                 for c in out:
                     if isinstance(c, ToolCall):
                         await resp.write(self._chunk(head, job, i, {"tool_calls": [
@@ -320,6 +326,10 @@ class OpenAI(Protocol):
                 for k in range(start, min(len(r.top_ids), len(r.token_ids)))]
         return {"tokens": tokens, "token_logprobs": r.logprobs[start:],
                 "top_logprobs": tops or None, "text_offset": offsets}
+
+
+def _put_content(chunk: dict, text: str) -> None:
+    chunk["choices"][0]["delta"]["content"] = text
 
 
 def _prompts(f: Fields) -> list[dict]:

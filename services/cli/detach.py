@@ -28,8 +28,9 @@ def detach(args: argparse.Namespace, ready_timeout: float = 900.0) -> int:
     while True:
         stack = next((s for s in running() if s["cluster"] == cluster), None)
         if stack is not None:
-            print(f"llmbus is up in the background (pid {proc.pid}, cluster {cluster}, scheduler "
-                  f"{stack['scheduler']}): talk to it with `llmbus chat`, stop it with "
+            http = f"HTTP API at {stack['http']}, " if stack.get("http") else ""
+            print(f"llmbus is up in the background (pid {proc.pid}, cluster {cluster}, {http}"
+                  f"scheduler {stack['scheduler']}): talk to it with `llmbus chat`, stop it with "
                   f"`llmbus down`. Logs in {logs}.", flush=True)
             return 0
         if proc.poll() is not None or time.monotonic() > deadline:

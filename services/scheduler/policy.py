@@ -52,6 +52,7 @@ class Scheduler:
                          eos_ids=cfg.eos_ids, loop=loop)
         text = ClientText(IncrementalDecoder(cfg.token_bytes), stop)
         seq = Sequence(request, terms.max_tokens, next(self._arrivals), text)
+        seq.submitted_at = self.clock()
         self._seqs[seq.request_id] = seq
         self._enqueue(seq)
         self._counts["submitted"] += 1
@@ -308,6 +309,10 @@ class Scheduler:
                                    tuple(seq.pages), start + n == len(seq.tokens),
                                    seq.request.seed, seq.num_generated)
             seq.busy_batch = batch_id
+            if seq.first_scheduled_at is None:   # queue time: from admission to its first batch
+                seq.first_scheduled_at = self.clock()
+                self._counts["queue_time_s"] += seq.first_scheduled_at - seq.submitted_at
+                self._counts["queue_time_count"] += 1
         if not self._inflight:  # the pipeline was idle: its idle time must not dilute the rate
             self._throughput.started(self.clock())
         self._inflight[batch_id] = chunks

@@ -47,6 +47,8 @@ class Sequence:
         self.recoveries = 0
         self.solo = False              # runs alone: a batch holding it was refused as a whole
         self.retries = 0               # unusable results of its chunks in a row
+        self.submitted_at = 0.0        # policy clock at submit()
+        self.first_scheduled_at: float | None = None  # policy clock when a batch first held it
 
     @property
     def key(self) -> tuple[int, int]:

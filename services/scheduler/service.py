@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from bus.service import Service, handles, streams
 from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Generate, Started, Stats,
                                      StatsRequest, Tokens)
 from wire.messages.sampling import SamplingParams
+from wire.messages.shard import Forward, ForwardReply
 from wire.messages.tokenizer import Encode, InfoRequest, Render, VocabRequest
 
 from .admission import check_sampling
@@ -27,6 +29,7 @@ from .config import SchedulerConfig
 from .driver import Driver
 from .errors import BadRequest, QueueFull
 from .failed_ranges import FAILED_TOPIC, FailedRanges
+from .hops import HopStats
 from .pipeline import explain_missing, find_chain, find_gap
 from .policy import Scheduler
 from .sequence import Request
@@ -67,6 +70,7 @@ class SchedulerService(Service):
         self.requests: dict[str, RequestStream] = {}
         self.token_bytes: list[bytes] = []
         self.failed_ranges = FailedRanges()
+        self.hops = HopStats(config.name)
 
     # ------------------------------------------------------------------ lifecycle
     async def on_start(self) -> None:
@@ -142,7 +146,12 @@ class SchedulerService(Service):
         return explain_missing(self.directory.of_kind("shard"), self.model)
 
     async def _forward(self, shard: str, body, timeout: float):
-        return await self.peers.call(shard, body, timeout=timeout)
+        sent = time.perf_counter()
+        reply = await self.peers.call(shard, body, timeout=timeout)
+        if isinstance(body, Forward) and isinstance(reply, ForwardReply):
+            self.hops.record([st.name for st in body.route], reply,
+                             (time.perf_counter() - sent) * 1e3)
+        return reply
 
     def info(self) -> dict:
         if self.policy is None:
@@ -261,5 +270,6 @@ class SchedulerService(Service):
         s = {k: float(v) for k, v in self.policy.stats().items()}
         s.update({f"driver.{k}": float(v) for k, v in self.driver.counters.items()})
         s.update({f"driver.{k}": round(float(v), 3) for k, v in self.driver.timing.items()})
+        s.update(self.hops.stats())
         return Stats(stats=s, pipeline=[st.name for st in self.driver.pipeline])
 

@@ -131,6 +131,7 @@ class ShardService(Service):
     @handles(Forward)
     async def forward(self, msg: wire.Message) -> ForwardReply:
         f: Forward = msg.body
+        received = time.perf_counter()
         self.counters["forwards"] += 1
         if self.model is None:
             raise ServiceError("loading", f"{self.name} is still loading", retry_after=1.0)
@@ -150,6 +151,9 @@ class ShardService(Service):
         else:
             reply = await self._hand_on(msg, f, out)
         reply.hop_ms[self.name] = round(ms, 3)
+        payload = f.tokens if f.tokens is not None else f.hidden
+        reply.hop_bytes[self.name] = payload.nbytes_on_wire
+        reply.stage_ms[self.name] = round((time.perf_counter() - received) * 1e3, 3)
         return reply
 
     def _batch(self, f: Forward):
@@ -193,7 +197,12 @@ class ShardService(Service):
         timeout = (msg.deadline - time.time()) if msg.deadline else 30.0
         if timeout <= 0:
             raise ServiceError("deadline_exceeded", "no time left to reach the next shard")
-        return await self.peers.call(nxt.name, onward, timeout=timeout)
+        sent = time.perf_counter()
+        reply = await self.peers.call(nxt.name, onward, timeout=timeout)
+        if isinstance(reply, ForwardReply) and nxt.name in reply.stage_ms:
+            call_ms = (time.perf_counter() - sent) * 1e3
+            reply.hop_latency_ms[nxt.name] = round(max(0.0, call_ms - reply.stage_ms[nxt.name]), 3)
+        return reply
 
     def _live_epoch(self, name: str) -> int | None:
         e = self.directory.get(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 import json
 
 import aiohttp
@@ -138,3 +139,36 @@ async def test_metrics_count_what_a_request_did(stack):
     assert after[("llmbus_num_requests_running", ())] == 0
     shards = {dict(k[1])["shard"] for k in after if k[0] == "llmbus_shard_compute_seconds"}
     assert len(shards) == 2
+
+
+async def test_metrics_show_queue_time_and_each_hop_of_a_request(stack, model_path):
+    from services.modelstore.weights import read_config
+    d_model = read_config(model_path)[0].d_model
+    model = (await get(stack, "/v1/models"))[1]["data"][0]["id"]
+    before = await scrape(stack)
+    # A raw prompt that starts with text no earlier request had: no prefix-cache hit, so every
+    # prompt token and every generated token but the last crosses each hop exactly once.
+    status, _, body = await post(stack, "/v1/completions", {
+        "model": model, "max_tokens": 5, "temperature": 0,
+        "prompt": f"{uuid.uuid4().hex} is a code; the capital of Japan is"})
+    assert status == 200
+    after = await scrape(stack)
+    fed = body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"] - 1
+
+    def delta(name, **labels):
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert delta("llmbus_queue_time_seconds_count") == 1
+    assert 0 <= delta("llmbus_queue_time_seconds_sum") < 60
+    hops = [dict(k[1])["hop"] for k in after if k[0] == "llmbus_shard_hop_bytes_total"]
+    sched_hop = next(h for h in hops if h.startswith("scheduler"))
+    shard_hop = next(h for h in hops if not h.startswith("scheduler"))
+    assert len(hops) == 2 and sched_hop.split(">")[1] == shard_hop.split(">")[0]
+    # Token ids (int32) into the first shard; fp16 activations of d_model into the second.
+    assert delta("llmbus_shard_hop_bytes_total", hop=sched_hop) == fed * 4
+    assert delta("llmbus_shard_hop_bytes_total", hop=shard_hop) == fed * d_model * 2
+    for hop in hops:
+        batches = delta("llmbus_shard_hop_latency_seconds_count", hop=hop)
+        assert 1 <= batches <= fed          # one prefill batch (or a few chunks), then decodes
+        assert 0 < delta("llmbus_shard_hop_latency_seconds_sum", hop=hop) < batches * 5.0

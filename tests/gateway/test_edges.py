@@ -193,3 +193,35 @@ async def test_openapi_describes_every_route_and_is_valid(open_gateway):
     chat = doc["paths"]["/v1/chat/completions"]["post"]
     assert "messages" in chat["requestBody"]["content"]["application/json"]["schema"]["required"]
     assert "text/event-stream" in chat["responses"]["200"]["content"]
+
+
+SHAPES = [("/v1/chat/completions", "openai"), ("/v1/messages", "anthropic"),
+          ("/api/chat", "ollama")]
+
+
+@pytest.mark.parametrize("path, shape", SHAPES)
+async def test_bad_json_and_a_body_over_the_limit_in_each_protocols_shape(open_gateway, path,
+                                                                         shape):
+    status, _, body = await request(open_gateway, "POST", path, raw=b"{not json")
+    assert status == 400
+    assert_shape(body, shape)
+
+    async def chunks():
+        for _ in range(10):
+            yield b" " * 200     # 2000 bytes, over this gateway's 1000, sent without a length
+    async with aiohttp.ClientSession() as s:
+        async with s.post(open_gateway.url + path, data=chunks()) as r:
+            assert r.status == 413
+            assert_shape(await r.json(), shape)
+
+
+@pytest.mark.parametrize("path, shape", SHAPES)
+def test_a_full_queue_is_a_429_with_retry_after_in_each_protocols_shape(path, shape):
+    from gateway.errors import Overloaded
+    from gateway.protocols.anthropic import Anthropic
+    from gateway.protocols.ollama import Ollama
+    from gateway.protocols.openai import OpenAI
+    proto = {"openai": OpenAI, "anthropic": Anthropic, "ollama": Ollama}[shape](None, GatewayConfig())
+    resp = proto.error(Overloaded("the cluster is busy", retry_after=2.2))
+    assert resp.status == 429 and resp.headers["Retry-After"] == "3"
+    assert_shape(json.loads(resp.body), shape)

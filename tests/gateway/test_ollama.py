@@ -82,3 +82,11 @@ def test_an_unknown_model_is_a_404(client):
     with pytest.raises(ollama.ResponseError) as e:
         client.chat(model="llama9:70b", messages=JAPAN)
     assert e.value.status_code == 404 and "llama9:70b" in e.value.error
+
+
+def test_a_last_assistant_message_is_continued(client, model):
+    start = "The capital of Japan is"
+    r = client.chat(model=model, messages=JAPAN + [{"role": "assistant", "content": start}],
+                    options=GREEDY)
+    # Greedy: the continuation of the answer's own start is the rest of that answer.
+    assert r.message.content == ANSWER.removeprefix(start)

@@ -159,3 +159,34 @@ def test_n_choices_stream_side_by_side(client, model):
                 finishes[choice.index] = choice.finish_reason
     assert texts == {c.index: c.message.content for c in whole.choices}
     assert finishes == {c.index: c.finish_reason for c in whole.choices}
+
+
+def test_penalties_move_greedy_off_a_repeated_token(client, model):
+    # The expected token is derived from the unpenalized greedy answer's own top-5 logprobs:
+    # OpenAI's penalties lower each generated token's logit by presence + frequency * count,
+    # so greedy picks the best of the five after those deductions.
+    PRESENCE, FREQUENCY = 2.0, 2.0
+    ask = dict(model=model, messages=[{"role": "user", "content": "Count from 1 to 20."}],
+               temperature=0, logprobs=True, top_logprobs=5)
+    plain = client.chat.completions.create(**ask, max_tokens=60).choices[0].logprobs.content
+    counts: dict[bytes, int] = {}
+    for k, step in enumerate(plain):
+        scores = {}
+        for t in step.top_logprobs:
+            n = counts.get(bytes(t.bytes), 0)
+            scores[bytes(t.bytes)] = t.logprob - (PRESENCE * (n > 0) + FREQUENCY * n)
+        best = max(scores, key=scores.get)
+        # A token outside the five could only win if every one of them fell below the fifth.
+        assert scores[best] > min(t.logprob for t in step.top_logprobs), "undecidable step"
+        if best != bytes(step.bytes):
+            margin = scores[best] - sorted(scores.values())[-2]
+            break
+        counts[bytes(step.bytes)] = counts.get(bytes(step.bytes), 0) + 1
+    else:
+        pytest.fail("the plain greedy answer never repeats a token the penalties would displace")
+    assert margin > 1e-3, "too close to call in float32"
+    moved = client.chat.completions.create(**ask, max_tokens=k + 1, presence_penalty=PRESENCE,
+                                           frequency_penalty=FREQUENCY)
+    got = [bytes(t.bytes) for t in moved.choices[0].logprobs.content]
+    assert got[:k] == [bytes(t.bytes) for t in plain[:k]]     # the same until the first repeat
+    assert got[k] == best

@@ -9,6 +9,7 @@ or not. Requests with tools and with tool results in the history must be accepte
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import anthropic
 import ollama
@@ -142,3 +143,48 @@ def test_ollama_accepts_tools_and_tool_results_streamed_or_not(stack, model):
     assert parts[-1].done
     # Greedy: the stream says what the single answer said (text or calls alike).
     assert "".join(p.message.content or "" for p in parts) == r.message.content
+
+
+# Ollama has no tool_choice; as Ollama does, a chat ending in an assistant message is continued,
+# so a turn opened with a call to get_weather forces it (the model writes the arguments).
+O_OPEN = ASK + [{"role": "assistant",
+                 "content": '<tool_call>\n{"name": "get_weather", "arguments": '}]
+O_OPTS = {"temperature": 0, "num_predict": 40}
+
+
+def test_ollama_call_comes_back_as_tool_calls_with_arguments_an_object(stack, model):
+    client = ollama.Client(host=stack.http, timeout=120)
+    r = client.chat(model=model, messages=O_OPEN, tools=TOOLS, options=O_OPTS)
+    calls = r.message.tool_calls
+    assert calls and calls[0].function.name == "get_weather"
+    assert isinstance(calls[0].function.arguments, dict) and calls[0].function.arguments
+    assert "<tool_call>" not in r.message.content
+
+
+def test_ollama_call_streams_as_tool_calls_too(stack, model):
+    client = ollama.Client(host=stack.http, timeout=120)
+    whole = client.chat(model=model, messages=O_OPEN, tools=TOOLS, options=O_OPTS)
+    parts = list(client.chat(model=model, messages=O_OPEN, tools=TOOLS, options=O_OPTS,
+                             stream=True))
+    calls = [c for p in parts for c in (p.message.tool_calls or [])]
+    assert parts[-1].done and len(calls) == 1
+    # Greedy: the streamed call is the one the single answer made.
+    assert calls[0].function.name == whole.message.tool_calls[0].function.name
+    assert calls[0].function.arguments == whole.message.tool_calls[0].function.arguments
+
+
+def test_ollama_tool_results_reach_the_model(stack, model):
+    client = ollama.Client(host=stack.http, timeout=120)
+    call = [{"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}]
+    result = "18 degrees Celsius, sunny, light wind from the west"
+    opts = {"temperature": 0, "num_predict": 1}
+    without = client.chat(model=model, messages=ASK + call, tools=TOOLS, options=opts)
+    with_result = client.chat(model=model, messages=ASK + call + [
+        {"role": "tool", "content": result}], tools=TOOLS, options=opts)
+    # The rendered prompt grows by at least the result's own tokens (counted by /tokenize).
+    req = urllib.request.Request(stack.http + "/tokenize", data=json.dumps(
+        {"content": result}).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        result_tokens = len(json.load(r)["tokens"])
+    assert with_result.prompt_eval_count >= without.prompt_eval_count + result_tokens

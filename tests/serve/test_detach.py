@@ -31,6 +31,7 @@ async def test_detached_stack_serves_until_down(tmp_path, model_path):
     assert "llmbus down" in up.stdout
     (file,) = tmp_path.glob("*.json")
     info = json.loads(file.read_text())
+    assert f"HTTP API at {info['http']}" in up.stdout and info["http"].startswith("http://")
     try:
         res = await generate("tcp://" + info["scheduler"], Generate(
             messages=[{"role": "user", "content": "What is the capital of Japan?"}],

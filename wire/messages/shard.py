@@ -62,3 +62,10 @@ class ForwardReply:
     logits: Tensor | None = None       # float32 (S_sample, V), only when return_logits
     errors: list[str] = field(default_factory=list)  # per row, "" when it sampled; []: none failed
     hop_ms: dict[str, float] = field(default_factory=dict)      # compute time per shard name, for per-hop metrics
+    # Per-hop metrics, keyed by the shard the hop goes into (the batch's first hop comes from the
+    # scheduler): activation (or token) payload bytes it received, its whole time with the batch
+    # from receiving to replying (the rest of the route included), and, measured by the sender,
+    # the hop's own latency (the onward call's round trip less the receiver's stage_ms).
+    hop_bytes: dict[str, int] = field(default_factory=dict)
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    hop_latency_ms: dict[str, float] = field(default_factory=dict)
