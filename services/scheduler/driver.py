@@ -6,9 +6,11 @@ pipeline at once. Whatever goes wrong, a batch leaves the policy's in-flight set
 - the pipeline broke (a shard died, restarted, timed out): every sequence that held KV is
   re-prefilled (the policy's `reset_for_recovery`) once the pipeline is whole again, after a
   backoff while it is the same pipeline; streams only pause. One loss is charged once: a
-  recovery happens only when KV computed since the last one is gone (a batch that held such
-  KV failed, or the pipeline it lives on changed); a retry failing on a stale pipeline, or the
-  new epoch appearing after the loss was charged, only runs the lost chunks again;
+  recovery happens only when KV computed since the last one is gone (a batch failed with a
+  proof of it, `_KV_LOST`, or the pipeline it lives on changed); a retry failing on a stale
+  pipeline, or the new epoch appearing after the loss was charged, only runs the lost chunks
+  again. A shard that stops answering and comes back as the same process (paused, late) kept
+  its cache: its batches only run again;
 - no request fails for how often that happens: only when the pipeline has served nothing for
   `unserved_budget_s` while there was work (a layer range has no shard, or every batch fails),
   every request ends with that reason;
@@ -26,7 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from bus.errors import BusError, RemoteError
+from bus.errors import BusError, PeerRestarted, RemoteError
 from wire.messages.shard import ForwardReply
 
 from .batch_plan import BatchPlan, Output, SampledToken
@@ -41,6 +43,14 @@ log = logging.getLogger("llmbus.scheduler")
 # Errors that mean "this batch is wrong", not "the pipeline is broken": retrying cannot help.
 _REFUSED = frozenset({"bad_batch", "bad_sampling", "bad_logits", "bad_frame", "internal",
                       "unknown_method"})
+# Errors that prove KV on a shard is gone: a process of the pipeline was replaced, or a shard
+# lacks positions it wrote. Any other failure (no answer, a stage not live, `stale_route`) may
+# be a shard that is only late; a restart behind it shows as a new epoch in the pipeline.
+_KV_LOST = frozenset({"peer_restarted", "kv_missing"})
+
+
+def _proves_loss(e: BusError) -> bool:
+    return isinstance(e, PeerRestarted) or (isinstance(e, RemoteError) and e.code in _KV_LOST)
 
 
 class Driver:
@@ -257,6 +267,15 @@ class Driver:
             # first batches ever): no KV is lost, the batch only runs again.
             log.warning("batch %d failed (%s); running it again", plan.batch_id, e)
             self.counters["retries_uncharged"] += 1
+            self.policy.abort_batch(plan.batch_id)
+            return
+        if not _proves_loss(e):
+            # A shard stopped answering (paused, overloaded, cut off) but no new epoch showed: if
+            # it comes back as the same process its cache is intact and the batch only runs
+            # again; if it comes back as a new one, the pipeline change charges the loss.
+            log.warning("batch %d failed (%s); running it again once %s answers", plan.batch_id,
+                        e, "the same pipeline")
+            self.counters["retries_same_epoch"] += 1
             self.policy.abort_batch(plan.batch_id)
             return
         log.warning("batch %d failed (%s); re-prefilling after the pipeline recovers", plan.batch_id, e)

@@ -454,3 +454,55 @@ async def test_a_batch_that_cannot_be_built_fails_its_requests_instead_of_hangin
     assert finish.reason == "failed" and "could not build the batch" in finish.detail
     assert r.pipe.forwards == []
     r.assert_nothing_left()
+
+
+LATE = [PeerDead("shard-1 stopped heartbeating"), CallTimeout("shard-0: no reply"),
+        RemoteError("peer_dead", "shard-1 stopped heartbeating", peer="shard-0"),
+        RemoteError("stale_route", "shard-1, stage 1 of the route, is not live", peer="shard-0")]
+
+
+@pytest.mark.parametrize("late", LATE, ids=str)
+async def test_a_shard_back_with_the_same_epoch_goes_on_without_a_reprefill(rig, late):
+    want = await undisturbed_tokens(rig, a=dict(first=10, max_tokens=6), b=dict(first=30, max_tokens=6))
+    r = rig()
+
+    def pause(body):
+        r.pipe.gap = True                              # its heartbeats stop: it leaves the chain
+        raise late
+    r.pipe.script = [answer, answer, pause]
+    r.submit("a", first=10, max_tokens=6)
+    r.submit("b", first=30, max_tokens=6)
+    await r.until(lambda: len(r.pipe.forwards) == 3 and not r.policy.inflight, "the pause")
+    await r.until(lambda: r.driver.counters["waits.gap"] >= 2, "the driver to see the gap")
+    r.pipe.gap = False                                 # SIGCONT: the same process, same epoch
+    r.clock.t += 1.0                                   # past the backoff
+    await r.run_until_all_finish()
+    assert r.driver.counters["recoveries"] == 0 and r.driver.counters["retries_same_epoch"] == 1
+    assert refills(r, 3) == []                         # nothing fed again from position 0
+    assert {rid: r.tokens(rid) for rid in "ab"} == want
+    r.assert_nothing_left()
+
+
+async def test_a_silent_shard_replaced_by_a_new_process_is_reprefilled_once(rig):
+    want = await undisturbed_tokens(rig, a=dict(first=10, max_tokens=6), b=dict(first=30, max_tokens=6))
+    r = rig()
+
+    def pause(body):
+        r.pipe.gap = True
+        raise PeerDead("shard-1 stopped heartbeating")
+    r.pipe.script = [answer, answer, pause, fails_with(PeerDead("shard-1 still silent"))]
+    r.submit("a", first=10, max_tokens=6)
+    r.submit("b", first=30, max_tokens=6)
+    await r.until(lambda: len(r.pipe.forwards) == 3 and not r.policy.inflight, "the pause")
+    r.pipe.gap = False                                 # heard once more, then silent again
+    r.clock.t += 1.0
+    await r.until(lambda: len(r.pipe.forwards) == 4 and not r.policy.inflight, "a late retry")
+    assert r.driver.counters["recoveries"] == 0
+    r.pipe.epochs[1] += 1                              # the watcher killed and respawned it
+    r.clock.t += 2.0
+    r.driver.wake.set()
+    await r.run_until_all_finish()
+    assert r.driver.counters["recoveries"] == 1 and r.driver.counters["pipeline_changes"] == 1
+    assert sorted(refills(r, 4)) == [10, 30]           # each re-prefilled once, on the new epoch
+    assert {rid: r.tokens(rid) for rid in "ab"} == want
+    r.assert_nothing_left()
