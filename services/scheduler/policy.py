@@ -86,6 +86,9 @@ class Scheduler:
                     key=lambda s: s.key, default=None)
         if alone is not None and self._add_alone(alone, draft, preempted):
             return self._launch(draft)
+        # Sequences interrupted by a loss come back oldest first, `max_refill_tokens` a batch,
+        # so the first of them stream again after a small batch instead of all after a full one.
+        refill = cfg.max_refill_tokens
         # Decode tokens first: one token each keeps streaming latency low.
         for seq in ready:
             if draft.full():
@@ -94,6 +97,7 @@ class Scheduler:
                 continue  # prefilling, preempted, or runs alone
             if self._fit(seq, 1, draft, preempted):
                 draft.add(seq, 1)
+                refill -= seq.refilling      # the last token of a re-prefill
         # Then prefill chunks: running prefills and waiting requests, by priority then arrival.
         prefills = [s for s in ready if s.remaining > 1]
         for seq in sorted(prefills + self._waiting, key=lambda s: s.key):
@@ -101,17 +105,20 @@ class Scheduler:
                 break
             if seq.request_id in preempted:
                 continue
-            if seq.solo:
+            if seq.solo or (seq.refilling and refill <= 0):
                 if seq.status is Status.WAITING:
                     break  # FIFO, as for any request that could not be admitted
                 continue
+            cap = refill if seq.refilling else draft.budget
             if seq.status is Status.WAITING:
-                if not self._admit(seq, draft, preempted):
+                if not self._admit(seq, draft, preempted, cap):
                     break  # FIFO: a later request does not jump a blocked earlier one
             elif seq.status is Status.RUNNING:
-                n = self._fit(seq, min(seq.remaining, draft.budget), draft, preempted)
+                n = self._fit(seq, min(seq.remaining, draft.budget, cap), draft, preempted)
                 if n:
                     draft.add(seq, n)
+            if seq.refilling and seq.request_id in draft.parts:
+                refill -= draft.parts[seq.request_id][1]
         if not draft.parts:
             return None
         return self._launch(draft)
@@ -143,6 +150,7 @@ class Scheduler:
             seq.num_computed = chunk.start + len(chunk.token_ids)
             self.kv.register_full_pages(seq)
             if chunk.sample:
+                seq.refilling = False    # its whole history is back on the shards
                 s = samples[rid]
                 seq.tokens.append(s.token_id)
                 text, finish = seq.text.accept(s.token_id)
@@ -208,6 +216,7 @@ class Scheduler:
     def _requeue_after_loss(self, seq: Sequence) -> None:
         seq.busy_batch = None  # its in-flight result, if it ever comes, is ignored
         seq.recoveries += 1
+        seq.refilling = True
         self._preempt(seq)
 
     # ---- introspection --------------------------------------------------------------------
@@ -256,9 +265,11 @@ class Scheduler:
 
     # ---- internals ------------------------------------------------------------------------
 
-    def _admit(self, seq: Sequence, draft: Draft, preempted: set[str]) -> bool:
+    def _admit(self, seq: Sequence, draft: Draft, preempted: set[str],
+               cap: int | None = None) -> bool:
         hit = self.kv.match_prefix(seq)
-        n = self._fit(seq, min(seq.remaining, draft.budget), draft, preempted)
+        n = self._fit(seq, min(seq.remaining, draft.budget, draft.budget if cap is None else cap),
+                      draft, preempted)
         if n == 0:
             self.kv.release(seq)
             return False

@@ -44,10 +44,11 @@ class SchedulerServiceConfig:
     context_length: int = 0          # 0: the model's, bounded by the shards' KV pages
     batch_timeout: float = 120.0
     unserved_budget_s: float = 300.0  # requests fail when their layers are unserved this long
+    max_refill_tokens: int = 128      # re-prefill tokens per micro-batch after a loss
 
     def __post_init__(self):
         for name in ("max_batch_tokens", "max_batch_seqs", "max_queue", "batch_timeout",
-                     "unserved_budget_s"):
+                     "unserved_budget_s", "max_refill_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         if self.max_inflight < 0 or self.context_length < 0:
@@ -89,6 +90,7 @@ class SchedulerService(Service):
             num_pages=num_pages, page_size=page_size, context_length=ctx,
             max_batch_tokens=self.sched.max_batch_tokens, max_batch_seqs=self.sched.max_batch_seqs,
             max_inflight=self.sched.max_inflight or len(chain) + 1, max_queue=self.sched.max_queue,
+            max_refill_tokens=self.sched.max_refill_tokens,
             vocab_size=info.vocab_size, eos_ids=frozenset(info.eot_ids),
             token_bytes=tuple(self.token_bytes)))
         self.driver = Driver(self.policy, self.requests, self._forward, self._chain,
