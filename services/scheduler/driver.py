@@ -86,6 +86,7 @@ class Driver:
         self.retry_at = 0.0                      # no batch runs on `_failed` before this
         self.backoff = self._first_backoff       # the wait after the next failure
         self._batches: set[asyncio.Task] = set()
+        self._deadline_timer: asyncio.TimerHandle | None = None
 
     async def run(self) -> None:
         while True:
@@ -100,11 +101,14 @@ class Driver:
                 self.wake.set()
 
     async def stop(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
         for t in self._batches:
             t.cancel()
         await asyncio.gather(*self._batches, return_exceptions=True)
 
     def _step(self) -> None:
+        self._expire()
         if not self.policy.has_work():
             self._unserved_since = None   # the budget counts only while someone waits
             return
@@ -143,6 +147,17 @@ class Driver:
                 self._run_batch(plan, body, chain[0].name, sig))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
+
+    def _expire(self) -> None:
+        """End the requests past their deadline, and look again at the next one's."""
+        if expired := self.policy.expire():
+            self.counters["deadlines"] += len(expired)
+            self._deliver_all(expired)
+        if (at := self.policy.next_deadline()) is not None:
+            if self._deadline_timer is not None:
+                self._deadline_timer.cancel()
+            delay = max(0.0, at - self.policy.clock())
+            self._deadline_timer = asyncio.get_running_loop().call_later(delay, self.wake.set)
 
     def _pipeline_changed(self, sig: tuple) -> None:
         """A shard restarted (new epoch) or was replaced: the KV on the old one is gone."""

@@ -51,7 +51,8 @@ class Scheduler:
         stop = StopState(max_tokens=terms.max_tokens, stop=tuple(request.stop),
                          eos_ids=cfg.eos_ids, loop=loop)
         text = ClientText(IncrementalDecoder(cfg.token_bytes), stop)
-        seq = Sequence(request, terms.max_tokens, next(self._arrivals), text)
+        deadline = None if request.deadline_s is None else self.clock() + request.deadline_s
+        seq = Sequence(request, terms.max_tokens, next(self._arrivals), text, deadline)
         self._seqs[seq.request_id] = seq
         self._enqueue(seq)
         self._counts["submitted"] += 1
@@ -64,6 +65,18 @@ class Scheduler:
     def fail(self, request_id: str, reason: str) -> Output | None:
         """End a request as failed with `reason`; None if it already finished."""
         return self._end(request_id, Finish("failed", detail=reason))
+
+    def expire(self) -> list[Output]:
+        """End every request whose deadline has passed, failed with reason deadline."""
+        now = self.clock()
+        late = [s for s in self._seqs.values() if s.deadline is not None and s.deadline <= now]
+        return [self._end(s.request_id, Finish("failed", detail=(
+            f"deadline: {s.request.deadline_s:g} s passed with {s.num_generated} of "
+            f"{s.max_tokens} tokens generated"))) for s in late]
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of an unfinished request (policy clock), None if none has one."""
+        return min((s.deadline for s in self._seqs.values() if s.deadline is not None), default=None)
 
     def retry_after(self) -> float:
         """Seconds until the queue has likely drained: queued tokens over recent throughput."""

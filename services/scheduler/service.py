@@ -158,6 +158,7 @@ class SchedulerService(Service):
         if self.policy is None:
             raise ServiceError("starting", "the scheduler is still finding its pipeline",
                                retry_after=1.0)
+        arrived = asyncio.get_running_loop().time()
         rid = req.request_id or uuid.uuid4().hex
         if rid in self.requests:
             raise ServiceError("duplicate_request_id", f"request {rid!r} is already running")
@@ -166,11 +167,15 @@ class SchedulerService(Service):
         except BadRequest as e:
             raise ServiceError(e.reason, e.detail) from None
         prompt = await self._prompt_ids(req)
+        # The deadline runs from arrival: rendering the prompt took some of it (at least a
+        # moment is left, so that a request already late ends with reason deadline).
+        deadline = (None if req.deadline_s is None else
+                    max(req.deadline_s - (asyncio.get_running_loop().time() - arrived), 1e-3))
         stream = RequestStream(rid, len(prompt), params)
         max_tokens = req.max_tokens if req.max_tokens is not None else self.policy.config.context_length
         try:
             terms = self.policy.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
-                                               tuple(req.stop), params.seed))
+                                               tuple(req.stop), params.seed, deadline))
         except QueueFull as e:
             raise ServiceError("queue_full", str(e), retry_after=round(e.retry_after, 1)) from None
         except BadRequest as e:
