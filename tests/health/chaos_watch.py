@@ -51,6 +51,7 @@ class Watch:
         self.heartbeats: dict[tuple[str, int], list[float]] = {}   # (name, epoch) -> times
         self.ready: dict[tuple[str, int], float] = {}   # (name, epoch) -> first heard ready
         self.noticed: list[float] = []       # when a NOTICE counter moved
+        self.recovered: list[float] = []     # when driver.recoveries moved (re-prefill began)
         self._ctx = zmq.asyncio.Context()
         self.directory = Directory(self._ctx, BusConfig(cluster=stack.info["cluster"], mdns=False,
                                                         peers=tuple(stack.info["peers"])),
@@ -78,7 +79,7 @@ class Watch:
         self._ctx.destroy(linger=0)
 
     async def _poll(self) -> None:
-        last = None
+        last = recoveries = None
         while True:
             with contextlib.suppress(BusError):
                 self.stats = (await call(self.stack.endpoint, StatsRequest(), timeout=2)).stats
@@ -86,11 +87,17 @@ class Watch:
                     v for k, v in self.stats.items() if k.startswith("driver.batch_errors."))
                 if last is not None and seen > last:
                     self.noticed.append(time.monotonic())
-                last = seen
+                r = self.stats.get("driver.recoveries", 0)
+                if recoveries is not None and r > recoveries:
+                    self.recovered.append(time.monotonic())
+                last, recoveries = seen, r
             await asyncio.sleep(0.02)
 
     def noticed_after(self, t: float) -> float | None:
         return next((at for at in self.noticed if at > t), None)
+
+    def recovered_after(self, t: float) -> float | None:
+        return next((at for at in self.recovered if at > t), None)
 
     def epoch_of(self, name: str) -> int | None:
         e = self.directory.get(name)

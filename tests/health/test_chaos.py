@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from wire.messages.scheduler import Generate
+from wire.messages.scheduler import Generate, StatsRequest
 
-from ..serve.stack import Stack, generate
+from ..serve.stack import Stack, call, generate
 from ..waiting import until
 from .chaos_watch import Flow, Watch, gone_at
 
@@ -64,11 +64,14 @@ async def test_twelve_streams_live_through_three_kills_and_a_stop_with_their_und
             again = flow.total()
             await until(lambda: flow.total() >= again + len(TOPICS), 60, what="tokens again")
         results = await asyncio.wait_for(asyncio.gather(*runs), 180)
-        stats = watch.stats
+    stats = (await call(stack.endpoint, StatsRequest())).stats
     print("\n" + "\n".join(report))
     print(f"scheduler: recoveries {stats.get('driver.recoveries')}, pipeline changes "
           f"{stats.get('driver.pipeline_changes')}, batch errors "
           f"{ {k[20:]: v for k, v in stats.items() if k.startswith('driver.batch_errors.')} }")
+    # Each disruption lost one epoch of one shard (the stopped one was killed): one recovery
+    # each, however many batches and retries noticed it.
+    assert stats["driver.recoveries"] == len(DISRUPTIONS)
     for i, (got, want) in enumerate(zip(results, undisturbed)):
         assert got.done is not None and got.done.finish_reason == want.done.finish_reason, \
             (TOPICS[i], got.done)
@@ -83,8 +86,10 @@ async def kill(watch: Watch, flow: Flow, victim: str) -> str:
     noticed = await until(lambda: watch.noticed_after(t0), 30, what=f"the scheduler noticing {victim}")
     flowing = await until(lambda: flow.first_after(noticed), 60, what="tokens after the kill")
     ready = watch.ready_after(victim, epoch)
+    refill = watch.recovered_after(t0) or float("nan")
     return (f"SIGKILL {victim}: noticed after {noticed - t0:.2f} s, new process ready after "
-            f"{ready - t0:.2f} s, tokens again after {flowing - t0:.2f} s")
+            f"{ready - t0:.2f} s, re-prefill from {refill - t0:.2f} s, tokens again after "
+            f"{flowing - t0:.2f} s")
 
 
 async def stop(watch: Watch, flow: Flow, victim: str) -> str:
