@@ -71,7 +71,7 @@ class Scheduler:
         now = self.clock()
         late = [s for s in self._seqs.values() if s.deadline is not None and s.deadline <= now]
         return [self._end(s.request_id, Finish("failed", detail=(
-            f"deadline: {s.request.deadline_s:g} s passed with {s.num_generated} of "
+            f"deadline: {s.request.deadline_s:.3g} s passed with {s.num_generated} of "
             f"{s.max_tokens} tokens generated"))) for s in late]
 
     def next_deadline(self) -> float | None:

@@ -15,7 +15,7 @@ import pytest
 
 from wire.messages.scheduler import Generate, StatsRequest
 
-from ..serve.stack import Stack, call, generate
+from ..serve.stack import call, generate
 from ..waiting import until
 from .chaos_watch import Flow, Watch, gone_at
 
@@ -29,12 +29,9 @@ DISRUPTIONS = ("kill", "kill", "stop", "kill")     # the issue's drill: SIGSTOP 
 STOP_S = 5.0
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory, model_path):
-    s = Stack(tmp_path_factory.mktemp("runtime"), "--shards", "3", "--model", str(model_path))
-    yield s
-    rc = s.stop()
-    assert rc == 0, s.drain_output()
+@pytest.fixture
+def stack(up3):
+    return up3
 
 
 def bodies() -> list[Generate]:

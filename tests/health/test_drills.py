@@ -21,7 +21,7 @@ from bus.peers import Peers
 from wire.messages.bus import Status
 from wire.messages.scheduler import Done, Generate, Tokens
 
-from ..serve.stack import Stack, call, generate
+from ..serve.stack import call, generate
 from ..waiting import until
 from .chaos_watch import Flow, Watch
 
@@ -32,12 +32,9 @@ ASKS = ["Describe a forest in spring.", "Write about a quiet harbour.", "Tell me
         "Describe a summer storm.", "Write about a long road."]
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory, model_path):
-    s = Stack(tmp_path_factory.mktemp("runtime"), "--shards", "2", "--model", str(model_path))
-    yield s
-    rc = s.stop()
-    assert rc == 0, s.drain_output()
+@pytest.fixture
+def stack(up3):
+    return up3
 
 
 def ask(i: int, max_tokens: int = 24) -> Generate:
@@ -159,3 +156,11 @@ async def _http_until_served(stack, model: str) -> tuple[int, str]:
         if status != 503 or time.monotonic() > deadline:
             return status, body["choices"][0]["message"]["content"] if status == 200 else body
         await asyncio.sleep(int(headers.get("Retry-After", 1)))
+
+
+async def test_a_request_past_its_deadline_ends_failed_with_reason_deadline(stack):
+    body = Generate(messages=[{"role": "user", "content": ASKS[3]}], temperature=0.0,
+                    max_tokens=2000, deadline_s=0.5)
+    res = await generate(stack.endpoint, body)
+    assert res.done.finish_reason == "failed" and res.done.detail.startswith("deadline: "), res.done
+    assert len(res.token_ids) < 2000
