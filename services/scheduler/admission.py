@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .config import SchedulerConfig
-from .errors import (BadMaxTokens, BadRequestId, BadSampling, BadSeed, BadStopStrings, BadTokenIds,
+from .errors import (BadDeadline, BadMaxTokens, BadRequestId, BadSampling, BadSeed, BadStopStrings, BadTokenIds,
                      EmptyPrompt, PromptTooLong, UnknownPriority)
 from .sequence import PRIORITIES, Request
 
@@ -55,6 +55,10 @@ def validate(request: Request, config: SchedulerConfig) -> Admission:
     if not _is_int(request.seed):
         raise BadSeed(f"seed {request.seed!r} must be an integer")
     _check_stop(request.stop, config)
+    d = request.deadline_s
+    if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float)) or not d > 0
+                          or d == float("inf")):
+        raise BadDeadline(f"deadline_s {d!r} must be a positive number of seconds")
     room = config.context_length - len(prompt)
     if room < 1:
         raise PromptTooLong(len(prompt), config.context_length)

@@ -17,6 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="waiting requests; past it a request is refused with retry-after")
     p.add_argument("--context", type=int, default=0,
                    help="tokens per sequence (0: the model's, bounded by the KV pages)")
+    p.add_argument("--refill-tokens", type=int, default=128, metavar="N",
+                   help="tokens of sequences re-prefilled after a shard loss per micro-batch: "
+                        "they come back oldest first beside the decodes of those already back")
     p.add_argument("--unserved-budget", type=float, default=300.0, metavar="SECONDS",
                    help="a request fails only when its layers have been unserved this long "
                         "(no shard for a layer range, or every batch failing)")
@@ -30,4 +33,4 @@ def build(args: argparse.Namespace, config):
         model=args.model_id, max_batch_tokens=args.max_batch_tokens,
         max_batch_seqs=args.max_batch_seqs, max_inflight=args.inflight,
         max_queue=args.max_queue, context_length=args.context,
-        unserved_budget_s=args.unserved_budget))
+        unserved_budget_s=args.unserved_budget, max_refill_tokens=args.refill_tokens))

@@ -13,6 +13,9 @@ class SchedulerConfig:
     max_batch_tokens: int = 512        # token budget of one micro-batch (decodes + prefill chunks)
     max_batch_seqs: int = 64
     max_inflight: int = 2              # micro-batches in the pipeline at once
+    # Tokens of sequences being re-prefilled after a loss in one micro-batch: they come back
+    # oldest first a few at a time, beside the decodes of those already back.
+    max_refill_tokens: int = 128
     max_queue: int = 256               # waiting requests; past it submit() raises QueueFull
     max_tokens_limit: int = 1 << 20    # a max_tokens above this is a client bug, not a clamp
     vocab_size: int | None = None      # when set, prompt ids are checked against it

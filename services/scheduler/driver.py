@@ -6,9 +6,11 @@ pipeline at once. Whatever goes wrong, a batch leaves the policy's in-flight set
 - the pipeline broke (a shard died, restarted, timed out): every sequence that held KV is
   re-prefilled (the policy's `reset_for_recovery`) once the pipeline is whole again, after a
   backoff while it is the same pipeline; streams only pause. One loss is charged once: a
-  recovery happens only when KV computed since the last one is gone (a batch that held such
-  KV failed, or the pipeline it lives on changed); a retry failing on a stale pipeline, or the
-  new epoch appearing after the loss was charged, only runs the lost chunks again;
+  recovery happens only when KV computed since the last one is gone (a batch failed with a
+  proof of it, `_KV_LOST`, or the pipeline it lives on changed); a retry failing on a stale
+  pipeline, or the new epoch appearing after the loss was charged, only runs the lost chunks
+  again. A shard that stops answering and comes back as the same process (paused, late) kept
+  its cache: its batches only run again;
 - no request fails for how often that happens: only when the pipeline has served nothing for
   `unserved_budget_s` while there was work (a layer range has no shard, or every batch fails),
   every request ends with that reason;
@@ -26,7 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from bus.errors import BusError, RemoteError
+from bus.errors import BusError, PeerRestarted, RemoteError
 from wire.messages.shard import ForwardReply
 
 from .batch_plan import BatchPlan, Output, SampledToken
@@ -41,6 +43,14 @@ log = logging.getLogger("llmbus.scheduler")
 # Errors that mean "this batch is wrong", not "the pipeline is broken": retrying cannot help.
 _REFUSED = frozenset({"bad_batch", "bad_sampling", "bad_logits", "bad_frame", "internal",
                       "unknown_method"})
+# Errors that prove KV on a shard is gone: a process of the pipeline was replaced, or a shard
+# lacks positions it wrote. Any other failure (no answer, a stage not live, `stale_route`) may
+# be a shard that is only late; a restart behind it shows as a new epoch in the pipeline.
+_KV_LOST = frozenset({"peer_restarted", "kv_missing"})
+
+
+def _proves_loss(e: BusError) -> bool:
+    return isinstance(e, PeerRestarted) or (isinstance(e, RemoteError) and e.code in _KV_LOST)
 
 
 class Driver:
@@ -76,6 +86,7 @@ class Driver:
         self.retry_at = 0.0                      # no batch runs on `_failed` before this
         self.backoff = self._first_backoff       # the wait after the next failure
         self._batches: set[asyncio.Task] = set()
+        self._deadline_timer: asyncio.TimerHandle | None = None
 
     async def run(self) -> None:
         while True:
@@ -90,11 +101,14 @@ class Driver:
                 self.wake.set()
 
     async def stop(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
         for t in self._batches:
             t.cancel()
         await asyncio.gather(*self._batches, return_exceptions=True)
 
     def _step(self) -> None:
+        self._expire()
         if not self.policy.has_work():
             self._unserved_since = None   # the budget counts only while someone waits
             return
@@ -133,6 +147,17 @@ class Driver:
                 self._run_batch(plan, body, chain[0].name, sig))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
+
+    def _expire(self) -> None:
+        """End the requests past their deadline, and look again at the next one's."""
+        if expired := self.policy.expire():
+            self.counters["deadlines"] += len(expired)
+            self._deliver_all(expired)
+        if (at := self.policy.next_deadline()) is not None:
+            if self._deadline_timer is not None:
+                self._deadline_timer.cancel()
+            delay = max(0.0, at - self.policy.clock())
+            self._deadline_timer = asyncio.get_running_loop().call_later(delay, self.wake.set)
 
     def _pipeline_changed(self, sig: tuple) -> None:
         """A shard restarted (new epoch) or was replaced: the KV on the old one is gone."""
@@ -257,6 +282,15 @@ class Driver:
             # first batches ever): no KV is lost, the batch only runs again.
             log.warning("batch %d failed (%s); running it again", plan.batch_id, e)
             self.counters["retries_uncharged"] += 1
+            self.policy.abort_batch(plan.batch_id)
+            return
+        if not _proves_loss(e):
+            # A shard stopped answering (paused, overloaded, cut off) but no new epoch showed: if
+            # it comes back as the same process its cache is intact and the batch only runs
+            # again; if it comes back as a new one, the pipeline change charges the loss.
+            log.warning("batch %d failed (%s); running it again once %s answers", plan.batch_id,
+                        e, "the same pipeline")
+            self.counters["retries_same_epoch"] += 1
             self.policy.abort_batch(plan.batch_id)
             return
         log.warning("batch %d failed (%s); re-prefilling after the pipeline recovers", plan.batch_id, e)

@@ -53,6 +53,10 @@ class BadStopStrings(BadRequest):
     reason = "bad_stop_strings"
 
 
+class BadDeadline(BadRequest):
+    reason = "bad_deadline"
+
+
 class BadSeed(BadRequest):
     reason = "bad_seed"
 

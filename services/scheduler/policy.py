@@ -51,7 +51,8 @@ class Scheduler:
         stop = StopState(max_tokens=terms.max_tokens, stop=tuple(request.stop),
                          eos_ids=cfg.eos_ids, loop=loop)
         text = ClientText(IncrementalDecoder(cfg.token_bytes), stop)
-        seq = Sequence(request, terms.max_tokens, next(self._arrivals), text)
+        deadline = None if request.deadline_s is None else self.clock() + request.deadline_s
+        seq = Sequence(request, terms.max_tokens, next(self._arrivals), text, deadline)
         seq.submitted_at = self.clock()
         self._seqs[seq.request_id] = seq
         self._enqueue(seq)
@@ -65,6 +66,18 @@ class Scheduler:
     def fail(self, request_id: str, reason: str) -> Output | None:
         """End a request as failed with `reason`; None if it already finished."""
         return self._end(request_id, Finish("failed", detail=reason))
+
+    def expire(self) -> list[Output]:
+        """End every request whose deadline has passed, failed with reason deadline."""
+        now = self.clock()
+        late = [s for s in self._seqs.values() if s.deadline is not None and s.deadline <= now]
+        return [self._end(s.request_id, Finish("failed", detail=(
+            f"deadline: {s.request.deadline_s:.3g} s passed with {s.num_generated} of "
+            f"{s.max_tokens} tokens generated"))) for s in late]
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of an unfinished request (policy clock), None if none has one."""
+        return min((s.deadline for s in self._seqs.values() if s.deadline is not None), default=None)
 
     def retry_after(self) -> float:
         """Seconds until the queue has likely drained: queued tokens over recent throughput."""
@@ -87,6 +100,9 @@ class Scheduler:
                     key=lambda s: s.key, default=None)
         if alone is not None and self._add_alone(alone, draft, preempted):
             return self._launch(draft)
+        # Sequences interrupted by a loss come back oldest first, `max_refill_tokens` a batch,
+        # so the first of them stream again after a small batch instead of all after a full one.
+        refill = cfg.max_refill_tokens
         # Decode tokens first: one token each keeps streaming latency low.
         for seq in ready:
             if draft.full():
@@ -95,6 +111,7 @@ class Scheduler:
                 continue  # prefilling, preempted, or runs alone
             if self._fit(seq, 1, draft, preempted):
                 draft.add(seq, 1)
+                refill -= seq.refilling      # the last token of a re-prefill
         # Then prefill chunks: running prefills and waiting requests, by priority then arrival.
         prefills = [s for s in ready if s.remaining > 1]
         for seq in sorted(prefills + self._waiting, key=lambda s: s.key):
@@ -102,17 +119,20 @@ class Scheduler:
                 break
             if seq.request_id in preempted:
                 continue
-            if seq.solo:
+            if seq.solo or (seq.refilling and refill <= 0):
                 if seq.status is Status.WAITING:
                     break  # FIFO, as for any request that could not be admitted
                 continue
+            cap = refill if seq.refilling else draft.budget
             if seq.status is Status.WAITING:
-                if not self._admit(seq, draft, preempted):
+                if not self._admit(seq, draft, preempted, cap):
                     break  # FIFO: a later request does not jump a blocked earlier one
             elif seq.status is Status.RUNNING:
-                n = self._fit(seq, min(seq.remaining, draft.budget), draft, preempted)
+                n = self._fit(seq, min(seq.remaining, draft.budget, cap), draft, preempted)
                 if n:
                     draft.add(seq, n)
+            if seq.refilling and seq.request_id in draft.parts:
+                refill -= draft.parts[seq.request_id][1]
         if not draft.parts:
             return None
         return self._launch(draft)
@@ -144,6 +164,7 @@ class Scheduler:
             seq.num_computed = chunk.start + len(chunk.token_ids)
             self.kv.register_full_pages(seq)
             if chunk.sample:
+                seq.refilling = False    # its whole history is back on the shards
                 s = samples[rid]
                 seq.tokens.append(s.token_id)
                 text, finish = seq.text.accept(s.token_id)
@@ -209,6 +230,7 @@ class Scheduler:
     def _requeue_after_loss(self, seq: Sequence) -> None:
         seq.busy_batch = None  # its in-flight result, if it ever comes, is ignored
         seq.recoveries += 1
+        seq.refilling = True
         self._preempt(seq)
 
     # ---- introspection --------------------------------------------------------------------
@@ -257,9 +279,11 @@ class Scheduler:
 
     # ---- internals ------------------------------------------------------------------------
 
-    def _admit(self, seq: Sequence, draft: Draft, preempted: set[str]) -> bool:
+    def _admit(self, seq: Sequence, draft: Draft, preempted: set[str],
+               cap: int | None = None) -> bool:
         hit = self.kv.match_prefix(seq)
-        n = self._fit(seq, min(seq.remaining, draft.budget), draft, preempted)
+        n = self._fit(seq, min(seq.remaining, draft.budget, draft.budget if cap is None else cap),
+                      draft, preempted)
         if n == 0:
             self.kv.release(seq)
             return False

@@ -18,6 +18,7 @@ class Request:
     priority: str = "normal"
     stop: tuple[str, ...] = ()
     seed: int = 0
+    deadline_s: float | None = None   # from submission; past it the request fails ("deadline")
 
 
 class Status(Enum):
@@ -29,7 +30,8 @@ class Status(Enum):
 class Sequence:
     """Tokens (prompt + generated), KV progress and page table of one request."""
 
-    def __init__(self, request: Request, max_tokens: int, arrival: int, text: ClientText):
+    def __init__(self, request: Request, max_tokens: int, arrival: int, text: ClientText,
+                 deadline: float | None = None):
         self.request = request
         self.request_id = request.request_id
         self.max_tokens = max_tokens
@@ -44,7 +46,9 @@ class Sequence:
         self.page_keys: list[int] = []  # chain keys of the leading full, computed pages
         self.status = Status.WAITING
         self.busy_batch: int | None = None  # id of the in-flight micro-batch holding it
+        self.deadline = deadline       # on the policy's clock; None: none
         self.recoveries = 0
+        self.refilling = False         # its KV was lost: re-prefilled at the pace of recoveries
         self.solo = False              # runs alone: a batch holding it was refused as a whole
         self.retries = 0               # unusable results of its chunks in a row
         self.submitted_at = 0.0        # policy clock at submit()

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 
 from bus.config import ServiceConfig
-from bus.errors import ServiceError
+from bus.errors import CallTimeout, PeerDead, PeerRestarted, ServiceError, ServiceNotFound
 from bus.service import Service, handles, streams
 from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Generate, Started, Stats,
                                      StatsRequest, Tokens)
@@ -48,10 +48,12 @@ class SchedulerServiceConfig:
     context_length: int = 0          # 0: the model's, bounded by the shards' KV pages
     batch_timeout: float = 120.0
     unserved_budget_s: float = 300.0  # requests fail when their layers are unserved this long
+    max_refill_tokens: int = 128      # re-prefill tokens per micro-batch after a loss
+    tokenizer_wait_s: float = 30.0    # how long a request waits for a tokenizer to come back
 
     def __post_init__(self):
         for name in ("max_batch_tokens", "max_batch_seqs", "max_queue", "batch_timeout",
-                     "unserved_budget_s"):
+                     "unserved_budget_s", "max_refill_tokens", "tokenizer_wait_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         if self.max_inflight < 0 or self.context_length < 0:
@@ -97,6 +99,7 @@ class SchedulerService(Service):
             num_pages=num_pages, page_size=page_size, context_length=ctx,
             max_batch_tokens=self.sched.max_batch_tokens, max_batch_seqs=self.sched.max_batch_seqs,
             max_inflight=self.sched.max_inflight or len(chain) + 1, max_queue=self.sched.max_queue,
+            max_refill_tokens=self.sched.max_refill_tokens,
             vocab_size=info.vocab_size, eos_ids=frozenset(info.eot_ids),
             token_bytes=tuple(self.token_bytes)))
         self.driver = Driver(self.policy, self.requests, self._forward, self._chain,
@@ -185,6 +188,7 @@ class SchedulerService(Service):
         if self.policy is None:
             raise ServiceError("starting", "the scheduler is still finding its pipeline",
                                retry_after=1.0)
+        arrived = asyncio.get_running_loop().time()
         rid = req.request_id or uuid.uuid4().hex
         if rid in self.requests:
             raise ServiceError("duplicate_request_id", f"request {rid!r} is already running")
@@ -193,11 +197,15 @@ class SchedulerService(Service):
         except BadRequest as e:
             raise ServiceError(e.reason, e.detail) from None
         prompt = await self._prompt_ids(req)
+        # The deadline runs from arrival: rendering the prompt took some of it (at least a
+        # moment is left, so that a request already late ends with reason deadline).
+        deadline = (None if req.deadline_s is None else
+                    max(req.deadline_s - (asyncio.get_running_loop().time() - arrived), 1e-3))
         stream = RequestStream(rid, len(prompt), params)
         max_tokens = req.max_tokens if req.max_tokens is not None else self.policy.config.context_length
         try:
             terms = self.policy.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
-                                               tuple(req.stop), params.seed))
+                                               tuple(req.stop), params.seed, deadline))
         except QueueFull as e:
             raise ServiceError("queue_full", str(e), retry_after=round(e.retry_after, 1)) from None
         except BadRequest as e:
@@ -236,19 +244,26 @@ class SchedulerService(Service):
             self.requests.pop(rid, None)
 
     async def _prompt_ids(self, req: Generate) -> list[int]:
+        """The prompt's token ids. A tokenizer that dies or restarts under the call (or is
+        between processes) is waited for, up to `tokenizer_wait_s`: its restart is no error of
+        the client's request."""
         if req.prompt_ids is not None:
             return list(req.prompt_ids)
-        tok = self._tokenizer()
-        if tok is None:
-            raise ServiceError("tokenizer_unavailable", "no tokenizer of this model is live",
-                               retry_after=1.0)
-        if req.messages is not None:
-            reply = await self.peers.call(tok, Render(messages=req.messages, template=req.template),
-                                          timeout=30)
-        else:
-            reply = await self.peers.call(tok, Encode(text=req.prompt, parse_special=False,
-                                                      add_special=True), timeout=30)
-        return list(reply.ids)
+        body = (Render(messages=req.messages, template=req.template) if req.messages is not None
+                else Encode(text=req.prompt, parse_special=False, add_special=True))
+        loop = asyncio.get_running_loop()
+        give_up, why = loop.time() + self.sched.tokenizer_wait_s, "no tokenizer of this model is live"
+        while True:
+            if (tok := self._tokenizer()) is not None:
+                try:
+                    return list((await self.peers.call(tok, body, timeout=30)).ids)
+                except (PeerDead, PeerRestarted, CallTimeout, ServiceNotFound) as e:
+                    why = f"{tok} did not answer: {e}"
+                    self.counters["tokenizer_retries"] += 1
+            if loop.time() >= give_up:
+                raise ServiceError("tokenizer_unavailable", f"{why} (waited "
+                                   f"{self.sched.tokenizer_wait_s:g} s)", retry_after=1.0)
+            await asyncio.sleep(0.05)
 
     @handles(CancelRequest)
     async def cancel(self, msg) -> Cancelled:

@@ -75,15 +75,15 @@ class Rig:
     def __init__(self, budget=300.0, **config):
         self.clock = ManualClock()
         self.pipe = FakePipeline()
-        self.policy = Scheduler(small(**{"max_inflight": 2, **config}))
+        self.policy = Scheduler(small(**{"max_inflight": 2, **config}), clock=self.clock)
         self.requests: dict[str, RequestStream] = {}
         self.driver = Driver(self.policy, self.requests, self.pipe.call, self.pipe.chain,
                              backoff=(1.0, 4.0), poll_s=0.005, clock=self.clock,
                              unserved_budget_s=budget, describe_gap=lambda: "layers 15-30 gone")
         self.events: dict[str, list] = {}
 
-    def submit(self, rid, n=5, first=1, max_tokens=4, top_k=0, penalized=False):
-        self.policy.submit(req(rid, n=n, first=first, max_tokens=max_tokens))
+    def submit(self, rid, n=5, first=1, max_tokens=4, top_k=0, penalized=False, deadline_s=None):
+        self.policy.submit(req(rid, n=n, first=first, max_tokens=max_tokens, deadline_s=deadline_s))
         sampling = SamplingParams(temperature=0.0, top_k=top_k,
                                   repetition_penalty=1.3 if penalized else 1.0)
         self.requests[rid] = RequestStream(rid, n, sampling)
@@ -453,4 +453,83 @@ async def test_a_batch_that_cannot_be_built_fails_its_requests_instead_of_hangin
     finish = r.finish("b")         # planned in the same batch: it ends with the reason too
     assert finish.reason == "failed" and "could not build the batch" in finish.detail
     assert r.pipe.forwards == []
+    r.assert_nothing_left()
+
+
+LATE = [PeerDead("shard-1 stopped heartbeating"), CallTimeout("shard-0: no reply"),
+        RemoteError("peer_dead", "shard-1 stopped heartbeating", peer="shard-0"),
+        RemoteError("stale_route", "shard-1, stage 1 of the route, is not live", peer="shard-0")]
+
+
+@pytest.mark.parametrize("late", LATE, ids=str)
+async def test_a_shard_back_with_the_same_epoch_goes_on_without_a_reprefill(rig, late):
+    want = await undisturbed_tokens(rig, a=dict(first=10, max_tokens=6), b=dict(first=30, max_tokens=6))
+    r = rig()
+
+    def pause(body):
+        r.pipe.gap = True                              # its heartbeats stop: it leaves the chain
+        raise late
+    r.pipe.script = [answer, answer, pause]
+    r.submit("a", first=10, max_tokens=6)
+    r.submit("b", first=30, max_tokens=6)
+    await r.until(lambda: len(r.pipe.forwards) == 3 and not r.policy.inflight, "the pause")
+    await r.until(lambda: r.driver.counters["waits.gap"] >= 2, "the driver to see the gap")
+    r.pipe.gap = False                                 # SIGCONT: the same process, same epoch
+    r.clock.t += 1.0                                   # past the backoff
+    await r.run_until_all_finish()
+    assert r.driver.counters["recoveries"] == 0 and r.driver.counters["retries_same_epoch"] == 1
+    assert refills(r, 3) == []                         # nothing fed again from position 0
+    assert {rid: r.tokens(rid) for rid in "ab"} == want
+    r.assert_nothing_left()
+
+
+async def test_a_silent_shard_replaced_by_a_new_process_is_reprefilled_once(rig):
+    want = await undisturbed_tokens(rig, a=dict(first=10, max_tokens=6), b=dict(first=30, max_tokens=6))
+    r = rig()
+
+    def pause(body):
+        r.pipe.gap = True
+        raise PeerDead("shard-1 stopped heartbeating")
+    r.pipe.script = [answer, answer, pause, fails_with(PeerDead("shard-1 still silent"))]
+    r.submit("a", first=10, max_tokens=6)
+    r.submit("b", first=30, max_tokens=6)
+    await r.until(lambda: len(r.pipe.forwards) == 3 and not r.policy.inflight, "the pause")
+    r.pipe.gap = False                                 # heard once more, then silent again
+    r.clock.t += 1.0
+    await r.until(lambda: len(r.pipe.forwards) == 4 and not r.policy.inflight, "a late retry")
+    assert r.driver.counters["recoveries"] == 0
+    r.pipe.epochs[1] += 1                              # the watcher killed and respawned it
+    r.clock.t += 2.0
+    r.driver.wake.set()
+    await r.run_until_all_finish()
+    assert r.driver.counters["recoveries"] == 1 and r.driver.counters["pipeline_changes"] == 1
+    assert sorted(refills(r, 4)) == [10, 30]           # each re-prefilled once, on the new epoch
+    assert {rid: r.tokens(rid) for rid in "ab"} == want
+    r.assert_nothing_left()
+
+
+async def test_a_request_past_its_deadline_fails_with_reason_deadline_while_others_wait(rig):
+    r = rig(budget=300.0)
+
+    def answer_then_lose_a_shard(body):
+        r.pipe.gap = True
+        return answer(body)
+    r.pipe.script = [answer_then_lose_a_shard]
+    r.submit("a", first=10, max_tokens=6, deadline_s=20.0)
+    r.submit("b", first=30, max_tokens=6)              # no deadline: waits for the pipeline
+    await r.until(lambda: r.tokens("a") and r.driver.counters["waits.gap"] >= 2, "the gap")
+    r.clock.t += 19.0
+    r.driver.wake.set()
+    held = r.driver.counters["waits.gap"]
+    await r.until(lambda: r.driver.counters["waits.gap"] > held, "another look")
+    assert r.finish("a") is None                       # 19 s of 20: still waiting
+    r.clock.t += 2.0
+    r.driver.wake.set()
+    await r.until(lambda: r.finish("a") is not None, "the deadline")
+    finish = r.finish("a")
+    assert finish.reason == "failed" and finish.detail.startswith("deadline: 20 s passed")
+    assert r.finish("b") is None and r.driver.counters["deadlines"] == 1
+    r.pipe.gap = False                                 # the pipeline is back: b goes on
+    await r.run_until_all_finish()
+    assert r.finish("b").reason == "length" and len(r.tokens("b")) == 6
     r.assert_nothing_left()

@@ -13,6 +13,8 @@ from typing import Any
 from ..schema import message
 from .sampling import SamplingParams
 
+MAX_DEADLINE_S = 7 * 24 * 3600.0
+
 
 @message("scheduler.generate")
 class Generate(SamplingParams):
@@ -26,6 +28,10 @@ class Generate(SamplingParams):
     priority: str = "normal"                       # high, normal, low
     request_id: str = ""                           # "": the scheduler names it
     template: str | None = None                    # a named chat template instead of the model's
+    # Seconds the request may take from its arrival at the scheduler; past it the request ends
+    # `failed` with a detail starting "deadline:". Relative, not a time of day: the caller's and
+    # the scheduler's clocks need not agree (they may be on other machines).
+    deadline_s: float | None = None
 
     def check(self):
         super().check()   # the sampling ranges: refused as bad_sampling
@@ -33,6 +39,11 @@ class Generate(SamplingParams):
         if len(given) != 1:
             raise ValueError("give exactly one of messages, prompt, prompt_ids"
                              + (f" (got {', '.join(given)})" if given else ""))
+        d = self.deadline_s
+        if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))
+                              or not 0 < d <= MAX_DEADLINE_S):   # NaN fails too
+            raise ValueError(f"deadline_s must be a number of seconds in (0, {MAX_DEADLINE_S}], "
+                             f"got {d!r}")
 
 
 @message("scheduler.started")
@@ -58,7 +69,8 @@ class Tokens:
 
 @message("scheduler.done")
 class Done:
-    """Last event of a stream: why it ended (stop, length, repeated_line_loop, cancelled, failed)."""
+    """Last event of a stream: why it ended (stop, length, repeated_line_loop, cancelled, failed);
+    for `failed`, `detail` says why, starting "deadline:" when the request's deadline passed."""
     request_id: str
     finish_reason: str
     prompt_tokens: int
