@@ -157,10 +157,16 @@ class Directory:
     async def _static_peers(self) -> None:
         eps = [endpoint(*parse_peer(p)) for p in self.config.peers]
         while not self._closed and eps:
+            # Its own entry counts as known too (llmbus up gives every service its own address
+            # as a peer): without it, the service handshook with itself every interval. The
+            # handshakes run side by side, so one dead peer's timeout delays nobody else.
+            known = {e.rpc_endpoint for e in self.table.live(self._now())}
             for ep in eps:
-                live = any(e.rpc_endpoint == ep for e in self.live())
-                if not live and ep not in self._inflight:
-                    await self.confirm(ep, source="static")
+                if ep not in known and ep not in self._inflight:
+                    self._inflight.add(ep)   # confirm() adds it too; here so the loop sees it now
+                    task = asyncio.get_running_loop().create_task(self.confirm(ep, source="static"))
+                    self._confirming.add(task)
+                    task.add_done_callback(self._confirming.discard)
             await asyncio.sleep(self.config.heartbeat_interval)
 
     async def confirm(self, ep: str, source: str) -> PeerEntry | None:
