@@ -41,7 +41,8 @@ class PlacementRefused(Exception):
 
     def __init__(self, missing: int, start: int, end: int):
         self.missing, self.start, self.end = missing, start, end
-        super().__init__(f"needs {human_bytes(missing)} more for layers {start}–{end - 1}")
+        layers = f"layer {start}" if end - start == 1 else f"layers {start}–{end - 1}"
+        super().__init__(f"needs {human_bytes(missing)} more for {layers}")
 
 
 def human_bytes(n: int) -> str:
