@@ -46,19 +46,28 @@ class Ctl:
     def __init__(self, args: argparse.Namespace, config):
         import zmq.asyncio
 
-        from bus.directory import Directory
-
         self.args = args
         self.ctx = zmq.asyncio.Context()
         self.config = config
-        self.directory = Directory(self.ctx, self.config, me=f"busctl-{os.getpid()}")
+        self._zc = None
+        self.directory = None
 
     async def __aenter__(self):
+        from bus.directory import Directory
+        from bus.mdns import open_zeroconf
+
+        if self.config.mdns and not self.config.mdns_interfaces and not self.config.advertise_host:
+            # busctl binds nothing others dial: it browses every interface (loopback among
+            # them), so that a cluster's services on other machines are found too.
+            self._zc = open_zeroconf((), "")
+        self.directory = Directory(self.ctx, self.config, me=f"busctl-{os.getpid()}", zeroconf=self._zc)
         await self.directory.start()
         return self
 
     async def __aexit__(self, *exc):
         await self.directory.stop()
+        if self._zc is not None:
+            await self._zc.async_close()
         self.ctx.destroy(linger=0)     # never block exit on a socket something left open
 
     def out(self, data: Any, text: str) -> None:

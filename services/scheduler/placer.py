@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from bus.errors import BusError, RemoteError
 from services.modelstore.footprint import Footprint
 from wire.messages.placement import FootprintRequest, Place, Switch
 
@@ -28,7 +29,8 @@ class Placer:
 
     def __init__(self, directory, call: Callable, model: Callable[[], str], idle: Callable[[], bool],
                  wake: Callable[[], None], served: Callable[[], int], *, settle_s: float = 1.0,
-                 poll_s: float = 0.1, load_timeout: float = 300.0, idle_timeout: float = 120.0):
+                 poll_s: float = 0.1, load_timeout: float = 300.0, idle_timeout: float = 120.0,
+                 grace_s: float = 2.0):
         self.directory = directory
         self._call = call              # async (name, body, timeout) -> reply
         self._model = model            # the model identity served
@@ -37,10 +39,15 @@ class Placer:
         self._served = served          # batches completed so far
         self.settle_s = settle_s       # a joined shard is placed once it has been live this long
         self.poll_s = poll_s
+        # A member of the plan out of sight this long is lost; a shorter silence (a shard
+        # loading its next range, a stalled host) brings no new plan.
+        self.grace_s = grace_s
+        self._last_member: dict[str, tuple[float, Member]] = {}
         self.load_timeout = load_timeout
         self.idle_timeout = idle_timeout
         self.plan: Plan | None = None
-        self.plan_id = 0
+        self.plan_id = 0               # the plan in force
+        self._next_id = 0              # the last plan tried (a plan whose loads fail is dropped)
         self.paused = False
         self.footprint: Footprint | None = None
         self.refused = ""              # why the model does not fit, while it does not
@@ -101,6 +108,11 @@ class Placer:
             # a member of the plan in force counts at once.
             if now - seen >= self.settle_s or (self.plan is not None and e.name in self.plan.names):
                 members.append(Member(e.name, int(e.info["memory"]), int(e.info.get("kv_per_layer", 0))))
+                self._last_member[e.name] = (now, members[-1])
+        if self.plan is not None:
+            have = {m.name for m in members}
+            members += [m for n, (at, m) in self._last_member.items()
+                        if n in self.plan.names and n not in have and now - at < self.grace_s]
         return members, entries
 
     async def _step(self) -> None:
@@ -133,12 +145,12 @@ class Placer:
                          last_bytes=r.last_bytes, kv_heads=r.kv_heads, head_dim=r.head_dim)
 
     async def _apply(self, plan: Plan, reason: str, detected: float) -> None:
-        self.plan_id += 1
-        pid = self.plan_id
+        self._next_id = max(self._next_id, self.plan_id) + 1
+        pid = self._next_id
         log.info("placement plan %d (%s): %s", pid, reason,
                  ", ".join(f"{n} {a}:{b}" for n, a, b in plan.ranges))
         t0 = time.monotonic()
-        loads = await asyncio.gather(*(self._call(n, Place(plan=pid, start=a, end=b), self.load_timeout)
+        loads = await asyncio.gather(*(self._place(n, Place(plan=pid, start=a, end=b))
                                        for n, a, b in plan.ranges), return_exceptions=True)
         failed = [(n, r) for (n, _, _), r in zip(plan.ranges, loads) if isinstance(r, BaseException)]
         if failed:
@@ -153,7 +165,7 @@ class Placer:
                 await asyncio.sleep(0.01)
             switched = await asyncio.gather(*(self._call(n, Switch(plan=pid), 10.0)
                                               for n, _, _ in plan.ranges), return_exceptions=True)
-            self.plan = plan
+            self.plan, self.plan_id = plan, pid
             bad = [n for (n, _, _), r in zip(plan.ranges, switched) if isinstance(r, BaseException)]
             if bad:
                 log.warning("placement plan %d: %s did not switch", pid, ", ".join(bad))
@@ -170,6 +182,23 @@ class Placer:
                              "_detected": detected, "_batches_at_switch": self._served()})
         del self.history[:-8]
         log.info("placement plan %d in force (%s)", pid, reason)
+
+    async def _place(self, name: str, body: Place):
+        """Ask `name` to load its range, again while it stays live: a shard busy loading may
+        miss heartbeats, and the call fails though the load goes on (the shard answers a
+        repeated ask from the same load)."""
+        deadline = time.monotonic() + self.load_timeout
+        while True:
+            try:
+                return await self._call(name, body, max(deadline - time.monotonic(), 0.1))
+            except BusError as e:
+                if isinstance(e, RemoteError) or time.monotonic() >= deadline:
+                    raise   # the shard refused: asking again cannot help
+                back = time.monotonic() + self.grace_s
+                while self.directory.get(name) is None and time.monotonic() < back:
+                    await asyncio.sleep(0.05)
+                if self.directory.get(name) is None:
+                    raise
 
     def _announced(self, plan: Plan, pid: int) -> bool:
         live = {e.name: e for e in self.directory.of_kind("shard")}

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import resource
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -88,6 +90,15 @@ class ShardConfig:
         return self.start is not None
 
 
+def _lower_priority() -> None:
+    # Loading a placed range runs beside the range served: it must not starve the event loop
+    # (heartbeats, forwards) of the CPU. Linux applies nice to the calling thread alone.
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except OSError:
+        pass
+
+
 @dataclass
 class _Range:
     """One loaded layer range: what a forward runs, or what a plan staged beside it."""
@@ -116,7 +127,9 @@ class ShardService(Service):
         # reading requests, and numpy releases the GIL inside its kernels. Loading a placed
         # range has a thread of its own, so the range served keeps serving meanwhile.
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
-        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="load")
+        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="load",
+                                          initializer=_lower_priority)
+        self._loading: dict[tuple[int, int, int], asyncio.Future] = {}   # (plan, start, end)
 
     # ------------------------------------------------------------------ lifecycle
     async def on_start(self) -> None:
@@ -137,6 +150,9 @@ class ShardService(Service):
 
         s = self.shard
         xp = array_module(s.device)
+        if plan:   # beside a range that serves: the long part runs in a child process
+            from services.shard.warm import warm
+            warm(s.model, start, end, self.weight_format)
         loaded = load_weights(s.model, start, end, self.weight_format)
         weights, dtype = loaded.weights, np.dtype(np.float32)
         if s.device == "cuda":   # fp16 halves what the GPU reads per token; the engine keeps fp32 I/O
@@ -205,14 +221,26 @@ class ShardService(Service):
                                             f"{self.footprint.n_layers} layers")
         if p.plan < self._wanted:
             raise ServiceError("superseded", f"plan {p.plan} is older than plan {self._wanted}")
+        key = (p.plan, p.start, p.end)
+        if self._staged is not None and (self._staged.plan, self._staged.start, self._staged.end) == key:
+            return Placed(plan=p.plan, start=p.start, end=p.end, load_s=0.0)   # asked again
         self._wanted, self._staged = p.plan, None
         t0 = time.perf_counter()
         if self.model is not None and (p.start, p.end) == (self.shard.start, self.shard.end):
             # The same range: nothing to load (the scheduler re-prefills on the switch anyway).
             staged = _Range(p.plan, p.start, p.end, self.loaded, self.model, self.kv_bytes)
         else:
-            staged = await asyncio.get_running_loop().run_in_executor(
-                self._loader, self._load, p.plan, p.start, p.end)
+            # Asked again while loading (the scheduler lost sight of this shard meanwhile):
+            # the same load answers both.
+            if key not in self._loading:
+                self._loading = {key: asyncio.get_running_loop().run_in_executor(
+                    self._loader, self._load, *key)}
+            fut = self._loading[key]
+            try:
+                staged = await asyncio.shield(fut)
+            finally:
+                if fut.done():
+                    self._loading.pop(key, None)
         if self._wanted != p.plan:
             raise ServiceError("superseded", f"plan {self._wanted} came while plan {p.plan} loaded")
         self._staged = staged
