@@ -86,6 +86,9 @@ async def cmd_list(ctl: Ctl) -> int:
     await asyncio.sleep(ctl.args.wait)
     now = time.monotonic()
     live = ctl.directory.live()
+    for name, eps in ctl.directory.clashes().items():
+        print(f"busctl: NAME CLASH: two live services are named {name} ({' and '.join(eps)}); "
+              "only the newer is used: give each its own --name", file=sys.stderr)
     rows = [{"name": e.name, "kind": e.kind, "instance": e.instance, "host": e.host,
              "rpc_port": e.rpc_port, "epoch": e.epoch, "state": e.state, "load": e.load,
              "progress": e.progress, "heartbeat_age_s": round(now - e.last_seen, 2),

@@ -151,6 +151,8 @@ class SchedulerService(Service):
 
     def _explain(self) -> str:
         why = explain_missing(self.directory.of_kind("shard"), self.model)
+        for name, eps in self.directory.clashes().items():
+            why += f"; two live services are named {name} ({' and '.join(eps)}): give each its own --name"
         if self.placer is not None and self.placer.refused:
             why += f"; {self.placer.refused}"
         return why
@@ -160,6 +162,8 @@ class SchedulerService(Service):
 
     def info(self) -> dict:
         extra = {"placement": self.placer.info()} if self.placer is not None else {}
+        if self.directory is not None and (clashes := self.directory.clashes()):
+            extra["name_clashes"] = {n: list(eps) for n, eps in clashes.items()}
         if self.policy is None:
             return {"model": self.model, **extra}
         s = self.policy.stats()

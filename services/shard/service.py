@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import resource
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -90,15 +88,6 @@ class ShardConfig:
         return self.start is not None
 
 
-def _lower_priority() -> None:
-    # Loading a placed range runs beside the range served: it must not starve the event loop
-    # (heartbeats, forwards) of the CPU. Linux applies nice to the calling thread alone.
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-    except OSError:
-        pass
-
-
 @dataclass
 class _Range:
     """One loaded layer range: what a forward runs, or what a plan staged beside it."""
@@ -127,8 +116,7 @@ class ShardService(Service):
         # reading requests, and numpy releases the GIL inside its kernels. Loading a placed
         # range has a thread of its own, so the range served keeps serving meanwhile.
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
-        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="load",
-                                          initializer=_lower_priority)
+        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="load")
         self._loading: dict[tuple[int, int, int], asyncio.Future] = {}   # (plan, start, end)
 
     # ------------------------------------------------------------------ lifecycle

@@ -9,7 +9,6 @@ process it cannot. The shard then only maps the finished entry.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +23,6 @@ def warm(model: Path, start: int, end: int, fmt: str, timeout: float = 1800.0) -
     if entry_path(model, start, end, fmt).is_dir():
         return
     argv = [sys.executable, "-m", "services.shard.warm", str(model), str(start), str(end), fmt]
-    if shutil.which("nice"):
-        argv = ["nice", "-n", "10", *argv]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(_ROOT), os.environ.get("PYTHONPATH"))))}
     r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:

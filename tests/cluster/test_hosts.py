@@ -168,7 +168,7 @@ def test_shards_are_placed_by_memory_and_replaced_on_join_and_loss(model_path, t
         client.expect("streaming", timeout=60)
         t_join = time.monotonic()
         hosts.start("s4", "s4", service("s4", "shard", "--memory", str(MEMORY["s4"]), *shard))
-        joined = client.expect("replaced", timeout=150)
+        joined = client.expect("replaced", timeout=240)
         figures["join"] = (joined["t"] - t_join, joined["last_change"])
         assert any(r[0] == "shard-s4-0" for r in joined["ranges"]), joined
         assert_in_proportion(joined["ranges"], model_path, MEMORY)
@@ -179,7 +179,7 @@ def test_shards_are_placed_by_memory_and_replaced_on_join_and_loss(model_path, t
         client.expect("streaming", timeout=60)
         t_kill = time.monotonic()
         hosts.procs["s2"].send_signal(signal.SIGKILL)
-        left = client.expect("replaced", timeout=150)
+        left = client.expect("replaced", timeout=240)
         figures["leave"] = (left["t"] - t_kill, left["last_change"])
         assert [r[0] for r in left["ranges"]] == ["shard-s1-0", "shard-s3-0", "shard-s4-0"], left
         assert_in_proportion(left["ranges"], model_path, MEMORY)

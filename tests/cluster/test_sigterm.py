@@ -5,7 +5,6 @@ tokenizer and a gateway with no scheduler."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 
 import pytest
@@ -51,12 +50,14 @@ async def test_every_service_stops_on_sigterm_within_its_drain_time(model_path):
         for p in running.values():
             p.send_signal(signal.SIGTERM)
         took = {}
-        for n, p in running.items():
-            try:
-                rc = p.wait(DRAIN_S + 5)
-            except subprocess.TimeoutExpired:
-                rc = None
-            took[n] = (rc, round(time.monotonic() - sent, 2))
+
+        def all_exited() -> bool:
+            for n, p in running.items():
+                if n not in took and p.poll() is not None:
+                    took[n] = (p.returncode, round(time.monotonic() - sent, 2))
+            return len(took) == len(running)
+
+        await until(all_exited, timeout=DRAIN_S + 5, every=0.05, what=f"every service exited ({took})")
     finally:
         procs.stop_all()
         await d.stop()
