@@ -75,7 +75,7 @@ class Client:
         done = await asyncio.gather(*(generate(self.endpoint, request(i)) for i in range(len(PROMPTS))))
         self.reference = [r.text for r in done]
         say(event="reference", finish=[r.done.finish_reason for r in done],
-            tokens=[len(r.token_ids) for r in done])
+            tokens=[len(r.token_ids) for r in done], texts=self.reference)
 
     async def churn(self, plan: int) -> None:
         started: set[int] = set()

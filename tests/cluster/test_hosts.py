@@ -21,7 +21,8 @@ from gguf import GGUFReader
 
 from tests.conftest import require
 
-from ..bus.procs import ROOT, env, unique_cluster
+from ..bus.procs import ROOT, busctl_cmd, env, unique_cluster
+from .client import MAX_TOKENS, PROMPTS
 from .netns import Network, why_not
 
 pytestmark = pytest.mark.slow
@@ -184,6 +185,19 @@ def test_shards_are_placed_by_memory_and_replaced_on_join_and_loss(model_path, t
         assert [r[0] for r in left["ranges"]] == ["shard-s1-0", "shard-s3-0", "shard-s4-0"], left
         assert_in_proportion(left["ranges"], model_path, MEMORY)
         _all_undisturbed(client.expect("checked", timeout=120))
+
+        # From the client host, the commands find the cluster's scheduler on the network by
+        # mDNS, given only --cluster (nothing of it runs on that host).
+        listed = subprocess.run(net.cmd("client", [*busctl_cmd("list", "--cluster", cluster, "--json")]),
+                                capture_output=True, text=True, timeout=120, env=env())
+        seen = {r["name"]: r["host"] for r in json.loads(listed.stdout or "[]")}
+        assert seen.get("scheduler-ctl-0") == addr["ctl"] and seen.get("shard-s4-0") == addr["s4"], listed
+        chat = subprocess.run(net.cmd("client", [sys.executable, "-m", "services.cli", "chat", "--cluster",
+                                                 cluster, "--temperature", "0", "--max-tokens",
+                                                 str(MAX_TOKENS), PROMPTS[0]]),
+                              cwd=ROOT, capture_output=True, text=True, timeout=120, env=env())
+        assert chat.returncode == 0, chat.stderr
+        assert chat.stdout.strip() == ref["texts"][0].strip(), (chat.stdout, ref["texts"][0])
     finally:
         hosts.stop_all()
         net.close()
