@@ -48,19 +48,28 @@ class Ctl:
     def __init__(self, args: argparse.Namespace, config):
         import zmq.asyncio
 
-        from bus.directory import Directory
-
         self.args = args
         self.ctx = zmq.asyncio.Context()
         self.config = config
-        self.directory = Directory(self.ctx, self.config, me=f"busctl-{os.getpid()}")
+        self._zc = None
+        self.directory = None
 
     async def __aenter__(self):
+        from bus.directory import Directory
+        from bus.mdns import open_zeroconf
+
+        if self.config.mdns and not self.config.mdns_interfaces and not self.config.advertise_host:
+            # busctl binds nothing others dial: it browses every interface (loopback among
+            # them), so that a cluster's services on other machines are found too.
+            self._zc = open_zeroconf((), "")
+        self.directory = Directory(self.ctx, self.config, me=f"busctl-{os.getpid()}", zeroconf=self._zc)
         await self.directory.start()
         return self
 
     async def __aexit__(self, *exc):
         await self.directory.stop()
+        if self._zc is not None:
+            await self._zc.async_close()
         self.ctx.destroy(linger=0)     # never block exit on a socket something left open
 
     def out(self, data: Any, text: str) -> None:
@@ -79,6 +88,9 @@ async def cmd_list(ctl: Ctl) -> int:
     await asyncio.sleep(ctl.args.wait)
     now = time.monotonic()
     live = ctl.directory.live()
+    for name, eps in ctl.directory.clashes().items():
+        print(f"busctl: NAME CLASH: two live services are named {name} ({' and '.join(eps)}); "
+              "only the newer is used: give each its own --name", file=sys.stderr)
     watched = await _watched(ctl, live)
     rows = [{"name": e.name, "kind": e.kind, "instance": e.instance, "host": e.host,
              "rpc_port": e.rpc_port, "epoch": e.epoch, "state": e.state, "load": e.load,

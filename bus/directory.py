@@ -4,6 +4,7 @@ handshake, kept alive by the heartbeats heard on their PUB sockets."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Callable
 
@@ -22,6 +23,8 @@ from .sockets import endpoint, make_socket
 
 HEARTBEAT_TOPIC = b"bus.heartbeat"
 
+log = logging.getLogger("llmbus.bus")
+
 
 class Directory:
     """Run inside any process that needs to find others (services, busctl, the gateway)."""
@@ -33,7 +36,9 @@ class Directory:
         self.me = me
         self.table = LivenessTable(config.dead_after)
         self.counters = {"handshakes": 0, "handshake_failures": 0, "wrong_cluster": 0,
-                         "mdns_candidates": 0, "bad_frames": 0, "restarts_seen": 0}
+                         "mdns_candidates": 0, "bad_frames": 0, "restarts_seen": 0,
+                         "name_clashes": 0}
+        self._clash_said: dict[str, tuple[str, ...]] = {}
         self.last_errors: dict[str, str] = {}      # endpoint -> why the handshake failed
         self.on_event: list[Callable[[bytes, wire.Message], None]] = []
         self.on_expire: list[Callable[[PeerEntry], None]] = []
@@ -96,6 +101,10 @@ class Directory:
     def get(self, name: str) -> PeerEntry | None:
         e = self.table.entries.get(name)
         return e if e is not None and self.table.is_alive(e, self._now()) else None
+
+    def clashes(self) -> dict[str, tuple[str, ...]]:
+        """Names that two live processes use, with both addresses (see LivenessTable)."""
+        return self.table.clashing(time.monotonic())
 
     def of_kind(self, kind: str) -> list[PeerEntry]:
         return [e for e in self.live() if e.kind == kind]
@@ -203,6 +212,14 @@ class Directory:
     def _observe(self, entry: PeerEntry) -> None:
         old = self.table.entries.get(entry.name)
         change = self.table.observe(entry, time.monotonic())
+        if change == "clash":
+            eps = self.table.clashes[entry.name][1]
+            if self._clash_said.get(entry.name) != eps:
+                self._clash_said[entry.name] = eps
+                self.counters["name_clashes"] += 1
+                log.warning("two live services are named %r: %s; only the newer is used: give "
+                            "each its own --name", entry.name, " and ".join(eps))
+            return
         if change == "restarted":
             self.counters["restarts_seen"] += 1
             if old is not None:

@@ -52,6 +52,8 @@ class LivenessTable:
         self.entries: dict[str, PeerEntry] = {}
         self.gone_epochs: dict[str, int] = {}   # last epoch of names that expired
         self.stale_heartbeats = 0
+        # name -> (when last seen, the endpoints): two live processes heartbeating one name.
+        self.clashes: dict[str, tuple[float, tuple[str, ...]]] = {}
 
     def observe(self, e: PeerEntry, now: float) -> str | None:
         """Record a heartbeat or handshake; returns 'new', 'restarted', or None (same epoch).
@@ -67,6 +69,11 @@ class LivenessTable:
             return "restarted" if gone is not None and gone != e.epoch else "new"
         if e.epoch < old.epoch and self.is_alive(old, now):
             self.stale_heartbeats += 1
+            if e.rpc_endpoint != old.rpc_endpoint:
+                # An older epoch still beating at another address while the newer lives: not a
+                # restart but a second process under the same name.
+                self.clashes[e.name] = (now, tuple(sorted((old.rpc_endpoint, e.rpc_endpoint))))
+                return "clash"
             return "stale"
         if e.epoch != old.epoch:
             e.last_progress_at = now
@@ -87,6 +94,11 @@ class LivenessTable:
             del self.entries[e.name]
             self.gone_epochs[e.name] = e.epoch
         return dead
+
+    def clashing(self, now: float) -> dict[str, tuple[str, ...]]:
+        """Names two live processes use now (both heard within the liveness window), with the
+        addresses of both."""
+        return {n: eps for n, (at, eps) in self.clashes.items() if now - at <= self.dead_after}
 
     def live(self, now: float) -> list[PeerEntry]:
         return sorted((e for e in self.entries.values() if self.is_alive(e, now)),

@@ -108,7 +108,22 @@ class Service(RequestLoop, Heartbeats, BusMethods):
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
-        await self.start()
+        # Stopping races starting: a SIGTERM while on_start waits (for peers, for a model to
+        # load) stops the service within its drain time instead of after the wait.
+        starting = asyncio.ensure_future(self.start())
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            starting.cancel()
+            raise
+        finally:
+            stopping.cancel()
+        if starting.done():
+            starting.result()     # a start that failed raises here, as it always did
+        else:
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
         try:
             await self._stop.wait()
         finally:

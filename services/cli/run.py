@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import importlib
 import os
+import re
+import socket
 import sys
 
 from bus.cli_args import add_bus_arguments, bus_config
@@ -28,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction, env: dict) -> None:
     for kind, module in KINDS.items():
         p = kinds.add_parser(kind)
         add_bus_arguments(p, env)
-        p.add_argument("--name", default=None, help=f"service name (default: {kind}-INSTANCE)")
+        p.add_argument("--name", default=None,
+                       help=f"service name (default: {kind}-HOSTNAME-INSTANCE, unique per host)")
         p.add_argument("--instance", default="0")
         p.add_argument("--rpc-port", type=int, default=0)
         p.add_argument("--pub-port", type=int, default=0)
@@ -42,13 +45,20 @@ def add_parser(sub: argparse._SubParsersAction, env: dict) -> None:
         p.set_defaults(func=_run, module=module)
 
 
+def default_name(kind: str, instance: str, host: str | None = None) -> str:
+    """`kind-host-instance`: services started on two machines without --name do not collide."""
+    host = re.sub(r"[^A-Za-z0-9_.-]", "-", host if host is not None else socket.gethostname())
+    host = host.split(".")[0].strip("-") or "host"
+    return f"{kind}-{host[:63 - len(kind) - len(instance) - 2]}-{instance}"
+
+
 def _run(args: argparse.Namespace) -> int:
     # BLAS reads these once, when numpy loads: set them before the service module imports it.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)
     from bus.config import ServiceConfig
     try:
-        config = ServiceConfig(name=args.name or f"{args.kind}-{args.instance}", kind=args.kind,
+        config = ServiceConfig(name=args.name or default_name(args.kind, args.instance), kind=args.kind,
                                instance=args.instance, bus=bus_config(args),
                                rpc_port=args.rpc_port, pub_port=args.pub_port,
                                discover=args.discover, unit=args.unit)

@@ -106,16 +106,21 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
 
 def _parse(buf: mmap.mmap) -> dict[str, Any]:
+    return _parse_header(buf)[0]
+
+
+def _parse_header(buf: mmap.mmap) -> tuple[dict[str, Any], _Cursor, int]:
+    """The metadata, a cursor at the tensor index that follows it, and the tensor count."""
     cur = _Cursor(buf)
     if cur.take(4) != _MAGIC:
         raise BadModelFile("not a GGUF file (bad magic)")
     version = cur.scalar("<I")
     if version not in (2, 3):
         raise BadModelFile(f"GGUF version {version} is not supported (need 2 or 3, little-endian)")
-    cur.scalar("<Q")  # tensor count: not needed here
+    n_tensors = cur.scalar("<Q")
     n_kv = cur.scalar("<Q")
     meta: dict[str, Any] = {}
     for _ in range(n_kv):
         key = cur.string()
         meta[key] = cur.value(cur.scalar("<I"))
-    return meta
+    return meta, cur, n_tensors

@@ -163,7 +163,7 @@ class Driver:
         """A shard restarted (new epoch) or was replaced: the KV on the old one is gone."""
         self.counters["pipeline_changes"] += 1
         if self._kv_sig not in (None, sig):
-            self._recover(f"pipeline changed to {[n for n, _ in sig]}")
+            self._recover(f"pipeline changed to {[n for n, *_ in sig]}")
             return
         # Nothing computed since the loss was charged: batches still out on the old pipeline
         # only run again (their results, if any come, would live on the old processes).

@@ -46,9 +46,10 @@ def find_chain(entries: Iterable, model: str, prefer: Sequence[str] = ()) -> lis
     return chain if at == n_layers else None
 
 
-def signature(chain: Sequence[Stage]) -> tuple[tuple[str, int], ...]:
-    """Names and epochs: when it changes, some shard restarted and its KV cache is gone."""
-    return tuple((s.name, s.epoch) for s in chain)
+def signature(chain: Sequence[Stage]) -> tuple[tuple[str, int, int, int], ...]:
+    """Names, epochs and ranges: when it changes, some shard restarted or was given another
+    range by placement, and the KV cache the batches relied on is gone."""
+    return tuple((s.name, s.epoch, s.start, s.end) for s in chain)
 
 
 def find_gap(entries: Iterable, model: str) -> tuple[int, int | None] | None:

@@ -31,6 +31,7 @@ from .errors import BadRequest, QueueFull
 from .failed_ranges import FAILED_TOPIC, FailedRanges
 from .hops import HopStats
 from .pipeline import explain_missing, find_chain, find_gap
+from .placer import Placer
 from .policy import Scheduler
 from .sequence import Request
 from .streams import RequestStream, StreamEvent
@@ -73,6 +74,7 @@ class SchedulerService(Service):
         self.token_bytes: list[bytes] = []
         self.failed_ranges = FailedRanges()
         self.hops = HopStats(config.name)
+        self.placer: Placer | None = None
 
     # ------------------------------------------------------------------ lifecycle
     async def on_start(self) -> None:
@@ -88,6 +90,13 @@ class SchedulerService(Service):
             if not page.token_bytes:
                 raise ValueError(f"{tok} sent {len(self.token_bytes)} of {info.vocab_size} tokens")
             self.token_bytes.extend(page.token_bytes)
+        # Shards without --layers wait for a range: the placer gives them one from here on.
+        self.placer = Placer(self.directory, self._forward, lambda: self.model,
+                             idle=lambda: self.policy is None or not self.policy.inflight,
+                             wake=lambda: self.driver is not None and self.driver.wake.set(),
+                             served=lambda: self.driver.counters["batches_done"] if self.driver else 0,
+                             idle_timeout=self.sched.batch_timeout)
+        self._tasks.append(asyncio.get_running_loop().create_task(self.placer.run()))
         chain = await self._wait_for(self._chain, "a whole shard pipeline")
         sizes = {s.page_size for s in chain}
         if len(sizes) != 1:
@@ -136,17 +145,28 @@ class SchedulerService(Service):
                 and (not self.model or e.info.get("model") == self.model)]
         return min(live, key=lambda e: e.load).name if live else None
 
+    def _shards(self) -> list:
+        shards = self.directory.of_kind("shard")
+        return self.placer.stages_allowed(shards) if self.placer is not None else shards
+
     def _chain(self):
+        if self.placer is not None and self.placer.paused:
+            return None    # a new placement is switching in: no batch until it serves
         prefer = self.driver.pipeline if self.driver is not None else ()
-        return find_chain(self.directory.of_kind("shard"), self.model, [s.name for s in prefer])
+        return find_chain(self._shards(), self.model, [s.name for s in prefer])
 
     def _describe_gap(self) -> str:
-        gap = find_gap(self.directory.of_kind("shard"), self.model)
+        gap = find_gap(self._shards(), self.model)
         where = ("no layers" if gap is None else f"layers {gap[0]}-{'?' if gap[1] is None else gap[1]}")
         return f"{where} of {self.model} have no ready shard ({self._explain()})"
 
     def _explain(self) -> str:
-        return explain_missing(self.directory.of_kind("shard"), self.model)
+        why = explain_missing(self.directory.of_kind("shard"), self.model)
+        for name, eps in self.directory.clashes().items():
+            why += f"; two live services are named {name} ({' and '.join(eps)}): give each its own --name"
+        if self.placer is not None and self.placer.refused:
+            why += f"; {self.placer.refused}"
+        return why
 
     async def _forward(self, shard: str, body, timeout: float):
         sent = time.perf_counter()
@@ -157,13 +177,16 @@ class SchedulerService(Service):
         return reply
 
     def info(self) -> dict:
+        extra = {"placement": self.placer.info()} if self.placer is not None else {}
+        if self.directory is not None and (clashes := self.directory.clashes()):
+            extra["name_clashes"] = {n: list(eps) for n, eps in clashes.items()}
         if self.policy is None:
-            return {"model": self.model}
+            return {"model": self.model, **extra}
         s = self.policy.stats()
         keep = ("waiting", "running", "inflight_batches", "pages_total", "pages_used", "page_use",
                 "pages_cached", "prefix_hit_rate", "tokens_per_s")
         return {"model": self.model, "pipeline": [st.name for st in self.driver.pipeline],
-                **{k: round(float(s[k]), 4) for k in keep}}
+                **{k: round(float(s[k]), 4) for k in keep}, **extra}
 
     def _on_health_event(self, topic: bytes, msg) -> None:
         """A watcher gave a service up: if it held a range no one else holds, the requests

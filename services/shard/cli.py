@@ -13,10 +13,43 @@ def parse_layers(spec: str) -> tuple[int, int]:
     return int(a), int(b)
 
 
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_memory(spec: str) -> int:
+    """'512M', '2G', '1.5G' or plain bytes -> bytes (binary units)."""
+    s = spec.strip().upper().removesuffix("B").removesuffix("I")
+    unit = s[-1:] if s[-1:] in _UNITS else ""
+    try:
+        n = float(s[:len(s) - len(unit)]) * _UNITS[unit]
+    except ValueError:
+        n = -1
+    if not 0 < n < 1 << 60:
+        raise argparse.ArgumentTypeError(f"--memory {spec!r}: expected a size such as 512M or 2G")
+    return int(n)
+
+
+def available_memory(device: str) -> int:
+    """What this machine can give a shard now: free GPU memory for cuda, else MemAvailable."""
+    if device == "cuda":
+        import cupy
+        return int(cupy.cuda.runtime.memGetInfo()[0])
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("/proc/meminfo has no MemAvailable: give --memory")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, default=None,
                    help="GGUF file (default: the default model, pulled if missing)")
-    p.add_argument("--layers", type=parse_layers, required=True, help="layer range A:B")
+    p.add_argument("--layers", type=parse_layers, default=None,
+                   help="layer range A:B, pinned by hand (default: the scheduler places this "
+                        "shard by its --memory)")
+    p.add_argument("--memory", type=parse_memory, default=None,
+                   help="memory this shard offers to placement, weights and KV (e.g. 2G; "
+                        "default: free RAM, or free GPU memory with --device cuda)")
     p.add_argument("--codec", default="fp16", choices=("fp32", "fp16", "int8"),
                    help="codec of the activations this shard sends on")
     p.add_argument("--pages", type=int, default=1024, help="KV pages")
@@ -41,8 +74,9 @@ def build(args: argparse.Namespace, config):
     model = args.model or pull()
     if not model.exists():
         raise SystemExit(f"llmbus run shard: no model file at {model}")
-    start, end = args.layers
+    start, end = args.layers or (None, None)
+    memory = args.memory or (0 if args.layers else available_memory(args.device))
     shard = ShardConfig(model=model, start=start, end=end, codec=args.codec,
                         num_pages=args.pages, page_size=args.page_size, device=args.device,
-                        weights=args.weights)
+                        weights=args.weights, memory=memory)
     return ShardService(config, shard)

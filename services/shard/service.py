@@ -1,5 +1,9 @@
 """The shard runner: holds layers [start, end) of a model and runs batches through them.
 
+Started without a range, it offers its memory budget on the bus and serves the range the
+scheduler's placement gives it (`shard.place` loads it beside the range it serves,
+`shard.switch` makes it the one served): see wire.messages.placement.
+
 A `shard.forward` arrives at the first shard with token ids. Each shard runs its layers, then
 hands its activations to the next stage of the batch's route (the scheduler's pipeline, see
 services.shard.route) in the configured codec, and awaits that shard's reply. The last shard
@@ -23,6 +27,8 @@ import wire
 from bus.config import ServiceConfig
 from bus.errors import ServiceError
 from bus.service import Service, handles
+from wire.messages.placement import (FootprintReply, FootprintRequest, Place, Placed, Switch,
+                                     Switched)
 from wire.messages.shard import Forward, ForwardReply
 
 from .route import BadRoute, StaleRoute, check_self, next_stage
@@ -54,13 +60,14 @@ def array_module(device: str):
 @dataclass(frozen=True)
 class ShardConfig:
     model: Path
-    start: int
-    end: int
+    start: int | None = None     # None (with end): placed by the scheduler, see `memory`
+    end: int | None = None
     codec: str = "fp16"          # how this shard's activations travel to the next
     num_pages: int = 1024
     page_size: int = 16
     weights: str = "auto"        # how a cpu shard holds its matrices: WEIGHT_FORMATS
     device: str = "cpu"          # "cpu" (numpy) or "cuda" (cupy, imported only then)
+    memory: int = 0              # bytes offered to placement (weights + KV) when not pinned
 
     def __post_init__(self):
         if self.device not in DEVICES:
@@ -69,8 +76,27 @@ class ShardConfig:
             raise ValueError(f"weights {self.weights!r}: one of {', '.join(WEIGHT_FORMATS)}")
         if self.codec not in wire.ACTIVATION_CODECS:
             raise ValueError(f"codec {self.codec!r}: one of {', '.join(wire.ACTIVATION_CODECS)}")
-        if not 0 <= self.start < self.end:
+        if (self.start is None) != (self.end is None):
+            raise ValueError("give both ends of the layer range, or neither (placed)")
+        if self.start is not None and not 0 <= self.start < self.end:
             raise ValueError(f"layer range {self.start}:{self.end} is empty or negative")
+        if self.start is None and self.memory <= 0:
+            raise ValueError("a shard placed by the scheduler needs a memory budget > 0")
+
+    @property
+    def pinned(self) -> bool:
+        return self.start is not None
+
+
+@dataclass
+class _Range:
+    """One loaded layer range: what a forward runs, or what a plan staged beside it."""
+    plan: int
+    start: int
+    end: int
+    loaded: object
+    model: object
+    kv_bytes: int
 
 
 class ShardService(Service):
@@ -81,51 +107,147 @@ class ShardService(Service):
         self.shard = shard
         self.model = None
         self.loaded = None
+        self.pinned = shard.pinned             # --layers: placement leaves this shard alone
+        self.plan = 0                          # the placement plan served (0: pinned or none)
+        self._staged: _Range | None = None     # loaded for a plan, not yet served
+        self._wanted = 0                       # the newest plan asked for
+        self.weight_format = weight_format(shard.device, shard.weights)
         # One compute thread: batches run one at a time here while the event loop keeps
-        # reading requests, and numpy releases the GIL inside its kernels.
+        # reading requests, and numpy releases the GIL inside its kernels. Loading a placed
+        # range has a thread of its own, so the range served keeps serving meanwhile.
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
+        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="load")
+        self._loading: dict[tuple[int, int, int], asyncio.Future] = {}   # (plan, start, end)
 
     # ------------------------------------------------------------------ lifecycle
     async def on_start(self) -> None:
-        self.loaded, self.model = await asyncio.get_running_loop().run_in_executor(
-            self._compute, self._load)
-
-    def _load(self):
+        from services.modelstore.footprint import read_footprint
         from services.modelstore.identity import model_identity
+
+        loop = asyncio.get_running_loop()
+        self.model_id = await loop.run_in_executor(self._loader, model_identity, self.shard.model)
+        self.footprint = await loop.run_in_executor(self._loader, read_footprint, self.shard.model)
+        if self.pinned:
+            self._take_range(await loop.run_in_executor(self._compute, self._load, 0, self.shard.start,
+                                                   self.shard.end))
+
+    def _load(self, plan: int, start: int, end: int) -> _Range:
         from services.modelstore.weight_cache import load_weights
         from services.shard.kv_cache import KVConfig, PagedKVCache
         from services.shard.model import ShardModel
 
         s = self.shard
         xp = array_module(s.device)
-        self.weight_format = weight_format(s.device, s.weights)
-        loaded = load_weights(s.model, s.start, s.end, self.weight_format)
+        if plan:   # beside a range that serves: the long part runs in a child process
+            from services.shard.warm import warm
+            warm(s.model, start, end, self.weight_format)
+        loaded = load_weights(s.model, start, end, self.weight_format)
         weights, dtype = loaded.weights, np.dtype(np.float32)
         if s.device == "cuda":   # fp16 halves what the GPU reads per token; the engine keeps fp32 I/O
             weights, dtype = weights.to(xp, xp.float16), np.dtype(np.float16)
-        kv = PagedKVCache.for_model(loaded.config, s.start, s.end,
+        kv = PagedKVCache.for_model(loaded.config, start, end,
                                     KVConfig(num_pages=s.num_pages, page_size=s.page_size),
                                     dtype=dtype, xp=xp)
         # ShardModel hands back host float32 (hidden states or logits) whatever xp computes,
         # so the codec and the sampler below always see numpy arrays.
         model = ShardModel(loaded.config, weights, kv, xp=xp)
-        self.model_id = model_identity(s.model)
-        self.kv_bytes = kv.k.nbytes + kv.v.nbytes
-        return loaded, model
+        return _Range(plan, start, end, loaded, model, kv.k.nbytes + kv.v.nbytes)
+
+    def _take_range(self, r: _Range) -> None:
+        # One assignment after another on the event loop, between forwards' awaits: a forward
+        # already running keeps the model it started with.
+        self.shard = replace(self.shard, start=r.start, end=r.end)
+        self.loaded, self.model, self.kv_bytes, self.plan = r.loaded, r.model, r.kv_bytes, r.plan
 
     async def on_stop(self) -> None:
+        self._loader.shutdown(wait=False, cancel_futures=True)
         self._compute.shutdown(wait=True)
 
+    @property
+    def kv_per_layer(self) -> int:
+        itemsize = 2 if self.shard.device == "cuda" else 4
+        return self.footprint.kv_bytes_per_layer(self.shard.num_pages, self.shard.page_size,
+                                                 itemsize)
+
     def info(self) -> dict:
+        out = {}
+        if not self.pinned and getattr(self, "footprint", None) is not None:
+            # What placement reads: the budget, the KV one layer costs here, the plan served.
+            out = {"model": self.model_id, "n_layers": self.footprint.n_layers,
+                   "memory": self.shard.memory, "kv_per_layer": self.kv_per_layer,
+                   "plan": self.plan, "num_pages": self.shard.num_pages,
+                   "page_size": self.shard.page_size}
         if self.model is None:
-            return {"layers": [self.shard.start, self.shard.end]}
+            if self.pinned:
+                out["layers"] = [self.shard.start, self.shard.end]
+            return out
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        return {"layers": [self.shard.start, self.shard.end], "n_layers": self.model.config.n_layers,
+        return {**out, "layers": [self.shard.start, self.shard.end],
+                "n_layers": self.model.config.n_layers,
                 "model": self.model_id, "codec": self.shard.codec, "device": self.shard.device,
                 "weights": self.weight_format, "weights_mb": round(self.loaded.weights.nbytes() / 2**20, 1),
                 "num_pages": self.shard.num_pages, "page_size": self.shard.page_size,
                 "load_s": round(self.loaded.seconds, 3), "cold_load": self.loaded.cold,
                 "kv_mb": round(self.kv_bytes / 2**20, 1), "max_rss_mb": round(rss_mb, 1)}
+
+    # ------------------------------------------------------------------ placement
+    @handles(FootprintRequest)
+    async def footprint_of(self, msg: wire.Message) -> FootprintReply:
+        f = self.footprint
+        return FootprintReply(model=self.model_id, layer_bytes=list(f.layer_bytes),
+                              first_bytes=f.first_bytes, last_bytes=f.last_bytes,
+                              kv_heads=f.kv_heads, head_dim=f.head_dim)
+
+    @handles(Place)
+    async def place(self, msg: wire.Message) -> Placed:
+        p: Place = msg.body
+        if self.pinned:
+            raise ServiceError("pinned", f"{self.name} serves layers {self.shard.start}:"
+                                         f"{self.shard.end} given by --layers")
+        if p.end > self.footprint.n_layers:
+            raise ServiceError("bad_range", f"{p.start}:{p.end} is past the model's "
+                                            f"{self.footprint.n_layers} layers")
+        if p.plan < self._wanted:
+            raise ServiceError("superseded", f"plan {p.plan} is older than plan {self._wanted}")
+        key = (p.plan, p.start, p.end)
+        if self._staged is not None and (self._staged.plan, self._staged.start, self._staged.end) == key:
+            return Placed(plan=p.plan, start=p.start, end=p.end, load_s=0.0)   # asked again
+        self._wanted, self._staged = p.plan, None
+        t0 = time.perf_counter()
+        if self.model is not None and (p.start, p.end) == (self.shard.start, self.shard.end):
+            # The same range: nothing to load (the scheduler re-prefills on the switch anyway).
+            staged = _Range(p.plan, p.start, p.end, self.loaded, self.model, self.kv_bytes)
+        else:
+            # Asked again while loading (the scheduler lost sight of this shard meanwhile):
+            # the same load answers both.
+            if key not in self._loading:
+                self._loading = {key: asyncio.get_running_loop().run_in_executor(
+                    self._loader, self._load, *key)}
+            fut = self._loading[key]
+            try:
+                staged = await asyncio.shield(fut)
+            finally:
+                if fut.done():
+                    self._loading.pop(key, None)
+        if self._wanted != p.plan:
+            raise ServiceError("superseded", f"plan {self._wanted} came while plan {p.plan} loaded")
+        self._staged = staged
+        self.counters["placements_loaded"] += 1
+        return Placed(plan=p.plan, start=p.start, end=p.end,
+                      load_s=round(time.perf_counter() - t0, 3))
+
+    @handles(Switch)
+    async def switch(self, msg: wire.Message) -> Switched:
+        r = self._staged
+        if r is None or r.plan != msg.body.plan:
+            raise ServiceError("not_staged", f"{self.name} has not loaded plan {msg.body.plan}"
+                               + (f" (it holds plan {r.plan})" if r is not None else ""))
+        self._staged = None
+        self._take_range(r)
+        self.counters["switches"] += 1
+        log.info("%s serves layers %d:%d of plan %d", self.name, r.start, r.end, r.plan)
+        self._publish_heartbeat()   # announce the range now, not at the next beat
+        return Switched(plan=r.plan, start=r.start, end=r.end)
 
     # ------------------------------------------------------------------ the work
     @handles(Forward)
@@ -139,17 +261,20 @@ class ShardService(Service):
             check_self(f.route, f.hop, self.name, self.epoch)
         except StaleRoute as e:
             raise self._refuse("stale_route", e) from None
+        # The range this batch runs on, held through the awaits below: a switch of placement
+        # may come meanwhile, and the batch ends on the layers it began with.
+        model, end = self.model, self.shard.end
         if f.first_layer != self.shard.start:
             raise ServiceError("range_mismatch", f"{self.name} holds layers {self.shard.start}:"
                                                  f"{self.shard.end}, not {f.first_layer}:")
         batch = self._batch(f)
         t0 = time.perf_counter()
-        out = await self._run(self.model.forward, batch)
+        out = await self._run(model.forward, batch)
         ms = (time.perf_counter() - t0) * 1e3
-        if self.model.last:
+        if model.last:
             reply = await self._sample(f, out)
         else:
-            reply = await self._hand_on(msg, f, out)
+            reply = await self._hand_on(msg, f, out, end)
         reply.hop_ms[self.name] = round(ms, 3)
         payload = f.tokens if f.tokens is not None else f.hidden
         reply.hop_bytes[self.name] = payload.nbytes_on_wire
@@ -185,14 +310,15 @@ class ShardService(Service):
         except (BadBatch, BadSamplerInput) as e:
             raise ServiceError("bad_batch", str(e)) from None
 
-    async def _hand_on(self, msg: wire.Message, f: Forward, hidden: np.ndarray) -> ForwardReply:
+    async def _hand_on(self, msg: wire.Message, f: Forward, hidden: np.ndarray,
+                       end: int) -> ForwardReply:
         try:
-            nxt = next_stage(f.route, f.hop, self._live_epoch, self.shard.end)
+            nxt = next_stage(f.route, f.hop, self._live_epoch, end)
         except StaleRoute as e:
             raise self._refuse("stale_route", e) from None
         except BadRoute as e:
             raise ServiceError("bad_batch", str(e)) from None
-        onward = replace(f, first_layer=self.shard.end, tokens=None, hop=f.hop + 1,
+        onward = replace(f, first_layer=end, tokens=None, hop=f.hop + 1,
                          hidden=wire.Tensor(hidden, self.shard.codec))
         timeout = (msg.deadline - time.time()) if msg.deadline else 30.0
         if timeout <= 0:

@@ -1,3 +1,3 @@
 """Every message type of the system, one module per service family."""
 
-from . import bus, health, sampling, scheduler, shard, tokenizer  # noqa: F401
+from . import bus, health, placement, sampling, scheduler, shard, tokenizer  # noqa: F401

@@ -23,7 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("question", nargs="?", default=None,
                    help="ask this once, print the answer and exit (default: interactive chat)")
     p.add_argument("--cluster", default=None,
-                   help="the stack of this cluster (default: the newest stack running here)")
+                   help="the stack of this cluster: running here, else its scheduler found on the network "
+                        "by mDNS (default: the newest stack running here)")
     p.add_argument("--scheduler", metavar="HOST:PORT", default=None,
                    help="talk to the scheduler at this address instead of a local stack")
     p.add_argument("--system", default=None,

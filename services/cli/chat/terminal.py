@@ -8,6 +8,7 @@ streams, Ctrl-C cancels it and waits until the scheduler has dropped the request
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from typing import TextIO
@@ -16,7 +17,8 @@ from services.cli.stacks import running
 
 from .client import Answer, ChatClient
 from .conversation import Conversation, parse_line
-from .errors import ChatError
+from .discover import discover
+from .errors import ChatError, NoStack
 from .options import HELP
 from .target import Target, pick
 
@@ -31,6 +33,8 @@ class Session:
         import zmq.asyncio
         self.conv = conversation
         self.cluster, self.scheduler = cluster, scheduler
+        # Where mDNS looks for a cluster's scheduler on the network: every interface unless told.
+        self.interfaces = tuple(i for i in os.environ.get("LLMBUS_MDNS_INTERFACES", "").split(",") if i)
         self.out, self.err = out, err
         self.loop = asyncio.new_event_loop()
         self.ctx = zmq.asyncio.Context()
@@ -47,7 +51,13 @@ class Session:
 
     def find(self) -> Target:
         """The stack to ask now: found again each turn, so a restarted `llmbus up` is picked up."""
-        target = pick(running(), self.cluster, self.scheduler)
+        try:
+            target = pick(running(), self.cluster, self.scheduler)
+        except NoStack:
+            if self.cluster is None:
+                raise
+            # No stack of that cluster here: its scheduler may run on another machine.
+            target = self.loop.run_until_complete(discover(self.ctx, self.cluster, self.interfaces))
         if self.target is not None and target.scheduler != self.target.scheduler:
             self.say(f"[now talking to {target.describe()}]")
         self.target = target
