@@ -30,8 +30,8 @@ async def test_a_killed_child_is_started_again_and_listed_with_its_restart(procs
     bus = ["--cluster", cluster, "--no-mdns", "--peer", f"127.0.0.1:{watcher_port}",
            "--peer", f"127.0.0.1:{echo_port}"]
     child = " ".join(["run", "echo", "--name", "a", "--rpc-port", str(echo_port), *bus])
-    watcher = procs.start(cli("run", "health", "--mode", "children", "--child", f"a={child}",
-                              "--rpc-port", str(watcher_port), *bus))
+    watcher = procs.start(cli("run", "health", "--name", "health-0", "--mode", "children",
+                              "--child", f"a={child}", "--rpc-port", str(watcher_port), *bus))
 
     def busctl(*args):
         return subprocess.run(busctl_cmd(*args, *bus), capture_output=True, text=True,
