@@ -208,6 +208,10 @@ class Driver:
         self.timing["batch_ms"] += seconds * 1e3
         for shard, ms in reply.hop_ms.items():
             self.timing[f"compute_ms.{shard}"] += ms
+        if plan.num_tokens == len(plan.chunks):   # decodes only: the engine's own step
+            self.timing["decode_compute_ms"] += sum(reply.hop_ms.values())
+            self.counters["decode_batches"] += 1
+        self.policy.record_step({k: ms / 1e3 for k, ms in reply.hop_ms.items()}, plan.num_tokens)
         samples, failures, tops = {}, {}, {}
         for row, chunk in enumerate(c for c in plan.chunks if c.sample):
             stream = self.requests.get(chunk.request_id)
