@@ -81,13 +81,19 @@ class Driver:
         while True:
             await self.wake.wait()
             self.wake.clear()
-            try:
-                self._step()
-            except Exception:  # a bug here must not silently stop every stream
-                log.exception("scheduler step failed")
-                self.counters["step_errors"] += 1
+            if not self._try_step():
                 await asyncio.sleep(0.5)
                 self.wake.set()
+
+    def _try_step(self) -> bool:
+        """One step; False when it failed (logged and counted)."""
+        try:
+            self._step()
+            return True
+        except Exception:  # a bug here must not silently stop every stream
+            log.exception("scheduler step failed")
+            self.counters["step_errors"] += 1
+            return False
 
     async def stop(self) -> None:
         for t in self._batches:
@@ -236,6 +242,10 @@ class Driver:
             self._kv_sig = sig if sig is not None else self._seen
         self.counters["batches_done"] += 1
         self.counters["rows_failed"] += len(failures)
+        # The next batch is planned and sent before the streams hear of this one: a token waits
+        # for the pipeline, so the pipeline gets the event loop first (a failed step retries on
+        # the wake-up this batch's end sets).
+        self._try_step()
         for o in outputs:
             self._deliver(o, *tops.get(o.request_id, ((), ())))
 
