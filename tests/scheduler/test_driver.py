@@ -454,3 +454,27 @@ async def test_a_batch_that_cannot_be_built_fails_its_requests_instead_of_hangin
     assert finish.reason == "failed" and "could not build the batch" in finish.detail
     assert r.pipe.forwards == []
     r.assert_nothing_left()
+
+
+async def test_the_next_batch_goes_out_before_the_stream_hears_of_the_token(rig):
+    # At low concurrency a token waits for the pipeline, not for its caller: the next forward is
+    # sent before the caller's task handles the token (which then overlaps the shards' work).
+    r = rig()
+    log = []
+    call = r.pipe.call
+
+    async def logged_call(shard, body, timeout):
+        log.append("forward")
+        return await call(shard, body, timeout)
+
+    r.driver._call = logged_call
+    r.submit("a", max_tokens=3)
+
+    async def caller():
+        for _ in range(3):
+            event = await r.requests["a"].events.get()
+            log.append("token")
+            r.events.setdefault("a", []).append(event.output)
+
+    await asyncio.wait_for(caller(), 10)
+    assert log[:5] == ["forward", "forward", "token", "forward", "token"]
