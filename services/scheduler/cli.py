@@ -20,6 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unserved-budget", type=float, default=300.0, metavar="SECONDS",
                    help="a request fails only when its layers have been unserved this long "
                         "(no shard for a layer range, or every batch failing)")
+    p.add_argument("--pace-ms", type=float, default=120.0,
+                   help="while any stream decodes, prefill chunks are cut to keep a batch's "
+                        "predicted compute near this (a decode waits for the batches ahead)")
 
 
 def build(args: argparse.Namespace, config):
@@ -30,4 +33,4 @@ def build(args: argparse.Namespace, config):
         model=args.model_id, max_batch_tokens=args.max_batch_tokens,
         max_batch_seqs=args.max_batch_seqs, max_inflight=args.inflight,
         max_queue=args.max_queue, context_length=args.context,
-        unserved_budget_s=args.unserved_budget))
+        unserved_budget_s=args.unserved_budget, pace_step_s=args.pace_ms / 1e3))
