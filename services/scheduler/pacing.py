@@ -74,12 +74,15 @@ class StepCost:
 
 
 def prefill_budget(cost: Cost | None, decodes: int, budget: int, step_s: float,
-                   min_chunk: int) -> int:
+                   min_chunk: int, waited_s: float = 0.0, max_wait_s: float = float("inf")) -> int:
     """Prefill tokens a batch may carry beside its `decodes` decode tokens, out of `budget`, while
-    streams decode: as many as keep the predicted step within `step_s`, and at least `min_chunk`;
-    the whole budget while nothing was measured yet.
+    streams decode: as many as keep the predicted step within `step_s`, and at least `min_chunk`.
+
+    The whole budget while nothing was measured yet, or once a request has waited `waited_s` past
+    `max_wait_s` for its first token: a prompt needs many more tokens than a decode, so under load
+    a paced queue would only grow, and streams keep their pace at the price of a user's whole wait.
     """
-    if cost is None or cost.per_token_s <= 0:
+    if cost is None or cost.per_token_s <= 0 or waited_s > max_wait_s:
         return max(budget, 0)
     fits = int((step_s - cost.fixed_s) / cost.per_token_s) - decodes
     return max(0, min(budget, max(fits, min_chunk)))

@@ -54,6 +54,7 @@ class Scheduler:
                          eos_ids=cfg.eos_ids, loop=loop)
         text = ClientText(IncrementalDecoder(cfg.token_bytes), stop)
         seq = Sequence(request, terms.max_tokens, next(self._arrivals), text)
+        seq.submitted_at = self.clock()
         self._seqs[seq.request_id] = seq
         self._enqueue(seq)
         self._counts["submitted"] += 1
@@ -293,8 +294,11 @@ class Scheduler:
         # re-prefilled after a loss is prefill, not a pace to keep).
         if not any(s.num_generated and s.remaining == 1 for s in self._running.values()):
             return budget
-        return prefill_budget(self._step_cost.estimate(), decodes, budget,
-                              cfg.pace_step_s, cfg.pace_min_chunk)
+        first_token = [s.submitted_at for s in itertools.chain(self._waiting, self._running.values())
+                       if not s.num_generated]
+        waited = self.clock() - min(first_token) if first_token else 0.0
+        return prefill_budget(self._step_cost.estimate(), decodes, budget, cfg.pace_step_s,
+                              cfg.pace_min_chunk, waited, cfg.pace_max_wait_s)
 
     def _fit(self, seq: Sequence, want: int, draft: Draft, preempted: set[str]) -> int:
         """Grow `seq`'s pages for up to `want` more tokens, preempting later sequences if needed;

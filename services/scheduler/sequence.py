@@ -47,6 +47,7 @@ class Sequence:
         self.recoveries = 0
         self.solo = False              # runs alone: a batch holding it was refused as a whole
         self.retries = 0               # unusable results of its chunks in a row
+        self.submitted_at = 0.0        # the policy's clock at submit(): how long it has waited
 
     @property
     def key(self) -> tuple[int, int]:

@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 from services.scheduler import Scheduler
 from services.scheduler.pacing import Cost, StepCost, fit, prefill_budget
 
-from .harness import req, run_to_end, small, step
+from .harness import ManualClock, req, run_to_end, small, step
 
 
 # ---- the fit --------------------------------------------------------------------------------
@@ -143,3 +143,24 @@ def test_paced_chunks_give_the_same_tokens_as_unpaced():
     (paced, n_paced), (plain, n_plain) = answers(True), answers(False)
     assert paced == plain
     assert n_paced > n_plain       # the prompts really were cut into more, smaller chunks
+
+
+def test_a_request_waiting_past_the_limit_for_its_first_token_is_not_paced():
+    cost = Cost(0.010, 0.005)
+    assert prefill_budget(cost, 4, 512, 0.12, 8, waited_s=3.0, max_wait_s=10.0) == 18
+    assert prefill_budget(cost, 4, 512, 0.12, 8, waited_s=10.5, max_wait_s=10.0) == 512
+
+
+def test_the_policy_stops_pacing_once_a_request_has_waited_too_long():
+    clock = ManualClock()
+    sched = Scheduler(small(max_batch_tokens=48, pace_step_s=0.12, pace_min_chunk=4,
+                            pace_max_wait_s=5.0, num_pages=64, context_length=128), clock=clock)
+    _measured(sched)
+    sched.submit(req("streaming", n=4, max_tokens=20))
+    step(sched)
+    sched.submit(req("long", n=100, first=200, max_tokens=2))
+    plan, _ = step(sched)
+    assert [len(c.token_ids) for c in plan.chunks] == [1, 11]      # paced
+    clock.t += 6.0                                                 # "long" still has no token
+    plan, _ = step(sched)
+    assert [len(c.token_ids) for c in plan.chunks] == [1, 47]      # the whole budget
