@@ -45,10 +45,11 @@ class SchedulerServiceConfig:
     batch_timeout: float = 120.0
     unserved_budget_s: float = 300.0  # requests fail when their layers are unserved this long
     pace_step_s: float = 0.12        # a batch's target compute while streams decode (pacing.py)
+    pace_max_wait_s: float = 10.0    # ... unless a request has waited this long for a first token
 
     def __post_init__(self):
         for name in ("max_batch_tokens", "max_batch_seqs", "max_queue", "batch_timeout",
-                     "unserved_budget_s", "pace_step_s"):
+                     "unserved_budget_s", "pace_step_s", "pace_max_wait_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         if self.max_inflight < 0 or self.context_length < 0:
@@ -91,7 +92,7 @@ class SchedulerService(Service):
             max_batch_tokens=self.sched.max_batch_tokens, max_batch_seqs=self.sched.max_batch_seqs,
             max_inflight=self.sched.max_inflight or len(chain) + 1, max_queue=self.sched.max_queue,
             vocab_size=info.vocab_size, eos_ids=frozenset(info.eot_ids),
-            pace_step_s=self.sched.pace_step_s,
+            pace_step_s=self.sched.pace_step_s, pace_max_wait_s=self.sched.pace_max_wait_s,
             token_bytes=tuple(self.token_bytes)))
         self.driver = Driver(self.policy, self.requests, self._forward, self._chain,
                              self.sched.batch_timeout, unserved_budget_s=self.sched.unserved_budget_s,
