@@ -88,10 +88,11 @@ def row(engine: str, s: Summary, notes: str = "") -> str:
             f"{s.itl_p99 * ms:5.0f}ms {s.mean_prompt:6.0f} {s.mean_completion:5.1f}  {notes}")
 
 
-def bench_stack(shards: int, args, tok, prompts: dict, gateway: bool = False
-                ) -> dict[str, dict[int, Summary]]:
+def bench_stack(shards: int, args, tok, prompts: dict, gateway: bool = False,
+                engine_steps: dict[int, float] | None = None) -> dict[str, dict[int, Summary]]:
     """One stack's rows: on the bus, and (gateway) through its HTTP gateway right after each
-    level, on the same stack, so that the two are measured side by side."""
+    level, on the same stack, so that the two are measured side by side; `engine_steps[c]`, when
+    given, gets the shards' own compute per decode-only batch at that level (ms; engine_step_ms)."""
     from bench.serve_client import run_level, scheduler_stats, stats_delta
     from bench.serve_cpu import CpuMeter, stack_services
     from bench.serve_stack import LocalStack
@@ -114,8 +115,12 @@ def bench_stack(shards: int, args, tok, prompts: dict, gateway: bool = False
             cpu.stop()
             d = stats_delta(before, asyncio.run(scheduler_stats(stack.scheduler)))
             s = results[engine][c] = summarize(c, timings)
+            step = engine_step_ms(d)
+            if engine_steps is not None and step is not None:
+                engine_steps[c] = step
             notes = (f"{d['batches']:.0f} batches, {d['tokens_per_batch']:.1f} tok/batch"
                      + (f", {d['preemptions']:.0f} preempted" if d["preemptions"] else "")
+                     + (f", engine step {step:.1f}ms" if step else "")
                      + _finish_note(s) + "; " + cpu.note(s.tokens))
             print(row(engine, s, notes), flush=True)
             _first_error(timings)
@@ -269,6 +274,41 @@ def verdict(results: dict[str, dict[int, Summary]], args) -> list[str]:
     return out
 
 
+STEP_ALLOWANCE_MS = 2.0      # issue 15: ITL p50 at C=1 within this of the engine's own step...
+HOP_ALLOWANCE_MS = 1.0       # ... plus this per hop between shards
+ITL_P99_TARGET_S = 0.300     # issue 15: inter-token latency p99 at C=8
+
+
+def engine_step_ms(delta: dict[str, float]) -> float | None:
+    """The shards' own compute (forward and sampling, summed over the pipeline) per batch that
+    held only decodes, from a `scheduler.stats` delta; None when no such batch ran."""
+    n = delta.get("driver.decode_batches", 0.0)
+    return delta["driver.decode_compute_ms"] / n if n else None
+
+
+def stack_cost_verdict(results: dict[str, dict[int, Summary]],
+                       engine_steps: dict[str, dict[int, float]], args) -> list[str]:
+    """Issue 15's serving targets: the stack's cost per token at C=1 against the engine's own
+    step measured in the same run, and the pace of streams under load (ITL p99 at C=8)."""
+    out = []
+    for n in args.shards_list:
+        engine = f"llmbus {n}-shard"
+        res, steps = results.get(engine, {}), engine_steps.get(engine, {})
+        if 1 in res and 1 in steps:
+            hops = n - 1
+            allowed = steps[1] + STEP_ALLOWANCE_MS + HOP_ALLOWANCE_MS * hops
+            itl = res[1].itl_p50 * 1e3
+            out.append(f"{engine} C=1: ITL p50 {itl:.1f} ms vs engine step {steps[1]:.1f} ms + "
+                       f"{STEP_ALLOWANCE_MS:g} ms + {HOP_ALLOWANCE_MS:g} ms/hop x {hops} = "
+                       f"{allowed:.1f} ms: {'MET' if itl <= allowed else 'NOT MET'} "
+                       f"(stack cost {itl - steps[1]:+.1f} ms/token)")
+        if 8 in res:
+            p99 = res[8].itl_p99
+            out.append(f"{engine} C=8: ITL p99 {p99 * 1e3:.0f} ms vs {ITL_P99_TARGET_S * 1e3:.0f} ms: "
+                       f"{'MET' if p99 <= ITL_P99_TARGET_S else 'NOT MET'}")
+    return out
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from bench.serve_stack import StackFailed
@@ -295,17 +335,20 @@ def main(argv=None) -> int:
     results: dict[str, dict[int, Summary]] = {}
     print(HEADER, flush=True)
     failed = False
+    engine_steps: dict[str, dict[int, float]] = {}
     for i, n in enumerate(args.shards_list):
         try:
             results.update(bench_stack(n, args, tok, prompts,
-                                       gateway=i == 0 and not args.no_gateway))
+                                       gateway=i == 0 and not args.no_gateway,
+                                       engine_steps=engine_steps.setdefault(f"llmbus {n}-shard", {})))
         except StackFailed as e:
             print(f"error: the {n}-shard stack failed: {e}", file=sys.stderr, flush=True)
             failed = True
     if not args.no_llamacpp and _llamacpp_importable():
         results["llama.cpp"] = bench_llamacpp(args, prompts, tok.eot_ids)
     print()
-    for line in verdict(results, args) + gateway_cost(results, args):
+    for line in (verdict(results, args) + gateway_cost(results, args)
+                 + stack_cost_verdict(results, engine_steps, args)):
         print(line)
     print(f"# load average at end: {load()}; took {time.monotonic() - t0:.0f}s")
     return 1 if failed else 0

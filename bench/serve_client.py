@@ -66,7 +66,8 @@ async def scheduler_stats(endpoint: str) -> dict[str, float]:
 
 def stats_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """What the scheduler did between two snapshots: batches and tokens per batch."""
-    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in ("batches", "tokens_computed",
-                                                             "preemptions", "driver.batches_done")}
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in (
+        "batches", "tokens_computed", "preemptions", "driver.batches_done",
+        "driver.decode_batches", "driver.decode_compute_ms")}
     d["tokens_per_batch"] = d["tokens_computed"] / d["batches"] if d["batches"] else 0.0
     return d

@@ -23,6 +23,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unserved-budget", type=float, default=300.0, metavar="SECONDS",
                    help="a request fails only when its layers have been unserved this long "
                         "(no shard for a layer range, or every batch failing)")
+    p.add_argument("--pace-ms", type=float, default=120.0,
+                   help="while any stream decodes, prefill chunks are cut to keep a batch's "
+                        "predicted compute near this (a decode waits for the batches ahead)")
+    p.add_argument("--pace-max-wait", type=float, default=10.0, metavar="SECONDS",
+                   help="no pacing once a request has waited this long for its first token")
 
 
 def build(args: argparse.Namespace, config):
@@ -33,4 +38,5 @@ def build(args: argparse.Namespace, config):
         model=args.model_id, max_batch_tokens=args.max_batch_tokens,
         max_batch_seqs=args.max_batch_seqs, max_inflight=args.inflight,
         max_queue=args.max_queue, context_length=args.context,
-        unserved_budget_s=args.unserved_budget, max_refill_tokens=args.refill_tokens))
+        unserved_budget_s=args.unserved_budget, max_refill_tokens=args.refill_tokens,
+        pace_step_s=args.pace_ms / 1e3, pace_max_wait_s=args.pace_max_wait))

@@ -92,13 +92,19 @@ class Driver:
         while True:
             await self.wake.wait()
             self.wake.clear()
-            try:
-                self._step()
-            except Exception:  # a bug here must not silently stop every stream
-                log.exception("scheduler step failed")
-                self.counters["step_errors"] += 1
+            if not self._try_step():
                 await asyncio.sleep(0.5)
                 self.wake.set()
+
+    def _try_step(self) -> bool:
+        """One step; False when it failed (logged and counted)."""
+        try:
+            self._step()
+            return True
+        except Exception:  # a bug here must not silently stop every stream
+            log.exception("scheduler step failed")
+            self.counters["step_errors"] += 1
+            return False
 
     async def stop(self) -> None:
         if self._deadline_timer is not None:
@@ -233,6 +239,10 @@ class Driver:
         self.timing["batch_ms"] += seconds * 1e3
         for shard, ms in reply.hop_ms.items():
             self.timing[f"compute_ms.{shard}"] += ms
+        if plan.num_tokens == len(plan.chunks):   # decodes only: the engine's own step
+            self.timing["decode_compute_ms"] += sum(reply.hop_ms.values())
+            self.counters["decode_batches"] += 1
+        self.policy.record_step({k: ms / 1e3 for k, ms in reply.hop_ms.items()}, plan.num_tokens)
         samples, failures, tops = {}, {}, {}
         for row, chunk in enumerate(c for c in plan.chunks if c.sample):
             stream = self.requests.get(chunk.request_id)
@@ -257,6 +267,10 @@ class Driver:
             self._kv_sig = sig if sig is not None else self._seen
         self.counters["batches_done"] += 1
         self.counters["rows_failed"] += len(failures)
+        # The next batch is planned and sent before the streams hear of this one: a token waits
+        # for the pipeline, so the pipeline gets the event loop first (a failed step retries on
+        # the wake-up this batch's end sets).
+        self._try_step()
         for o in outputs:
             self._deliver(o, *tops.get(o.request_id, ((), ())))
 

@@ -15,6 +15,7 @@ from .config import SchedulerConfig
 from .errors import BadCompletion, DuplicateRequest, QueueFull, UnknownBatch
 from .kv import KVManager
 from .loop_detect import LineLoopDetector
+from .pacing import StepCost, prefill_budget
 from .sequence import Request, Sequence, Status
 from .stop_rules import Finish, StopState
 from .throughput import Throughput
@@ -34,6 +35,7 @@ class Scheduler:
         self._batch_ids = itertools.count(1)
         self._arrivals = itertools.count()
         self._throughput = Throughput(self.config.throughput_window_s)
+        self._step_cost = StepCost(self.config.pace_window)
         self._counts: Counter[str] = Counter()
 
     # ---- requests -------------------------------------------------------------------------
@@ -112,7 +114,9 @@ class Scheduler:
             if self._fit(seq, 1, draft, preempted):
                 draft.add(seq, 1)
                 refill -= seq.refilling      # the last token of a re-prefill
-        # Then prefill chunks: running prefills and waiting requests, by priority then arrival.
+        # Then prefill chunks: running prefills and waiting requests, by priority then arrival,
+        # paced while any stream decodes.
+        draft.budget = self._prefill_budget(len(draft.parts), draft.budget)
         prefills = [s for s in ready if s.remaining > 1]
         for seq in sorted(prefills + self._waiting, key=lambda s: s.key):
             if draft.full():
@@ -174,6 +178,10 @@ class Scheduler:
         self._throughput.record(self.clock(), done)
         self._counts["tokens_computed"] += done
         return outputs
+
+    def record_step(self, seconds_by_shard: Mapping[str, float], tokens: int) -> None:
+        """A batch of `tokens` took these compute seconds on each shard: what pacing predicts from."""
+        self._step_cost.record(seconds_by_shard, tokens)
 
     def abort_batch(self, batch_id: int) -> None:
         """A batch was lost but shard KV is intact: its sequences run the same chunk again."""
@@ -303,6 +311,18 @@ class Scheduler:
         if n:
             draft.add(seq, n)
         return n > 0
+
+    def _prefill_budget(self, decodes: int, budget: int) -> int:
+        cfg = self.config
+        # A stream decodes once it has a token and its whole history is computed (a sequence being
+        # re-prefilled after a loss is prefill, not a pace to keep).
+        if not any(s.num_generated and s.remaining == 1 for s in self._running.values()):
+            return budget
+        first_token = [s.submitted_at for s in itertools.chain(self._waiting, self._running.values())
+                       if not s.num_generated]
+        waited = self.clock() - min(first_token) if first_token else 0.0
+        return prefill_budget(self._step_cost.estimate(), decodes, budget, cfg.pace_step_s,
+                              cfg.pace_min_chunk, waited, cfg.pace_max_wait_s)
 
     def _fit(self, seq: Sequence, want: int, draft: Draft, preempted: set[str]) -> int:
         """Grow `seq`'s pages for up to `want` more tokens, preempting later sequences if needed;

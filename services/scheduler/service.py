@@ -51,10 +51,13 @@ class SchedulerServiceConfig:
     unserved_budget_s: float = 300.0  # requests fail when their layers are unserved this long
     max_refill_tokens: int = 128      # re-prefill tokens per micro-batch after a loss
     tokenizer_wait_s: float = 30.0    # how long a request waits for a tokenizer to come back
+    pace_step_s: float = 0.12        # a batch's target compute while streams decode (pacing.py)
+    pace_max_wait_s: float = 10.0    # ... unless a request has waited this long for a first token
 
     def __post_init__(self):
         for name in ("max_batch_tokens", "max_batch_seqs", "max_queue", "batch_timeout",
-                     "unserved_budget_s", "max_refill_tokens", "tokenizer_wait_s"):
+                     "unserved_budget_s", "max_refill_tokens", "tokenizer_wait_s",
+                     "pace_step_s", "pace_max_wait_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
         if self.max_inflight < 0 or self.context_length < 0:
@@ -110,6 +113,7 @@ class SchedulerService(Service):
             max_inflight=self.sched.max_inflight or len(chain) + 1, max_queue=self.sched.max_queue,
             max_refill_tokens=self.sched.max_refill_tokens,
             vocab_size=info.vocab_size, eos_ids=frozenset(info.eot_ids),
+            pace_step_s=self.sched.pace_step_s, pace_max_wait_s=self.sched.pace_max_wait_s,
             token_bytes=tuple(self.token_bytes)))
         self.driver = Driver(self.policy, self.requests, self._forward, self._chain,
                              self.sched.batch_timeout, unserved_budget_s=self.sched.unserved_budget_s,

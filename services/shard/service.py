@@ -269,11 +269,14 @@ class ShardService(Service):
                                                  f"{self.shard.end}, not {f.first_layer}:")
         batch = self._batch(f)
         t0 = time.perf_counter()
-        out = await self._run(model.forward, batch)
-        ms = (time.perf_counter() - t0) * 1e3
         if model.last:
-            reply = await self._sample(f, out)
+            # Forward and sampling in one job: each hand-off to the compute thread and back is a
+            # wake-up per token that a decode step waits for.
+            reply = await self._run(self._forward_and_sample, model, batch, f)
+            ms = (time.perf_counter() - t0) * 1e3
         else:
+            out = await self._run(model.forward, batch)
+            ms = (time.perf_counter() - t0) * 1e3
             reply = await self._hand_on(msg, f, out, end)
         reply.hop_ms[self.name] = round(ms, 3)
         payload = f.tokens if f.tokens is not None else f.hidden
@@ -334,16 +337,17 @@ class ShardService(Service):
         e = self.directory.get(name)
         return e.epoch if e is not None else None
 
-    async def _sample(self, f: Forward, logits: np.ndarray) -> ForwardReply:
+    def _forward_and_sample(self, model, batch, f: Forward) -> ForwardReply:
+        """The last shard's step, on the compute thread: logits, then the sampled reply."""
+        from services.shard.batch import BadBatch
         from services.shard.sampling_step import sample_rows, split_histories
 
+        logits = model.forward(batch)
         n = logits.shape[0]
         if len(f.sampling) != n:
-            raise ServiceError("bad_batch", f"{n} sequences sample but {len(f.sampling)} "
-                                            "sampling entries were sent")
+            raise BadBatch(f"{n} sequences sample but {len(f.sampling)} sampling entries were sent")
         hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
-        res = await self._run(lambda: sample_rows(logits, f.sampling, f.steps,
-                                                  split_histories(hist, f.history_lens, n)))
+        res = sample_rows(logits, f.sampling, f.steps, split_histories(hist, f.history_lens, n))
         want_top = res.top_ids.shape[1] > 0
         return ForwardReply(
             batch_id=f.batch_id, tokens=wire.Tensor(res.tokens), logprobs=wire.Tensor(res.logprobs),

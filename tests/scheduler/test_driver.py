@@ -533,3 +533,27 @@ async def test_a_request_past_its_deadline_fails_with_reason_deadline_while_othe
     await r.run_until_all_finish()
     assert r.finish("b").reason == "length" and len(r.tokens("b")) == 6
     r.assert_nothing_left()
+
+
+async def test_the_next_batch_goes_out_before_the_stream_hears_of_the_token(rig):
+    # At low concurrency a token waits for the pipeline, not for its caller: the next forward is
+    # sent before the caller's task handles the token (which then overlaps the shards' work).
+    r = rig()
+    log = []
+    call = r.pipe.call
+
+    async def logged_call(shard, body, timeout):
+        log.append("forward")
+        return await call(shard, body, timeout)
+
+    r.driver._call = logged_call
+    r.submit("a", max_tokens=3)
+
+    async def caller():
+        for _ in range(3):
+            event = await r.requests["a"].events.get()
+            log.append("token")
+            r.events.setdefault("a", []).append(event.output)
+
+    await asyncio.wait_for(caller(), 10)
+    assert log[:5] == ["forward", "forward", "token", "forward", "token"]
