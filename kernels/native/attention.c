@@ -21,35 +21,33 @@
  * y[h] as it stands, plus w[h][c] * x[at[c] ...] for the keys c0 <= c < c1 in order. Outputs are
  * held in registers across the keys and each value row loaded once for all nh heads. An output's
  * sum is one chain of adds over its keys in order, so neither nh, the vector width, nor where the
- * keys are cut into blocks changes a bit. VT is the vector type, W its lanes: 16 for AVX-512, 8 for
- * AVX2 (a 16-lane accumulator is two registers there, and 24 of them spill). */
-#define WEIGHTED_SUMS(NAME, VT, W)                                                                      \
+ * keys are cut into blocks changes a bit. VT is the vector type, W its lanes, NV vectors of outputs per
+ * pass: 16 and 4 for AVX-512, 8 and 2 for AVX2 (its 16 registers hold 3 x 2 accumulators unspilled). */
+#define WEIGHTED_SUMS(NAME, VT, W, NV)                                                                      \
     HOT void NAME(float *y, const float *w, int64_t wstride, int nh, const float *x, const int64_t *at, \
                   int64_t c0, int64_t c1, int64_t dh, int first)                                        \
     {                                                                                                   \
         int64_t i = 0;                                                                                  \
-        for (; i + 4 * W <= dh; i += 4 * W) {          /* 4 * nh chains of adds in flight */            \
-            VT acc[3][4];                                                                               \
+        for (; i + NV * W <= dh; i += NV * W) {        /* NV * nh chains of adds in flight */            \
+            VT acc[3][NV], xv[NV];                                                                                     \
             for (int h = 0; h < nh; h++)                                                                \
-                for (int j = 0; j < 4; j++)                                                             \
+                for (int j = 0; j < NV; j++)                                                             \
                     acc[h][j] = first ? (VT){0} : *(const VT *)(y + h * dh + i + j * W);                \
             for (int64_t c = c0; c < c1; c++) {                                                         \
                 const float *xc = x + at[c] + i;                                                        \
                 if (c + 8 < c1)                        /* a value row 8 keys on, from L2 (~5%) */       \
-                    for (int j = 0; j < 4 * W; j += 16)                                                 \
+                    for (int j = 0; j < NV * W; j += 16)                                                    \
                         __builtin_prefetch(x + at[c + 8] + i + j);                                      \
-                VT x0 = *(const VT *)xc, x1 = *(const VT *)(xc + W), x2 = *(const VT *)(xc + 2 * W);    \
-                VT x3 = *(const VT *)(xc + 3 * W);                                                      \
+                for (int j = 0; j < NV; j++)                                                            \
+                    xv[j] = *(const VT *)(xc + j * W);                                                  \
                 for (int h = 0; h < nh; h++) {                                                          \
                     float wc = w[h * wstride + c];                                                      \
-                    acc[h][0] += wc * x0;                                                               \
-                    acc[h][1] += wc * x1;                                                               \
-                    acc[h][2] += wc * x2;                                                               \
-                    acc[h][3] += wc * x3;                                                               \
+                    for (int j = 0; j < NV; j++)                                                        \
+                        acc[h][j] += wc * xv[j];                                                        \
                 }                                                                                       \
             }                                                                                           \
             for (int h = 0; h < nh; h++)                                                                \
-                for (int j = 0; j < 4; j++)                                                             \
+                for (int j = 0; j < NV; j++)                                                             \
                     *(VT *)(y + h * dh + i + j * W) = acc[h][j];                                        \
         }                                                                                               \
         for (; i + W <= dh; i += W)                                                                     \
@@ -69,12 +67,12 @@
     }
 
 #ifdef LB_LANES_VECTOR
-WEIGHTED_SUMS(weighted_sums16, v16, 16)
+WEIGHTED_SUMS(weighted_sums16, v16, 16, 4)
 typedef float v8u __attribute__((vector_size(32), aligned(4)));
-WEIGHTED_SUMS(weighted_sums8, v8u, 8)
+WEIGHTED_SUMS(weighted_sums8, v8u, 8, 2)
 #else
 typedef float f1;
-WEIGHTED_SUMS(weighted_sums1, f1, 1)
+WEIGHTED_SUMS(weighted_sums1, f1, 1, 4)
 #endif
 
 static int check(const int32_t *table, const int32_t *lens, int64_t S, int64_t page, int64_t n_pages,
@@ -131,11 +129,14 @@ static int64_t tile_end(const job *j, int64_t s0, int64_t s1, int64_t *ref)
 /* Rows s0 .. s0+R-1 of one tile, row ref the longest. Each row's operations are those it has alone:
  * its scores over its own padded length, its softmax, its value sums in key order; the tile only
  * orders the loops so that a block of keys (then of values) loaded once serves every row. p holds
- * TILE * H * padded(len of ref) floats, at padded(len of ref) offsets. */
+ * TILE * H * (padded(len of ref) + 16) floats, at padded(len of ref) offsets. */
 HOT void attend_tile(const job *j, int64_t s0, int64_t R, int64_t ref, float *p, int64_t *at, int wide)
 {
     const int64_t H = j->H, KVH = j->KVH, Dh = j->Dh, page = j->page, G = H / KVH, row = KVH * Dh;
     const int64_t maxlen = j->lens[ref], nmax = padded(maxlen);
+    /* Scores of head h of row r at p + (r * H + h) * hs: one key block past the longest row, so that
+     * the 16 * H rows written together do not share L1 sets (a stride of 4 KiB did that at 1024 keys). */
+    const int64_t hs = nmax + LANES;
     const int32_t *t = j->table + ref * j->n_pages;
     /* Slot offsets listed once, page by page: no integer division per key (~40 cycles each);
      * a padded key reads key 0 (any slot would do: softmax16 drops its score, the sums stop at len). */
@@ -152,41 +153,41 @@ HOT void attend_tile(const job *j, int64_t s0, int64_t R, int64_t ref, float *p,
             if (c >= npad)
                 continue;
             const float *qs = j->q + (s0 + r) * H * Dh;
-            float *pr = p + r * H * nmax;
+            float *pr = p + r * H * hs;
             for (int64_t kh = 0, h = 0; kh < KVH; kh++)
                 for (int64_t g = 0; g < G; g++, h++)
-                    scores16(pr + h * npad + c, qs + h * Dh, j->k + kh * Dh, at + c, Dh, j->scale);
+                    scores16(pr + h * hs + c, qs + h * Dh, j->k + kh * Dh, at + c, Dh, j->scale);
         }
     for (int64_t r = 0; r < R; r++) {
         const int64_t len = j->lens[s0 + r], npad = padded(len);
         for (int64_t h = 0; h < H; h++)
-            softmax16(p + r * H * nmax + h * npad, len, npad);
+            softmax16(p + (r * H + h) * hs, len, npad);
     }
     /* Values, VBLOCK keys at a time for every row and head (a row alone: all its keys at once). */
     const int64_t vb = R == 1 ? nmax : VBLOCK;
     for (int64_t c0 = 0; c0 < maxlen; c0 += vb)
         for (int64_t kh = 0; kh < KVH; kh++)
             for (int64_t r = 0; r < R; r++) {
-                const int64_t len = j->lens[s0 + r], npad = padded(len), c1 = c0 + vb < len ? c0 + vb : len;
+                const int64_t len = j->lens[s0 + r], c1 = c0 + vb < len ? c0 + vb : len;
                 if (c0 >= len)
                     continue;
                 const float *x = j->v + kh * Dh;
                 for (int64_t g = 0, h = kh * G; g < G; g += 3, h += 3) {   /* up to 3 heads at a time */
-                    float *y = j->out + (s0 + r) * H * Dh + h * Dh, *w = p + r * H * nmax + h * npad;
+                    float *y = j->out + (s0 + r) * H * Dh + h * Dh, *w = p + (r * H + h) * hs;
                     const int nh = G - g >= 3 ? 3 : (int)(G - g);
 #ifdef LB_LANES_VECTOR
                     if (wide) {                                           /* nh a constant: registers */
-                        if (nh == 3) weighted_sums16(y, w, npad, 3, x, at, c0, c1, Dh, c0 == 0);
-                        else if (nh == 2) weighted_sums16(y, w, npad, 2, x, at, c0, c1, Dh, c0 == 0);
-                        else weighted_sums16(y, w, npad, 1, x, at, c0, c1, Dh, c0 == 0);
+                        if (nh == 3) weighted_sums16(y, w, hs, 3, x, at, c0, c1, Dh, c0 == 0);
+                        else if (nh == 2) weighted_sums16(y, w, hs, 2, x, at, c0, c1, Dh, c0 == 0);
+                        else weighted_sums16(y, w, hs, 1, x, at, c0, c1, Dh, c0 == 0);
                     } else {
-                        if (nh == 3) weighted_sums8(y, w, npad, 3, x, at, c0, c1, Dh, c0 == 0);
-                        else if (nh == 2) weighted_sums8(y, w, npad, 2, x, at, c0, c1, Dh, c0 == 0);
-                        else weighted_sums8(y, w, npad, 1, x, at, c0, c1, Dh, c0 == 0);
+                        if (nh == 3) weighted_sums8(y, w, hs, 3, x, at, c0, c1, Dh, c0 == 0);
+                        else if (nh == 2) weighted_sums8(y, w, hs, 2, x, at, c0, c1, Dh, c0 == 0);
+                        else weighted_sums8(y, w, hs, 1, x, at, c0, c1, Dh, c0 == 0);
                     }
 #else
                     (void)wide;
-                    weighted_sums1(y, w, npad, nh, x, at, c0, c1, Dh, c0 == 0);
+                    weighted_sums1(y, w, hs, nh, x, at, c0, c1, Dh, c0 == 0);
 #endif
                 }
             }
@@ -200,7 +201,7 @@ HOT int attend_rows(const job *j, int64_t s0, int64_t s1, int wide)
     for (int64_t s = s0; s < s1; s++)
         maxlen = j->lens[s] > maxlen ? j->lens[s] : maxlen;
     const int64_t nmax = padded(maxlen);
-    float *p = malloc((size_t)(TILE * j->H * nmax) * sizeof(float));
+    float *p = malloc((size_t)(TILE * j->H * (nmax + LANES)) * sizeof(float));
     int64_t *at = malloc((size_t)nmax * sizeof(int64_t));   /* offset of key c's slot in a cache */
     if (!p || !at) {
         free(p);

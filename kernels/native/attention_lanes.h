@@ -66,9 +66,9 @@ HOT float exp_lane(float x)
 #ifdef LB_LANES_VECTOR
 /* Lanes as one vector value: accumulators stay in registers and the tree is vector shuffles. */
 typedef float v16 __attribute__((vector_size(64), aligned(4)));
-typedef int32_t i16 __attribute__((vector_size(64), aligned(4)));
-typedef uint32_t u16 __attribute__((vector_size(64), aligned(4)));
 typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t i8 __attribute__((vector_size(32)));
+typedef uint32_t u8 __attribute__((vector_size(32)));
 typedef float v4 __attribute__((vector_size(16)));
 typedef float v2 __attribute__((vector_size(8)));
 #define SHUF __builtin_shufflevector
@@ -153,16 +153,40 @@ HOT v16 dots16(const float *q, const float *k, const int64_t *at, int64_t dh)
     return out;
 }
 
-/* exp_lane on 16 lanes. */
+/* 16 lanes as their two halves and back (by memcpy: see fold8). */
+HOT void halves(v16 a, v8 *lo, v8 *hi)
+{
+    memcpy(lo, &a, sizeof *lo);
+    memcpy(hi, (const char *)&a + sizeof *lo, sizeof *hi);
+}
+
+HOT v16 join(v8 lo, v8 hi)
+{
+    v16 a;
+    memcpy(&a, &lo, sizeof lo);
+    memcpy((char *)&a + sizeof lo, &hi, sizeof hi);
+    return a;
+}
+
+/* exp_lane on 8 lanes. */
+HOT v8 exp8(v8 x)
+{
+    v8 t = x * EXP_LOG2E + EXP_ROUND, n = t - EXP_ROUND;
+    v8 r = (x - n * EXP_C1) - n * EXP_C2, r2 = r * r;
+    v8 y = ((((EXP_P0 * r + EXP_P1) * r + EXP_P2) * r + EXP_P3) * r + EXP_P4) * r + EXP_P5;
+    y = (y * r2 + r) + 1.0f;
+    u8 e = ((u8)t - 0x4B400000u + 127u) << 23;
+    i8 res = (i8)(y * (v8)e);
+    return (v8)(res & ~(x < EXP_LO));           /* comparisons give all-ones lanes where true */
+}
+
+/* exp_lane on 16 lanes, as two halves: GCC compares 16-lane vectors lane by lane in scalar code on
+ * AVX2. */
 HOT v16 exp16(v16 x)
 {
-    v16 t = x * EXP_LOG2E + EXP_ROUND, n = t - EXP_ROUND;
-    v16 r = (x - n * EXP_C1) - n * EXP_C2, r2 = r * r;
-    v16 y = ((((EXP_P0 * r + EXP_P1) * r + EXP_P2) * r + EXP_P3) * r + EXP_P4) * r + EXP_P5;
-    y = (y * r2 + r) + 1.0f;
-    u16 e = ((u16)t - 0x4B400000u + 127u) << 23;
-    i16 res = (i16)(y * (v16)e);
-    return (v16)(res & ~(x < EXP_LO));          /* comparisons give all-ones lanes where true */
+    v8 lo, hi;
+    halves(x, &lo, &hi);
+    return join(exp8(lo), exp8(hi));
 }
 #else
 HOT float dot(const float *a, const float *b, int64_t n)
@@ -207,14 +231,17 @@ HOT void softmax16(float *p, int64_t len, int64_t npad)
     for (int64_t c = len; c < npad; c++)
         p[c] = -INFINITY;
 #ifdef LB_LANES_VECTOR
-    v16 m = LOAD(p), sum = {0};
+    v16 sum = {0};
+    v8 m[2], b[2];                                /* 16 lanes as halves: see exp16 */
+    halves(LOAD(p), &m[0], &m[1]);
     for (int64_t c = LANES; c < npad; c += LANES) {
-        v16 b = LOAD(p + c);
-        m = (v16)(((i16)b & (b > m)) | ((i16)m & ~(b > m)));
+        halves(LOAD(p + c), &b[0], &b[1]);
+        for (int i = 0; i < 2; i++)
+            m[i] = (v8)(((i8)b[i] & (b[i] > m[i])) | ((i8)m[i] & ~(b[i] > m[i])));
     }
-    float mx = m[0];
+    float mx = m[0][0];
     for (int j = 1; j < LANES; j++)
-        mx = m[j] > mx ? m[j] : mx;
+        mx = m[j / 8][j % 8] > mx ? m[j / 8][j % 8] : mx;
     const v16 mxv = splat(mx);
     for (int64_t c = 0; c < npad; c += LANES) {
         v16 e = exp16(LOAD(p + c) - mxv);
