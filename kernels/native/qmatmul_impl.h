@@ -25,6 +25,7 @@ typedef struct {
     float *sxe;              /* T rows of nbp * lanes: side / lanes (exact), so lanes sum to q4_1's m * side */
     int32_t *corr;           /* T rows of nbp * lanes: minus what a kernel's unsigned weight quants add per lane:
                               * -8 * (its 8 x quants) for q4_0, -128 * (its 4) for q8_0; 0 for q4_1 */
+    float *side_t;           /* side transposed: nb rows of T + 8 (padding: 0), so a kernel loads a few rows' at once */
     void *mem;
 } lb_act;
 
