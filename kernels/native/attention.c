@@ -9,6 +9,11 @@
  * (attention_lanes.h): the shard hands a prompt's rows here one by one as decode queries, and
  * its 8-bit activations turn a 1-ulp difference into another token. Keys go in blocks of 16 (a
  * row's tail padded with weight-0 keys), so scores, exp and sums are vector code throughout.
+ *
+ * A prompt's rows share their pages, so up to TILE of them go together (attend_tile): each block
+ * of keys, then of values, is loaded once for all of them instead of once per row, which kept a
+ * 1000-key prompt's attention bound by re-reading its cache. Only the loops' order changes; each
+ * row's own operations, and so its bits, are those it has alone.
  */
 #include "attention.h"
 #include "attention_lanes.h"
