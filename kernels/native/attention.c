@@ -9,56 +9,76 @@
  * (attention_lanes.h): the shard hands a prompt's rows here one by one as decode queries, and
  * its 8-bit activations turn a 1-ulp difference into another token. Keys go in blocks of 16 (a
  * row's tail padded with weight-0 keys), so scores, exp and sums are vector code throughout.
+ *
+ * A prompt's rows share their pages, so up to TILE of them go together (attend_tile): each block
+ * of keys, then of values, is loaded once for all of them instead of once per row, which kept a
+ * 1000-key prompt's attention bound by re-reading its cache. Only the loops' order changes; each
+ * row's own operations, and so its bits, are those it has alone.
  */
 #include "attention.h"
 #include "attention_lanes.h"
+#include "qmatmul_impl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
-/* y[h] (dh,) = sum over keys c < len, in order, of w[h][c] * x[at[c] ...] for the nh heads that
- * read one KV head (w[h] = w + h * wstride), outputs held in registers across all keys and each
- * value row loaded once for all nh heads. A head's sums do not depend on nh. */
-HOT void weighted_sums(float *y, const float *w, int64_t wstride, int nh, const float *x, const int64_t *at,
-                       int64_t len, int64_t dh)
-{
-    int64_t i = 0;
-#ifdef LB_LANES_VECTOR
-    for (; i + 4 * LANES <= dh; i += 4 * LANES) {    /* 4 * nh chains of adds in flight */
-        v16 acc[3][4] = {{{0}}};
-        for (int64_t c = 0; c < len; c++) {
-            const float *xc = x + at[c] + i;
-            if (c + 8 < len)                          /* a value row 8 keys on, from L2 (~5%) */
-                for (int j = 0; j < 4; j++)
-                    __builtin_prefetch(x + at[c + 8] + i + j * LANES);
-            v16 x0 = LOAD(xc), x1 = LOAD(xc + LANES), x2 = LOAD(xc + 2 * LANES), x3 = LOAD(xc + 3 * LANES);
-            for (int h = 0; h < nh; h++) {
-                float wc = w[h * wstride + c];
-                acc[h][0] += wc * x0;
-                acc[h][1] += wc * x1;
-                acc[h][2] += wc * x2;
-                acc[h][3] += wc * x3;
-            }
-        }
-        for (int h = 0; h < nh; h++)
-            for (int j = 0; j < 4; j++)
-                *(v16 *)(y + h * dh + i + j * LANES) = acc[h][j];
+/* y[h] (dh,) for the nh heads that read one KV head (w[h] = w + h * wstride): 0 if first, else
+ * y[h] as it stands, plus w[h][c] * x[at[c] ...] for the keys c0 <= c < c1 in order. Outputs are
+ * held in registers across the keys and each value row loaded once for all nh heads. An output's
+ * sum is one chain of adds over its keys in order, so neither nh, the vector width, nor where the
+ * keys are cut into blocks changes a bit. VT is the vector type, W its lanes, NV vectors of outputs per
+ * pass: 16 and 4 for AVX-512, 8 and 2 for AVX2 (its 16 registers hold 3 x 2 accumulators unspilled). */
+#define WEIGHTED_SUMS(NAME, VT, W, NV)                                                                      \
+    HOT void NAME(float *y, const float *w, int64_t wstride, int nh, const float *x, const int64_t *at, \
+                  int64_t c0, int64_t c1, int64_t dh, int first)                                        \
+    {                                                                                                   \
+        int64_t i = 0;                                                                                  \
+        for (; i + NV * W <= dh; i += NV * W) {        /* NV * nh chains of adds in flight */            \
+            VT acc[3][NV], xv[NV];                                                                                     \
+            for (int h = 0; h < nh; h++)                                                                \
+                for (int j = 0; j < NV; j++)                                                             \
+                    acc[h][j] = first ? (VT){0} : *(const VT *)(y + h * dh + i + j * W);                \
+            for (int64_t c = c0; c < c1; c++) {                                                         \
+                const float *xc = x + at[c] + i;                                                        \
+                if (c + 8 < c1)                        /* a value row 8 keys on, from L2 (~5%) */       \
+                    for (int j = 0; j < NV * W; j += 16)                                                    \
+                        __builtin_prefetch(x + at[c + 8] + i + j);                                      \
+                for (int j = 0; j < NV; j++)                                                            \
+                    xv[j] = *(const VT *)(xc + j * W);                                                  \
+                for (int h = 0; h < nh; h++) {                                                          \
+                    float wc = w[h * wstride + c];                                                      \
+                    for (int j = 0; j < NV; j++)                                                        \
+                        acc[h][j] += wc * xv[j];                                                        \
+                }                                                                                       \
+            }                                                                                           \
+            for (int h = 0; h < nh; h++)                                                                \
+                for (int j = 0; j < NV; j++)                                                             \
+                    *(VT *)(y + h * dh + i + j * W) = acc[h][j];                                        \
+        }                                                                                               \
+        for (; i + W <= dh; i += W)                                                                     \
+            for (int h = 0; h < nh; h++) {                                                              \
+                VT acc = first ? (VT){0} : *(const VT *)(y + h * dh + i);                               \
+                for (int64_t c = c0; c < c1; c++)                                                       \
+                    acc += w[h * wstride + c] * *(const VT *)(x + at[c] + i);                           \
+                *(VT *)(y + h * dh + i) = acc;                                                          \
+            }                                                                                           \
+        for (; i < dh; i++)                                                                             \
+            for (int h = 0; h < nh; h++) {                                                              \
+                float acc = first ? 0.0f : y[h * dh + i];                                               \
+                for (int64_t c = c0; c < c1; c++)                                                       \
+                    acc += w[h * wstride + c] * x[at[c] + i];                                           \
+                y[h * dh + i] = acc;                                                                    \
+            }                                                                                           \
     }
-    for (; i + LANES <= dh; i += LANES)
-        for (int h = 0; h < nh; h++) {
-            v16 acc = {0};
-            for (int64_t c = 0; c < len; c++)
-                acc += w[h * wstride + c] * LOAD(x + at[c] + i);
-            *(v16 *)(y + h * dh + i) = acc;
-        }
+
+#ifdef LB_LANES_VECTOR
+WEIGHTED_SUMS(weighted_sums16, v16, 16, 4)
+typedef float v8u __attribute__((vector_size(32), aligned(4)));
+WEIGHTED_SUMS(weighted_sums8, v8u, 8, 2)
+#else
+typedef float f1;
+WEIGHTED_SUMS(weighted_sums1, f1, 1, 4)
 #endif
-    for (; i < dh; i++)
-        for (int h = 0; h < nh; h++) {
-            float acc = 0.0f;
-            for (int64_t c = 0; c < len; c++)
-                acc += w[h * wstride + c] * x[at[c] + i];
-            y[h * dh + i] = acc;
-        }
-}
 
 static int check(const int32_t *table, const int32_t *lens, int64_t S, int64_t page, int64_t n_pages,
                  int64_t num_pages, int64_t *maxlen)
@@ -79,9 +99,147 @@ static int check(const int32_t *table, const int32_t *lens, int64_t S, int64_t p
     return LB_ATTN_OK;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
+
+/* One call's arguments, shared by its tiles. */
+typedef struct {
+    const float *q, *k, *v;
+    const int32_t *table, *lens;
+    int64_t H, KVH, Dh, page, n_pages;
+    float scale;
+    float *out;
+} job;
+
+#define TILE 16       /* query rows of one sequence that share each key and value block they load */
+#define VBLOCK 64     /* keys per block of a tile's value sums: 64 slots of values stay in L1 */
+
+static inline int64_t padded(int64_t len) { return (len + LANES - 1) / LANES * LANES; }
+
+/* The end of the tile starting at row s0 (at most TILE rows, before s1): rows whose pages agree on
+ * every page each row reads; *ref gets its longest row, whose pages the tile reads by. A prompt's
+ * rows (plan_attention's rows_alone) share a table row; rows of different sequences stay apart. */
+static int64_t tile_end(const job *j, int64_t s0, int64_t s1, int64_t *ref)
+{
+    int64_t e = s0 + 1;
+    *ref = s0;
+    for (; e < s1 && e - s0 < TILE; e++) {
+        const int64_t longer = j->lens[e] > j->lens[*ref] ? e : *ref, shorter = longer == e ? *ref : e;
+        const int64_t pages = (j->lens[shorter] + j->page - 1) / j->page;
+        if (memcmp(j->table + shorter * j->n_pages, j->table + longer * j->n_pages, (size_t)pages * sizeof(int32_t)))
+            break;
+        *ref = longer;
+    }
+    return e;
+}
+
+/* Rows s0 .. s0+R-1 of one tile, row ref the longest. Each row's operations are those it has alone:
+ * its scores over its own padded length, its softmax, its value sums in key order; the tile only
+ * orders the loops so that a block of keys (then of values) loaded once serves every row. p holds
+ * TILE * H * (padded(len of ref) + 16) floats, at padded(len of ref) offsets. */
+HOT void attend_tile(const job *j, int64_t s0, int64_t R, int64_t ref, float *p, int64_t *at, int wide)
+{
+    const int64_t H = j->H, KVH = j->KVH, Dh = j->Dh, page = j->page, G = H / KVH, row = KVH * Dh;
+    const int64_t maxlen = j->lens[ref], nmax = padded(maxlen);
+    /* Scores of head h of row r at p + (r * H + h) * hs: one key block past the longest row, so that
+     * the 16 * H rows written together do not share L1 sets (a stride of 4 KiB did that at 1024 keys). */
+    const int64_t hs = nmax + LANES;
+    const int32_t *t = j->table + ref * j->n_pages;
+    /* Slot offsets listed once, page by page: no integer division per key (~40 cycles each);
+     * a padded key reads key 0 (any slot would do: softmax16 drops its score, the sums stop at len). */
+    for (int64_t c = 0, i = 0; c < maxlen; i++)
+        for (int64_t jj = 0; jj < page && c < maxlen; jj++, c++)
+            at[c] = ((int64_t)t[i] * page + jj) * row;
+    for (int64_t c = maxlen; c < nmax; c++)
+        at[c] = at[0];
+    /* Scores, 16 keys at a time: a block's key rows, read once, serve every head of every row in L1.
+     * A row past its own length is done (its padded keys' scores are dropped by softmax16). */
+    for (int64_t c = 0; c < nmax; c += LANES)
+        for (int64_t r = 0; r < R; r++) {
+            const int64_t npad = padded(j->lens[s0 + r]);
+            if (c >= npad)
+                continue;
+            const float *qs = j->q + (s0 + r) * H * Dh;
+            float *pr = p + r * H * hs;
+            for (int64_t kh = 0, h = 0; kh < KVH; kh++)
+                for (int64_t g = 0; g < G; g++, h++)
+                    scores16(pr + h * hs + c, qs + h * Dh, j->k + kh * Dh, at + c, Dh, j->scale);
+        }
+    for (int64_t r = 0; r < R; r++) {
+        const int64_t len = j->lens[s0 + r], npad = padded(len);
+        for (int64_t h = 0; h < H; h++)
+            softmax16(p + (r * H + h) * hs, len, npad);
+    }
+    /* Values, VBLOCK keys at a time for every row and head (a row alone: all its keys at once). */
+    const int64_t vb = R == 1 ? nmax : VBLOCK;
+    for (int64_t c0 = 0; c0 < maxlen; c0 += vb)
+        for (int64_t kh = 0; kh < KVH; kh++)
+            for (int64_t r = 0; r < R; r++) {
+                const int64_t len = j->lens[s0 + r], c1 = c0 + vb < len ? c0 + vb : len;
+                if (c0 >= len)
+                    continue;
+                const float *x = j->v + kh * Dh;
+                for (int64_t g = 0, h = kh * G; g < G; g += 3, h += 3) {   /* up to 3 heads at a time */
+                    float *y = j->out + (s0 + r) * H * Dh + h * Dh, *w = p + (r * H + h) * hs;
+                    const int nh = G - g >= 3 ? 3 : (int)(G - g);
+#ifdef LB_LANES_VECTOR
+                    if (wide) {                                           /* nh a constant: registers */
+                        if (nh == 3) weighted_sums16(y, w, hs, 3, x, at, c0, c1, Dh, c0 == 0);
+                        else if (nh == 2) weighted_sums16(y, w, hs, 2, x, at, c0, c1, Dh, c0 == 0);
+                        else weighted_sums16(y, w, hs, 1, x, at, c0, c1, Dh, c0 == 0);
+                    } else {
+                        if (nh == 3) weighted_sums8(y, w, hs, 3, x, at, c0, c1, Dh, c0 == 0);
+                        else if (nh == 2) weighted_sums8(y, w, hs, 2, x, at, c0, c1, Dh, c0 == 0);
+                        else weighted_sums8(y, w, hs, 1, x, at, c0, c1, Dh, c0 == 0);
+                    }
+#else
+                    (void)wide;
+                    weighted_sums1(y, w, hs, nh, x, at, c0, c1, Dh, c0 == 0);
 #endif
+                }
+            }
+}
+
+/* Rows [s0, s1) of a call, tile by tile (a pool of threads may split a call's rows anywhere: a
+ * row's bits do not depend on its tile). wide: 16-lane value sums (AVX-512) rather than 8. */
+HOT int attend_rows(const job *j, int64_t s0, int64_t s1, int wide)
+{
+    int64_t maxlen = 1;
+    for (int64_t s = s0; s < s1; s++)
+        maxlen = j->lens[s] > maxlen ? j->lens[s] : maxlen;
+    const int64_t nmax = padded(maxlen);
+    float *p = malloc((size_t)(TILE * j->H * (nmax + LANES)) * sizeof(float));
+    int64_t *at = malloc((size_t)nmax * sizeof(int64_t));   /* offset of key c's slot in a cache */
+    if (!p || !at) {
+        free(p);
+        free(at);
+        return LB_ATTN_ENOMEM;
+    }
+    for (int64_t s = s0, ref; s < s1;) {
+        const int64_t e = tile_end(j, s, s1, &ref);
+        attend_tile(j, s, e - s, ref, p, at, wide);
+        s = e;
+    }
+    free(p);
+    free(at);
+    return LB_ATTN_OK;
+}
+
+/* One function per instruction set, each a copy of the code compiled for it; the path is
+ * lb_set_isa's (qmatmul.c), so forcing a path forces it here too. */
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) static int rows_avx512(const job *j, int64_t s0, int64_t s1)
+{
+    return attend_rows(j, s0, s1, 1);
+}
+__attribute__((target("avx2"))) static int rows_avx2(const job *j, int64_t s0, int64_t s1)
+{
+    return attend_rows(j, s0, s1, 0);
+}
+#endif
+static int rows_generic(const job *j, int64_t s0, int64_t s1)
+{
+    return attend_rows(j, s0, s1, 0);
+}
+
 int lb_attend_decode(const float *q, const float *k_cache, const float *v_cache, const int32_t *table,
                      const int32_t *lens, int64_t S, int64_t H, int64_t KVH, int64_t Dh, int64_t page,
                      int64_t n_pages, int64_t num_pages, float scale, float *out)
@@ -90,49 +248,14 @@ int lb_attend_decode(const float *q, const float *k_cache, const float *v_cache,
         return LB_ATTN_ESHAPE;
     int64_t maxlen;
     int err = check(table, lens, S, page, n_pages, num_pages, &maxlen);
-    if (err)
+    if (err || S == 0)
         return err;
-    const int64_t G = H / KVH, row = KVH * Dh;          /* row: floats per cache slot */
-    const int64_t n = maxlen > 0 ? (maxlen + LANES - 1) / LANES * LANES : LANES;
-    float *p = malloc((size_t)(H * n) * sizeof(float));
-    int64_t *at = malloc((size_t)n * sizeof(int64_t));   /* offset of key c's slot in a cache */
-    if (!p || !at) {
-        free(p);
-        free(at);
-        return LB_ATTN_ENOMEM;
+    const job j = {q, k_cache, v_cache, table, lens, H, KVH, Dh, page, n_pages, scale, out};
+    switch (lb_chosen_isa()) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    case LB_ISA_AVX512: return rows_avx512(&j, 0, S);
+    case LB_ISA_AVX2: return rows_avx2(&j, 0, S);
+#endif
+    default: return rows_generic(&j, 0, S);
     }
-    for (int64_t s = 0; s < S; s++) {
-        const int64_t len = lens[s], npad = (len + LANES - 1) / LANES * LANES;
-        const int32_t *t = table + s * n_pages;
-        const float *qs = q + s * H * Dh;
-        float *os = out + s * H * Dh;
-        /* Slot offsets listed once, page by page: no integer division per key (~40 cycles each);
-         * a padded key reads key 0 (any slot would do: softmax16 drops its score, the sums stop at len). */
-        for (int64_t c = 0, i = 0; c < len; i++)
-            for (int64_t j = 0; j < page && c < len; j++, c++)
-                at[c] = ((int64_t)t[i] * page + j) * row;
-        for (int64_t c = len; c < npad; c++)
-            at[c] = at[0];
-        /* Scores, 16 keys at a time: a block's key rows, read once, serve every head in L1. */
-        for (int64_t c = 0; c < npad; c += LANES)
-            for (int64_t kh = 0, h = 0; kh < KVH; kh++)
-                for (int64_t g = 0; g < G; g++, h++)
-                    scores16(p + h * npad + c, qs + h * Dh, k_cache + kh * Dh, at + c, Dh, scale);
-        for (int64_t h = 0; h < H; h++)
-            softmax16(p + h * npad, len, npad);
-        for (int64_t kh = 0; kh < KVH; kh++)              /* values, up to 3 heads at a time */
-            for (int64_t g = 0, h = kh * G; g < G; g += 3, h += 3) {
-                float *y = os + h * Dh, *w = p + h * npad;
-                const float *x = v_cache + kh * Dh;
-                if (G - g >= 3)                           /* nh a constant: accumulators in registers */
-                    weighted_sums(y, w, npad, 3, x, at, len, Dh);
-                else if (G - g == 2)
-                    weighted_sums(y, w, npad, 2, x, at, len, Dh);
-                else
-                    weighted_sums(y, w, npad, 1, x, at, len, Dh);
-            }
-    }
-    free(p);
-    free(at);
-    return LB_ATTN_OK;
 }

@@ -66,18 +66,36 @@ HOT float exp_lane(float x)
 #ifdef LB_LANES_VECTOR
 /* Lanes as one vector value: accumulators stay in registers and the tree is vector shuffles. */
 typedef float v16 __attribute__((vector_size(64), aligned(4)));
-typedef int32_t i16 __attribute__((vector_size(64), aligned(4)));
-typedef uint32_t u16 __attribute__((vector_size(64), aligned(4)));
 typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t i8 __attribute__((vector_size(32)));
+typedef uint32_t u8 __attribute__((vector_size(32)));
 typedef float v4 __attribute__((vector_size(16)));
 typedef float v2 __attribute__((vector_size(8)));
 #define SHUF __builtin_shufflevector
 #define LOAD(p) (*(const v16 *)(p))
-#define SPLAT(x) ((v16){0} + (x))
+/* x in 16 lanes, through memory: GCC builds a 16-lane splat (scalar * vector too) with 16 scalar
+ * stores on AVX2, where 16 lanes are two registers. */
+HOT v16 splat(float x)
+{
+    float a[LANES];
+    for (int j = 0; j < LANES; j++)
+        a[j] = x;
+    return LOAD(a);
+}
+
+/* A 16-lane value's lanes j + j+8. Halves by memcpy, not a shuffle: GCC lowers a shuffle of 16-lane
+ * vectors on AVX2 to scalar moves through the stack (it made AVX2 attention 10x slower). */
+HOT v8 fold8(v16 a)
+{
+    v8 lo, hi;
+    memcpy(&lo, &a, sizeof lo);
+    memcpy(&hi, (const char *)&a + sizeof lo, sizeof hi);
+    return lo + hi;
+}
 
 HOT float lanes_sum(v16 acc)
 {
-    v8 s8 = SHUF(acc, acc, 0, 1, 2, 3, 4, 5, 6, 7) + SHUF(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15);
+    v8 s8 = fold8(acc);
     v4 s4 = SHUF(s8, s8, 0, 1, 2, 3) + SHUF(s8, s8, 4, 5, 6, 7);
     v2 s2 = SHUF(s4, s4, 0, 1) + SHUF(s4, s4, 2, 3);
     return s2[0] + s2[1];
@@ -95,63 +113,80 @@ HOT float dot(const float *a, const float *b, int64_t n)
 }
 
 /* The tree of lanes_sum run on 16 keys' lanes at once (a transpose): each step adds lane j to
- * lane j + w of every key, as lanes_sum does, packing two inputs' results into one vector. */
-HOT v16 fold8(v16 a, v16 b)         /* a, b: one key each -> lanes 0-7 a's 8 sums, 8-15 b's */
+ * lane j + w of every key, as lanes_sum does; after fold8, 8-lane vectors each pack two inputs'
+ * results. */
+HOT v8 fold4(v8 a, v8 b)            /* one key each (8 lanes) -> two keys, 4 lanes each */
 {
-    return SHUF(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
-         + SHUF(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    return SHUF(a, b, 0, 1, 2, 3, 8, 9, 10, 11) + SHUF(a, b, 4, 5, 6, 7, 12, 13, 14, 15);
 }
 
-HOT v16 fold4(v16 a, v16 b)         /* two keys each (8 lanes apiece) -> four keys, 4 lanes each */
+HOT v8 fold2(v8 a, v8 b)            /* two keys each -> four keys, 2 lanes each */
 {
-    return SHUF(a, b, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27)
-         + SHUF(a, b, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    return SHUF(a, b, 0, 1, 4, 5, 8, 9, 12, 13) + SHUF(a, b, 2, 3, 6, 7, 10, 11, 14, 15);
 }
 
-HOT v16 fold2(v16 a, v16 b)         /* four keys each -> eight keys, 2 lanes each */
+HOT v8 fold1(v8 a, v8 b)            /* four keys each -> eight keys' sums */
 {
-    return SHUF(a, b, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29)
-         + SHUF(a, b, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-}
-
-HOT v16 fold1(v16 a, v16 b)         /* eight keys each -> sixteen keys' sums */
-{
-    return SHUF(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
-         + SHUF(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    return SHUF(a, b, 0, 2, 4, 6, 8, 10, 12, 14) + SHUF(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
 }
 
 /* dot(q, k + at[j], dh) for 16 keys j, dh a multiple of 16: the same lanes and tree, so the same
  * bits (but for the sign of a zero sum: lanes start at the first product, not at 0 + it). */
 HOT v16 dots16(const float *q, const float *k, const int64_t *at, int64_t dh)
 {
-    v16 x[8], y[4], z[2];
-    for (int i = 0; i < 8; i++) {
-        const float *a = k + at[2 * i], *b = k + at[2 * i + 1];
-        v16 qd = LOAD(q), sa = qd * LOAD(a), sb = qd * LOAD(b);
-        for (int64_t d = LANES; d < dh; d += LANES) {
-            qd = LOAD(q + d);
-            sa += qd * LOAD(a + d);
-            sb += qd * LOAD(b + d);
-        }
-        x[i] = fold8(sa, sb);
+    v8 x[16], y[8], z[4], s[2];
+    for (int i = 0; i < 16; i++) {
+        const float *a = k + at[i];
+        v16 sa = LOAD(q) * LOAD(a);
+        for (int64_t d = LANES; d < dh; d += LANES)
+            sa += LOAD(q + d) * LOAD(a + d);
+        x[i] = fold8(sa);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 8; i++)
         y[i] = fold4(x[2 * i], x[2 * i + 1]);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
         z[i] = fold2(y[2 * i], y[2 * i + 1]);
-    return fold1(z[0], z[1]);
+    for (int i = 0; i < 2; i++)
+        s[i] = fold1(z[2 * i], z[2 * i + 1]);
+    v16 out;
+    memcpy(&out, s, sizeof out);
+    return out;
 }
 
-/* exp_lane on 16 lanes. */
+/* 16 lanes as their two halves and back (by memcpy: see fold8). */
+HOT void halves(v16 a, v8 *lo, v8 *hi)
+{
+    memcpy(lo, &a, sizeof *lo);
+    memcpy(hi, (const char *)&a + sizeof *lo, sizeof *hi);
+}
+
+HOT v16 join(v8 lo, v8 hi)
+{
+    v16 a;
+    memcpy(&a, &lo, sizeof lo);
+    memcpy((char *)&a + sizeof lo, &hi, sizeof hi);
+    return a;
+}
+
+/* exp_lane on 8 lanes. */
+HOT v8 exp8(v8 x)
+{
+    v8 t = x * EXP_LOG2E + EXP_ROUND, n = t - EXP_ROUND;
+    v8 r = (x - n * EXP_C1) - n * EXP_C2, r2 = r * r;
+    v8 y = ((((EXP_P0 * r + EXP_P1) * r + EXP_P2) * r + EXP_P3) * r + EXP_P4) * r + EXP_P5;
+    y = (y * r2 + r) + 1.0f;
+    u8 e = ((u8)t - 0x4B400000u + 127u) << 23;
+    i8 res = (i8)(y * (v8)e);
+    return (v8)(res & ~(x < EXP_LO));           /* comparisons give all-ones lanes where true */
+}
+
+/* exp_lane on 16 lanes, as two halves: GCC compares 16-lane vectors lane by lane in scalar code on
+ * AVX2. */
 HOT v16 exp16(v16 x)
 {
-    v16 t = x * EXP_LOG2E + EXP_ROUND, n = t - EXP_ROUND;
-    v16 r = (x - n * EXP_C1) - n * EXP_C2, r2 = r * r;
-    v16 y = ((((EXP_P0 * r + EXP_P1) * r + EXP_P2) * r + EXP_P3) * r + EXP_P4) * r + EXP_P5;
-    y = (y * r2 + r) + 1.0f;
-    u16 e = ((u16)t - 0x4B400000u + 127u) << 23;
-    i16 res = (i16)(y * (v16)e);
-    return (v16)(res & ~(x < EXP_LO));          /* comparisons give all-ones lanes where true */
+    v8 lo, hi;
+    halves(x, &lo, &hi);
+    return join(exp8(lo), exp8(hi));
 }
 #else
 HOT float dot(const float *a, const float *b, int64_t n)
@@ -175,11 +210,11 @@ HOT void scores16(float *out, const float *q, const float *k, const int64_t *at,
 {
 #ifdef LB_LANES_VECTOR
     if (dh == 64) {                               /* the models' head size: a loop unrolled */
-        *(v16 *)out = dots16(q, k, at, 64) * scale;
+        *(v16 *)out = dots16(q, k, at, 64) * splat(scale);
         return;
     }
     if (dh % LANES == 0) {
-        *(v16 *)out = dots16(q, k, at, dh) * scale;
+        *(v16 *)out = dots16(q, k, at, dh) * splat(scale);
         return;
     }
 #endif
@@ -196,20 +231,24 @@ HOT void softmax16(float *p, int64_t len, int64_t npad)
     for (int64_t c = len; c < npad; c++)
         p[c] = -INFINITY;
 #ifdef LB_LANES_VECTOR
-    v16 m = LOAD(p), sum = {0};
+    v16 sum = {0};
+    v8 m[2], b[2];                                /* 16 lanes as halves: see exp16 */
+    halves(LOAD(p), &m[0], &m[1]);
     for (int64_t c = LANES; c < npad; c += LANES) {
-        v16 b = LOAD(p + c);
-        m = (v16)(((i16)b & (b > m)) | ((i16)m & ~(b > m)));
+        halves(LOAD(p + c), &b[0], &b[1]);
+        for (int i = 0; i < 2; i++)
+            m[i] = (v8)(((i8)b[i] & (b[i] > m[i])) | ((i8)m[i] & ~(b[i] > m[i])));
     }
-    float mx = m[0];
+    float mx = m[0][0];
     for (int j = 1; j < LANES; j++)
-        mx = m[j] > mx ? m[j] : mx;
+        mx = m[j / 8][j % 8] > mx ? m[j / 8][j % 8] : mx;
+    const v16 mxv = splat(mx);
     for (int64_t c = 0; c < npad; c += LANES) {
-        v16 e = exp16(LOAD(p + c) - mx);
+        v16 e = exp16(LOAD(p + c) - mxv);
         *(v16 *)(p + c) = e;
         sum += e;
     }
-    float r = 1.0f / lanes_sum(sum);
+    const v16 r = splat(1.0f / lanes_sum(sum));
     for (int64_t c = 0; c < npad; c += LANES)
         *(v16 *)(p + c) = LOAD(p + c) * r;
 #else

@@ -81,7 +81,8 @@ int lb_act_init(lb_act *a, int kind, const float *x, int64_t T, int64_t K, lb_ro
     a->lanes = kind == LB_Q8_0 ? 8 : 4;
     const int64_t n = T * a->nbp;
     /* one zeroed allocation: the padding blocks must read as zero quants and zero scales */
-    a->mem = calloc((size_t)(n * QK + n * (2 + 3 * a->lanes) * (int64_t)sizeof(float)) + 64, 1);
+    const int64_t nt = a->nb * (T + 8);
+    a->mem = calloc((size_t)(n * QK + (n * (2 + 3 * a->lanes) + nt) * (int64_t)sizeof(float)) + 64, 1);
     if (a->mem == NULL) return LB_ENOMEM;
     float *f = (float *)(((uintptr_t)a->mem + 63) & ~(uintptr_t)63);
     a->d = f;
@@ -89,8 +90,12 @@ int lb_act_init(lb_act *a, int kind, const float *x, int64_t T, int64_t K, lb_ro
     a->dxe = f + 2 * n;
     a->sxe = f + (2 + a->lanes) * n;
     a->corr = (int32_t *)(f + (2 + 2 * a->lanes) * n);
-    a->q = (int8_t *)(f + (2 + 3 * a->lanes) * n);
+    a->side_t = f + (2 + 3 * a->lanes) * n;
+    a->q = (int8_t *)(a->side_t + nt);
     round(a, x);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t b = 0; b < a->nb; b++)
+            a->side_t[b * (T + 8) + t] = a->side[t * a->nbp + b];
     return LB_OK;
 }
 

@@ -38,6 +38,11 @@ lb_rounder lb_chosen_rounder(void) {
     return chosen_round;
 }
 
+int lb_chosen_isa(void) {
+    if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);
+    return chosen_isa;
+}
+
 int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
     if (lb_block_bytes(kind) == 0) return LB_EKIND;
     if (T < 0 || N < 0 || K <= 0 || K % QK) return LB_ESHAPE;

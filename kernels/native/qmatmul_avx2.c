@@ -16,20 +16,25 @@ INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
+/* out[r, c] for r < R rows of the activations from t0 and c < C weight rows from w0. Per block and
+ * (r, c): the block's exact integer sum in 8 lanes, acc += p * (d_w * d_x); q4_1's minimum sums
+ * m_w * side_x over the blocks in order beside it, added after the lanes. For R > 1 those sums run
+ * in one vector, lane c * 4 + r (the same float operations as one scalar per (r, c)). */
 INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes,
                  float *out0, int64_t N) {
-    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind);
+    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind), ts = a->T + 8;
     const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
-    __m256 acc[4][2];
+    __m256 acc[4][2], sides = _mm256_setzero_ps();
     float side[4][2];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps(), side[r][c] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
         __m256i u[2];
-        float dw[2], sw[2];
+        __m256 dw[2];
+        float sw[2] = {0.0f, 0.0f};
         for (int c = 0; c < C; c++) {
             const uint8_t *p = w0 + c * row_bytes + b * bb;
-            dw[c] = _cvtsh_ss(lb_u16(p));
+            dw[c] = _mm256_set1_ps(_cvtsh_ss(lb_u16(p)));
             if (kind == LB_Q8_0) {
                 u[c] = _mm256_loadu_si256((const __m256i *)(p + 2));          /* signed; |q| below */
             } else {
@@ -37,11 +42,11 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
                 u[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), mask);
                 if (kind == LB_Q4_0) u[c] = _mm256_sub_epi8(u[c], eight);     /* signed too */
             }
-            sw[c] = kind == LB_Q4_1 ? _cvtsh_ss(lb_u16(p + 2)) : 0.0f;
+            if (kind == LB_Q4_1) sw[c] = _cvtsh_ss(lb_u16(p + 2));
         }
         for (int r = 0; r < R; r++) {
             const int8_t *row = a->q + (t0 + r) * nbp * QK;
-            const float dx = a->d[(t0 + r) * nbp + b], sx = a->side[(t0 + r) * nbp + b];
+            const __m256 dx = _mm256_broadcast_ss(a->d + (t0 + r) * nbp + b);
             __m256i x;
             if (kind == LB_Q8_0)
                 x = _mm256_loadu_si256((const __m256i *)(row + b * QK));
@@ -53,13 +58,19 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
                     ? _mm256_maddubs_epi16(u[c], x)
                     : _mm256_maddubs_epi16(_mm256_sign_epi8(u[c], u[c]), _mm256_sign_epi8(x, u[c]));
                 __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-                acc[r][c] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw[c] * dx), acc[r][c]);
-                if (kind == LB_Q4_1) side[r][c] += sw[c] * sx;
+                acc[r][c] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw[c], dx), acc[r][c]);
+                if (kind == LB_Q4_1 && R == 1) side[r][c] += sw[c] * a->side[(t0 + r) * nbp + b];
             }
         }
+        if (kind == LB_Q4_1 && R > 1) {             /* rows t0 .. t0+3 of side_t at once (padded past T) */
+            const __m256 sx = _mm256_broadcast_ps((const __m128 *)(a->side_t + b * ts + t0));
+            sides = _mm256_add_ps(sides, _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(sw[1]), _mm_set1_ps(sw[0])), sx));
+        }
     }
+    float lane[8];
+    _mm256_storeu_ps(lane, sides);
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < C; c++) out0[r * N + c] = hsum8(acc[r][c]) + side[r][c];
+        for (int c = 0; c < C; c++) out0[r * N + c] = hsum8(acc[r][c]) + (R > 1 ? lane[c * 4 + r] : side[r][c]);
 }
 
 INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) {

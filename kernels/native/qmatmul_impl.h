@@ -25,6 +25,7 @@ typedef struct {
     float *sxe;              /* T rows of nbp * lanes: side / lanes (exact), so lanes sum to q4_1's m * side */
     int32_t *corr;           /* T rows of nbp * lanes: minus what a kernel's unsigned weight quants add per lane:
                               * -8 * (its 8 x quants) for q4_0, -128 * (its 4) for q8_0; 0 for q4_1 */
+    float *side_t;           /* side transposed: nb rows of T + 8 (padding: 0), so a kernel loads a few rows' at once */
     void *mem;
 } lb_act;
 
@@ -37,6 +38,7 @@ void lb_act_round_avx512(lb_act *a, const float *x);
 int lb_act_init(lb_act *a, int kind, const float *x, int64_t T, int64_t K, lb_rounder round);   /* LB_OK, LB_ENOMEM */
 void lb_act_free(lb_act *a);
 lb_rounder lb_chosen_rounder(void);        /* the code path lb_set_isa picked */
+int lb_chosen_isa(void);                    /* LB_ISA_*: the path lb_set_isa picked (attention follows it) */
 
 static inline int64_t lb_act_index(int kind, int64_t b, int j) {   /* element j of block b in a row of q */
     if (kind == LB_Q8_0) return b * QK + j;

@@ -101,3 +101,30 @@ def test_a_row_is_the_same_bits_alone_or_in_any_batch(shape):
     for rows in np.array_split(order, 7):                   # shuffled batches of 14 or 15 rows
         np.testing.assert_array_equal(an.attend_decode_paged(q[rows], kc, vc, table[rows], lens[rows], F(0.125)),
                                       whole[rows])
+
+
+def test_tiled_rows_at_long_lengths_are_the_bits_of_each_row_alone():
+    """Rows of one prompt go through attention in tiles sharing each key block; rows near 1, 17, 1000
+    and 3000 keys (a tile crossing each, one row of another sequence splitting a run) must each come
+    out as the row-alone kernel computes it, and the same on every code path the CPU has."""
+    require(an.load() is not None, "the numpy fallback does not promise this, and the native library is not built")
+    import kernels.qmatmul as qm
+    n = 3000
+    rng = np.random.default_rng(11)
+    q_all, kc, vc, table_all, lens_all = prompt_case(12, n=n)
+    other = np.roll(table_all[0], 1)                           # another sequence: the same pages, shifted
+    rows = np.r_[0:20, 990:1010, 2980:3000]                      # lens 1..20, 991..1010, 2981..3000
+    q, table, lens = q_all[rows], table_all[rows], lens_all[rows].copy()
+    split = 25                                                  # a row of the other sequence among them
+    table[split], lens[split] = other, 500
+    q = q + rng.standard_normal(q.shape, dtype=F) * F(4)       # sharp softmaxes, not only flat ones
+    alone = np.stack([an.attend_decode_paged(q[i:i + 1], kc, vc, table[i:i + 1], lens[i:i + 1], F(0.125))[0]
+                      for i in range(len(rows))])
+    paths = {"auto"} | {p for p in ("avx2", "avx512", "generic") if qm.set_isa(p) == p}
+    try:
+        for path in sorted(paths):
+            qm.set_isa(path)
+            np.testing.assert_array_equal(an.attend_decode_paged(q, kc, vc, table, lens, F(0.125)), alone,
+                                          err_msg=f"code path {path}")
+    finally:
+        qm.set_isa("auto")

@@ -14,8 +14,9 @@ from wire.messages.scheduler import Generate
 
 from .stack import Stack, generate
 
-# The reference prefills ~13k tokens in process, and the stack as many again: minutes on a CPU
-# with AVX2 alone (~100 tokens/s a core), more on a shared machine.
+# The reference prefills ~6.6k tokens in process and each test's stack as many again: ~20k tokens,
+# minutes on a CPU with AVX2 alone (~140 tokens/s a core at 1024 tokens with attention tiled, ~70
+# before), far more on a shared machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 MAX_TOKENS = 12
