@@ -15,10 +15,11 @@ from functools import partial
 import numpy as np
 
 from kernels.native_lib import load
-from kernels.qact import round_act
+from kernels.qact import QKK, round_act, round_act_for
 from kernels.qmatrix import QMatrix
 
-KIND_CODES = {"q4_0": 2, "q4_1": 3, "q8_0": 8}       # ggml's type numbers, as the C side takes them
+KIND_CODES = {"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+              "q4_k": 12, "q5_k": 13, "q6_k": 14}    # ggml's type numbers, as the C side takes them
 ISAS = {"auto": -1, "generic": 0, "avx2": 1, "avx512": 2}
 
 
@@ -64,7 +65,7 @@ def qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray | None = None) -> np.ndar
         out = np.empty((x.shape[0], w.rows), dtype=np.float32)
     lib = _load()
     if lib is None:
-        np.matmul(round_act(x), w.dequantize().T, out=out)
+        np.matmul(round_act_for(w.kind, x), w.dequantize().T, out=out)
         return out
     rc = lib.lb_qmatmul(KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.address, w.rows,
                         out.ctypes.data)
@@ -92,6 +93,21 @@ def bound_qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray):
                                                             f"(code {rc})")
         return out
     return call
+
+
+def rounded_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """kernels.qact.round_act_k(x) (q, d) by the C library (what the K kinds multiply); numpy without it."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    lib = _load()
+    if lib is None:
+        from kernels.qact import round_act_k
+        return round_act_k(x)
+    q = np.empty(x.shape, np.int8)
+    d = np.empty((x.shape[0], x.shape[1] // QKK), np.float32)
+    rc = lib.lb_round_act_k(x.ctypes.data, x.shape[0], x.shape[1], q.ctypes.data, d.ctypes.data)
+    if rc != 0:
+        raise ValueError(f"native round_act_k refused x {x.shape} (code {rc})")
+    return q, d
 
 
 def rounded(x: np.ndarray) -> np.ndarray:
