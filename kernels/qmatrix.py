@@ -87,6 +87,49 @@ class QMatrix:
         return _DEQUANT[self.kind](blocks).reshape(n, self.cols)
 
 
+@dataclass(frozen=True)
+class QRows:
+    """A matrix made of row blocks in different block kinds (a fused q|k|v whose v is Q6_K beside Q4_K
+    q and k, as Q4_K_M files have): parts stacked along rows, all of `cols` columns."""
+
+    parts: tuple[QMatrix, ...]
+
+    def __post_init__(self):
+        if not self.parts or not all(isinstance(p, QMatrix) for p in self.parts):
+            raise BadQuantShape("QRows takes one or more QMatrix parts")
+        if len({p.cols for p in self.parts}) != 1:
+            raise BadQuantShape(f"QRows parts differ in width: {[p.cols for p in self.parts]}")
+
+    kind = "mixed"
+
+    @property
+    def cols(self) -> int:
+        return self.parts[0].cols
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.rows, self.cols)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    @property
+    def dtype(self):
+        return np.float32
+
+    def dequantize(self, rows=None) -> np.ndarray:
+        full = np.concatenate([p.dequantize() for p in self.parts])
+        return full if rows is None else full[np.asarray(rows, dtype=np.intp).reshape(-1)]
+
+
+QUANTIZED = (QMatrix, QRows)       # what kernels.qmatmul multiplies
+
+
 def _f16(col: np.ndarray) -> np.ndarray:
     """(nb, 2) uint8 -> (nb, 1) float32 of the little-endian float16 they hold."""
     return np.ascontiguousarray(col).view("<f2").astype(np.float32)
