@@ -4,7 +4,8 @@
  * integers are summed across lanes before any float is touched, so each output is the same float
  * operations in the same order as qk_generic.c: the same bits. Q6_K's -32 comes back as
  * -32 * scale . bsums. Q5_0/Q5_1 follow qmatmul_avx2.c's Q4_0/Q4_1 (per-lane float sums), the fifth
- * bit spread from qh to bytes. Up to 4 rows of x share each unpacked weight block. */
+ * bit spread from qh to bytes. Up to 16 rows of x (K kinds; 4 for Q5) share each unpacked weight block, so
+ * a batch of 16 streams the weights once. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -83,7 +84,7 @@ INLINE void rows_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t
     const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind);
     kblock k;
     for (int64_t n = 0; n < N; n++) {
-        float acc[4] = {0}, accm[4] = {0};
+        float acc[16] = {0}, accm[16] = {0};
         for (int64_t b = 0; b < nb; b++) {
             unpack_k(kind, w + (n * nb + b) * bb, &k);
             for (int r = 0; r < R; r++) {
@@ -140,31 +141,40 @@ INLINE void rows_q5(int kind, int R, const lb_act *a, int64_t t0, const uint8_t 
 }
 
 /* One instantiation per (kind, R): the row count is known to the compiler. */
-#define ROWS(KIND, FN, ACT) \
-    static TGT void FN##_##KIND##_1(const ACT *a, int64_t t, const uint8_t *w, int64_t N, float *o) { FN(KIND, 1, a, t, w, N, o); } \
-    static TGT void FN##_##KIND##_2(const ACT *a, int64_t t, const uint8_t *w, int64_t N, float *o) { FN(KIND, 2, a, t, w, N, o); } \
-    static TGT void FN##_##KIND##_3(const ACT *a, int64_t t, const uint8_t *w, int64_t N, float *o) { FN(KIND, 3, a, t, w, N, o); } \
-    static TGT void FN##_##KIND##_4(const ACT *a, int64_t t, const uint8_t *w, int64_t N, float *o) { FN(KIND, 4, a, t, w, N, o); } \
-    static void (*const FN##_##KIND[5])(const ACT *, int64_t, const uint8_t *, int64_t, float *) = { \
-        0, FN##_##KIND##_1, FN##_##KIND##_2, FN##_##KIND##_3, FN##_##KIND##_4};
+#define ROW_FN(KIND, FN, ACT, R) \
+    static TGT void FN##_##KIND##_##R(const ACT *a, int64_t t, const uint8_t *w, int64_t N, float *o) { FN(KIND, R, a, t, w, N, o); }
+#define ROWS_Q5(KIND) ROW_FN(KIND, rows_q5, lb_act, 1) ROW_FN(KIND, rows_q5, lb_act, 2) ROW_FN(KIND, rows_q5, lb_act, 3) \
+    ROW_FN(KIND, rows_q5, lb_act, 4) \
+    static void (*const rows_q5_##KIND[5])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = { \
+        0, rows_q5_##KIND##_1, rows_q5_##KIND##_2, rows_q5_##KIND##_3, rows_q5_##KIND##_4};
+#define ROWS_K(KIND) ROW_FN(KIND, rows_k, lb_act_k, 1) ROW_FN(KIND, rows_k, lb_act_k, 2) \
+    ROW_FN(KIND, rows_k, lb_act_k, 3) ROW_FN(KIND, rows_k, lb_act_k, 4) ROW_FN(KIND, rows_k, lb_act_k, 8) \
+    ROW_FN(KIND, rows_k, lb_act_k, 16) \
+    static void (*const rows_k_##KIND[17])(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) = { \
+        0, rows_k_##KIND##_1, rows_k_##KIND##_2, rows_k_##KIND##_3, rows_k_##KIND##_4, 0, 0, 0, rows_k_##KIND##_8, \
+        0, 0, 0, 0, 0, 0, 0, rows_k_##KIND##_16};
 
-ROWS(12, rows_k, lb_act_k)
-ROWS(13, rows_k, lb_act_k)
-ROWS(14, rows_k, lb_act_k)
-ROWS(6, rows_q5, lb_act)
-ROWS(7, rows_q5, lb_act)
+ROWS_K(12)
+ROWS_K(13)
+ROWS_K(14)
+ROWS_Q5(6)
+ROWS_Q5(7)
 
 TGT void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const uint8_t *w, int64_t N, float *out) {
-    const int64_t T = lb_is_qk(kind) ? ak->T : a5->T;
-    for (int64_t t = 0; t < T; t += 4) {
-        const int R = T - t < 4 ? (int)(T - t) : 4;
-        switch (kind) {
-        case LB_Q4_K: rows_k_12[R](ak, t, w, N, out + t * N); break;
-        case LB_Q5_K: rows_k_13[R](ak, t, w, N, out + t * N); break;
-        case LB_Q6_K: rows_k_14[R](ak, t, w, N, out + t * N); break;
-        case LB_Q5_0: rows_q5_6[R](a5, t, w, N, out + t * N); break;
-        default: rows_q5_7[R](a5, t, w, N, out + t * N); break;
+    if (!lb_is_qk(kind)) {
+        for (int64_t t = 0; t < a5->T; t += 4) {
+            const int R = a5->T - t < 4 ? (int)(a5->T - t) : 4;
+            (kind == LB_Q5_0 ? rows_q5_6 : rows_q5_7)[R](a5, t, w, N, out + t * N);
         }
+        return;
+    }
+    void (*const *fn)(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) =
+        kind == LB_Q4_K ? rows_k_12 : kind == LB_Q5_K ? rows_k_13 : rows_k_14;
+    for (int64_t t = 0; t < ak->T;) {       /* the widest tile that fits: every row sums alike in any */
+        const int64_t left = ak->T - t;
+        const int R = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : (int)left;
+        fn[R](ak, t, w, N, out + t * N);
+        t += R;
     }
 }
 #endif
