@@ -93,14 +93,13 @@ class QRows:
     q and k, as Q4_K_M files have): parts stacked along rows, all of `cols` columns."""
 
     parts: tuple[QMatrix, ...]
+    kind = "mixed"                          # not a field: no single kind names the whole
 
     def __post_init__(self):
         if not self.parts or not all(isinstance(p, QMatrix) for p in self.parts):
             raise BadQuantShape("QRows takes one or more QMatrix parts")
         if len({p.cols for p in self.parts}) != 1:
             raise BadQuantShape(f"QRows parts differ in width: {[p.cols for p in self.parts]}")
-
-    kind = "mixed"
 
     @property
     def cols(self) -> int:

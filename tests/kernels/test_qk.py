@@ -10,7 +10,7 @@ from gguf.quants import dequantize, quantize
 
 from kernels import qmatmul as qm
 from kernels.qact import round_act
-from kernels.qmatrix import QUANT_KINDS, BadQuantShape, QMatrix
+from kernels.qmatrix import QUANT_KINDS, BadQuantShape, QMatrix, QRows
 from tests.conftest import require
 
 K_KINDS = ("q4_k", "q5_k", "q6_k")
@@ -192,3 +192,21 @@ def test_k_rows_must_be_whole_super_blocks():
     w = QMatrix("q5_1", np.zeros((2, 24), np.uint8), 32)
     with pytest.raises(ValueError, match="shape"):
         qm.qmatmul(np.zeros((1, 64), np.float32), w)
+
+
+def test_rows_of_mixed_kinds_multiply_part_by_part(isa):
+    """A QRows (Q4_K_M's q|k in Q4_K beside v in Q6_K, or Q5_0 beside Q8_0) gives each part's product
+    in its columns, called directly or bound to reused buffers."""
+    rng = np.random.default_rng(9)
+    parts = (weights(rng, "q4_k", 24, 512), weights(rng, "q6_k", 8, 512), weights(rng, "q5_0", 5, 512))
+    w = QRows(parts)
+    assert w.shape == (37, 512) and w.nbytes == sum(p.nbytes for p in parts)
+    np.testing.assert_array_equal(w.dequantize(), np.concatenate([p.dequantize() for p in parts]))
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    want = np.concatenate([qm.qmatmul(x, p) for p in parts], axis=1)
+    np.testing.assert_array_equal(qm.qmatmul(x, w), want)
+    out = np.full((3, 37), np.nan, np.float32)
+    assert qm.bound_qmatmul(x, w, out)() is out
+    np.testing.assert_array_equal(out, want)
+    with pytest.raises(BadQuantShape, match="width"):
+        QRows((parts[0], weights(rng, "q4_k", 4, 256)))
