@@ -3,6 +3,7 @@ K-quant GGUFs of kquant_gguf.py, and (printed, for the record) how our engine co
 on the same tiny model quantized by llama.cpp's own quantizer.
 
     python -m tests.modelstore.make_kquant_reference [--out tests/data/kquant-tiny.llamacpp.json]
+    python -m tests.modelstore.make_kquant_reference --real   # prints only: a real model, see real_model()
 
 Needs llama-cpp-python (pip install .[bench]) and the default model (for its tokenizer metadata).
 """
@@ -61,10 +62,45 @@ def llama_quantized(tmp: Path, tok: dict, tokens: list[int]) -> None:
               f"{'':27s} 3 shards:    {parity(three, ref)}")
 
 
+def real_model(tmp: Path, steps: int = 24) -> None:
+    """The default model requantized by llama.cpp to Q4_K_M (576 columns are not whole super-blocks,
+    so llama.cpp falls back to Q5_0 for most of it and Q8_0 for some v: Q4_K and Q6_K are its
+    ffn_down), teacher-forced on each reference chat's prompt and llama.cpp's own greedy tokens."""
+    import llama_cpp
+    from llama_cpp import Llama
+    from services.modelstore.pull import pull
+    src, dst = pull(), tmp / "smollm2-135m-q4_k_m.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.nthread, params.allow_requantize = FTYPES["q4_k_m"], THREADS, True
+    if llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params) != 0:
+        raise RuntimeError("llama.cpp could not requantize the default model")
+    chats = json.loads((OUT.parent / "smollm2-135m-q4_1.llamacpp.json").read_text())["chats"]
+    llm = Llama(model_path=str(dst), n_ctx=512, n_batch=512, n_threads=THREADS, logits_all=True, verbose=False)
+    for chat in chats:
+        prompt = chat["prompt_ids"]
+        greedy = []
+        llm.reset()
+        llm.eval(prompt)
+        for _ in range(steps):
+            greedy.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+            llm.eval([greedy[-1]])
+        seq = prompt + greedy
+        ref = top5(np.array(llm.scores[:len(seq)], dtype=np.float32))
+        one = teacher_forced(dst, seq, root=tmp / "cache")
+        three = teacher_forced(dst, seq, (10, 20), root=tmp / "cache")
+        print(f"{dst.name} chat of {len(prompt)} + {steps} tokens: one process {parity(one, ref)}; "
+              f"3 shards {parity(three, ref)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--real", action="store_true", help="only print the requantized default model's figures")
     args = ap.parse_args()
+    if args.real:
+        with tempfile.TemporaryDirectory() as d:
+            real_model(Path(d))
+        return
     import llama_cpp
     from services.modelstore.pull import pull
     tok = tokenizer_fields(pull())
