@@ -80,7 +80,7 @@ def _read_entry(entry: Path, start: int, end: int) -> tuple[ModelConfig, ShardWe
     for name in manifest["arrays"]:
         a = np.load(entry / f"{name}.npy", mmap_mode="r")
         if name in mixed:
-            arrays[name] = _mixed_layers(a.view(np.ndarray), mixed[name])
+            a = _mixed_layers(a.view(np.ndarray), mixed[name])
         elif name in quant:
             kind, cols = quant[name]
             a = a.view(np.ndarray)         # a plain view: np.memmap's subclass slows every slice of it
