@@ -15,7 +15,7 @@ kernel instead (kernels.qmatmul), which reads the blocks themselves.
 from __future__ import annotations
 
 from kernels.qmatmul import qmatmul
-from kernels.qmatrix import QMatrix
+from kernels.qmatrix import QUANTIZED, QMatrix
 
 SMALL_CALL = 950_000   # multiply-adds per BLAS call: under OpenBLAS's small-matrix limit of 1e6
 MIN_BLOCK = 16         # fewer rows per call and the Python loop costs more than it saves
@@ -31,7 +31,7 @@ def small_block(t: int, k: int) -> int | None:
 
 def matmul(xp, x, w, split: bool = False):
     """x (T, in) . w (out, in) -> (T, out) in x's dtype; split: small-matrix BLAS calls (numpy on CPU)."""
-    if isinstance(w, QMatrix):
+    if isinstance(w, QUANTIZED):
         return qmatmul(x, w)
     n = w.shape[0]
     block = small_block(x.shape[0], x.shape[1]) if split else None

@@ -15,10 +15,11 @@ from functools import partial
 import numpy as np
 
 from kernels.native_lib import load
-from kernels.qact import round_act
-from kernels.qmatrix import QMatrix
+from kernels.qact import QKK, round_act, round_act_for
+from kernels.qmatrix import QUANTIZED, QMatrix, QRows
 
-KIND_CODES = {"q4_0": 2, "q4_1": 3, "q8_0": 8}       # ggml's type numbers, as the C side takes them
+KIND_CODES = {"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+              "q4_k": 12, "q5_k": 13, "q6_k": 14}    # ggml's type numbers, as the C side takes them
 ISAS = {"auto": -1, "generic": 0, "avx2": 1, "avx512": 2}
 
 
@@ -40,10 +41,10 @@ def set_isa(name: str) -> str:
     return next(k for k, v in ISAS.items() if v == got)
 
 
-def _check(x: np.ndarray, w: QMatrix, out: np.ndarray | None) -> np.ndarray:
-    if not isinstance(w, QMatrix):
-        raise ValueError(f"w must be a QMatrix, got {type(w).__name__}")
-    if w.kind not in KIND_CODES:
+def _check(x: np.ndarray, w: QMatrix | QRows, out: np.ndarray | None) -> np.ndarray:
+    if not isinstance(w, QUANTIZED):
+        raise ValueError(f"w must be a QMatrix or QRows, got {type(w).__name__}")
+    if isinstance(w, QMatrix) and w.kind not in KIND_CODES:
         raise ValueError(f"unknown quant kind {w.kind!r}")
     x = np.asarray(x)
     if x.dtype != np.float32:
@@ -62,9 +63,15 @@ def qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray | None = None) -> np.ndar
     x = _check(x, w, out)
     if out is None:
         out = np.empty((x.shape[0], w.rows), dtype=np.float32)
+    if isinstance(w, QRows):
+        a = 0
+        for p in w.parts:                                  # each part in its own blocks, into its columns
+            out[:, a:a + p.rows] = qmatmul(x, p)
+            a += p.rows
+        return out
     lib = _load()
     if lib is None:
-        np.matmul(round_act(x), w.dequantize().T, out=out)
+        np.matmul(round_act_for(w.kind, x), w.dequantize().T, out=out)
         return out
     rc = lib.lb_qmatmul(KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.address, w.rows,
                         out.ctypes.data)
@@ -80,6 +87,8 @@ def bound_qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray):
     addresses (ctypes' .ctypes.data costs ~1 us) are done once. Only valid while x and out live."""
     _check(x, w, out)
     lib = _load()
+    if isinstance(w, QRows):
+        return _bound_parts(x, w, out)
     if lib is None or not x.flags.c_contiguous:
         return partial(qmatmul, x, w, out)
     fn, args = lib.lb_qmatmul, (KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.address, w.rows,
@@ -92,6 +101,37 @@ def bound_qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray):
                                                             f"(code {rc})")
         return out
     return call
+
+
+def _bound_parts(x: np.ndarray, w: QRows, out: np.ndarray):
+    """bound_qmatmul of a QRows: each part into a buffer of its own, then copied into its columns."""
+    calls, a = [], 0
+    for p in w.parts:
+        buf = np.empty((x.shape[0], p.rows), np.float32)
+        calls.append((bound_qmatmul(x, p, buf), buf, out[:, a:a + p.rows]))
+        a += p.rows
+
+    def call():
+        for fn, buf, cols in calls:
+            fn()
+            np.copyto(cols, buf)
+        return out
+    return call
+
+
+def rounded_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """kernels.qact.round_act_k(x) (q, d) by the C library (what the K kinds multiply); numpy without it."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    lib = _load()
+    if lib is None:
+        from kernels.qact import round_act_k
+        return round_act_k(x)
+    q = np.empty(x.shape, np.int8)
+    d = np.empty((x.shape[0], x.shape[1] // QKK), np.float32)
+    rc = lib.lb_round_act_k(x.ctypes.data, x.shape[0], x.shape[1], q.ctypes.data, d.ctypes.data)
+    if rc != 0:
+        raise ValueError(f"native round_act_k refused x {x.shape} (code {rc})")
+    return q, d
 
 
 def rounded(x: np.ndarray) -> np.ndarray:

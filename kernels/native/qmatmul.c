@@ -1,6 +1,7 @@
 /* Entry point: checks arguments, picks the widest code path the CPU has, and the plain C path. */
 #include "qmatmul.h"
 #include "qmatmul_impl.h"
+#include "qk.h"
 
 static lb_kernel chosen;
 static lb_rounder chosen_round;
@@ -33,17 +34,18 @@ int lb_set_isa(int isa) {
     return isa;
 }
 
-lb_rounder lb_chosen_rounder(void) {
-    if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);
-    return chosen_round;
-}
-
 int lb_chosen_isa(void) {
     if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);
     return chosen_isa;
 }
 
+lb_rounder lb_chosen_rounder(void) {
+    if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);
+    return chosen_round;
+}
+
 int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
+    if (lb_qk_block_bytes(kind)) return lb_qk_matmul(kind, x, T, K, w, N, out);   /* qk.c */
     if (lb_block_bytes(kind) == 0) return LB_EKIND;
     if (T < 0 || N < 0 || K <= 0 || K % QK) return LB_ESHAPE;
     if (T == 0 || N == 0) return LB_OK;

@@ -10,17 +10,23 @@
 #define LB_API __attribute__((visibility("default")))
 #else
 #define LB_API
+/* x (T, K), K a multiple of 256, rounded as llama.cpp's quantize_row_q8_K: q (T, K) int8 and d (T, K / 256)
+ * float, x ~ d * q (a block holding NaN or inf: d NaN, q 0). */
+LB_API int lb_round_act_k(const float *x, int64_t T, int64_t K, int8_t *q, float *d);
+
 #endif
 
 /* Kinds use ggml's type numbers. */
-enum { LB_Q4_0 = 2, LB_Q4_1 = 3, LB_Q8_0 = 8 };
+enum { LB_Q4_0 = 2, LB_Q4_1 = 3, LB_Q5_0 = 6, LB_Q5_1 = 7, LB_Q8_0 = 8, LB_Q4_K = 12, LB_Q5_K = 13, LB_Q6_K = 14 };
 
 /* Instruction sets, for lb_set_isa: the widest the CPU has is the default. */
 enum { LB_ISA_AUTO = -1, LB_ISA_GENERIC = 0, LB_ISA_AVX2 = 1, LB_ISA_AVX512 = 2 };
 
 enum { LB_OK = 0, LB_EKIND = -1, LB_ESHAPE = -2, LB_ENOMEM = -3 };
 
-/* out[t, n] = sum_k round_act(x)[t, k] * dequant(w)[n, k]; w holds N rows of K / 32 blocks. No alignment needed. */
+/* out[t, n] = sum_k round_act(x)[t, k] * dequant(w)[n, k]; w holds N rows of K / 32 blocks (K / 256 for the
+ * K kinds, whose x is rounded per 256 as lb_round_act_k says; Q5_1 rounds x as Q4_1, Q5_0 as Q4_0). No
+ * alignment needed. */
 LB_API int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out);
 
 /* Pick the code path (tests compare them all); returns the path now in use (a wider one than the
@@ -30,5 +36,9 @@ LB_API int lb_set_isa(int isa);
 /* round_act(x) (T, K): each block of 32 as d * q, d = float16(max|x| / 127), q = rint(x * 127 / max|x|):
  * exactly the activations lb_qmatmul multiplies (a block holding NaN or inf gives NaN). */
 LB_API int lb_round_act(const float *x, int64_t T, int64_t K, float *out);
+
+/* x (T, K), K a multiple of 256, rounded as llama.cpp's quantize_row_q8_K: q (T, K) int8 and d (T, K / 256)
+ * float, x ~ d * q (a block holding NaN or inf: d NaN, q 0). */
+LB_API int lb_round_act_k(const float *x, int64_t T, int64_t K, int8_t *q, float *d);
 
 #endif

@@ -3,7 +3,8 @@
 A Q4_1 layer matrix is 5 bits a weight as GGUF stores it and 32 as float32: kept in blocks, a
 decode step reads 6x fewer bytes, a shard's resident memory shrinks alike and its cache entry
 is a plain copy of the file's bytes. Only the kinds the native kernel multiplies stay in
-blocks; any other weight type is dequantized to float32 as before.
+blocks; any other weight type is dequantized to float32 as before. Files that mix kinds (Q4_K_M:
+Q4_K, Q6_K for some layers' v and down, sometimes Q5_0 or Q8_0) keep each matrix in its own.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-from kernels.qmatrix import QUANT_KINDS, QMatrix
+from kernels.qmatrix import QUANT_KINDS, QMatrix, QRows
 
-KIND_OF = {QT.Q4_0: "q4_0", QT.Q4_1: "q4_1", QT.Q8_0: "q8_0"}
+KIND_OF = {QT.Q4_0: "q4_0", QT.Q4_1: "q4_1", QT.Q5_0: "q5_0", QT.Q5_1: "q5_1", QT.Q8_0: "q8_0",
+           QT.Q4_K: "q4_k", QT.Q5_K: "q5_k", QT.Q6_K: "q6_k"}
 assert set(KIND_OF.values()) <= set(QUANT_KINDS)
 
 
@@ -46,6 +48,32 @@ class QStack:
         return np.dtype(np.float32)          # what the kernel computes in
 
 
+@dataclass(frozen=True)
+class QLayers:
+    """One quantized matrix per layer where kinds differ between layers or between fused parts:
+    each a QMatrix, or a QRows when its fused parts differ in kind."""
+
+    layers: tuple[QMatrix | QRows, ...]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, i: int) -> QMatrix | QRows:
+        return self.layers[i]
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (len(self.layers),) + self.layers[0].shape
+
+    @property
+    def nbytes(self) -> int:
+        return sum(m.nbytes for m in self.layers)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.float32)
+
+
 def kind_of(tensor) -> str | None:
     """The native kernel's name for a GGUF tensor's type, or None when it has no kernel."""
     return KIND_OF.get(tensor.tensor_type)
@@ -57,13 +85,29 @@ def quantized_matrix(tensor) -> QMatrix:
     return QMatrix(kind_of(tensor), np.ascontiguousarray(tensor.data.reshape(-1, tensor.data.shape[-1])), cols)
 
 
-def quantized_stack(layer_tensors: list[list]) -> QStack | None:
-    """Per layer, tensors fused along `out` (q|k|v, gate|up), as one QStack; None when any
-    tensor has no kernel or the fused parts differ in kind or width (then: dequantize)."""
+def _fused(parts: list) -> QMatrix | QRows:
+    """Tensors fused along `out`: one QMatrix when they share a kind, else a QRows whose parts join
+    neighbours of one kind (q and k in Q4_K beside v in Q6_K: two parts, two kernel calls)."""
+    groups: list[list[QMatrix]] = []
+    for m in (quantized_matrix(t) for t in parts):
+        if groups and groups[-1][0].kind == m.kind:
+            groups[-1].append(m)
+        else:
+            groups.append([m])
+    ms = [QMatrix(g[0].kind, np.ascontiguousarray(np.concatenate([m.data for m in g])), g[0].cols) for g in groups]
+    return ms[0] if len(ms) == 1 else QRows(tuple(ms))
+
+
+def quantized_stack(layer_tensors: list[list]) -> QStack | QLayers | None:
+    """Per layer, tensors fused along `out` (q|k|v, gate|up): one QStack when every tensor has one
+    kind, else a QLayers; None when any tensor has no kernel or the parts differ in width (then:
+    dequantize)."""
     flat = [t for parts in layer_tensors for t in parts]
     kinds = {kind_of(t) for t in flat}
     widths = {int(t.shape[0]) for t in flat}
-    if len(kinds) != 1 or None in kinds or len(widths) != 1:
+    if None in kinds or len(widths) != 1:
         return None
-    data = np.stack([np.concatenate([quantized_matrix(t).data for t in parts]) for parts in layer_tensors])
-    return QStack(kinds.pop(), np.ascontiguousarray(data), widths.pop())
+    if len(kinds) == 1:
+        data = np.stack([np.concatenate([quantized_matrix(t).data for t in parts]) for parts in layer_tensors])
+        return QStack(kinds.pop(), np.ascontiguousarray(data), widths.pop())
+    return QLayers(tuple(_fused(parts) for parts in layer_tensors))

@@ -24,14 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.qmatrix import QMatrix
+from kernels.qmatrix import QUANT_KINDS, QMatrix, QRows
 from services.modelstore.gguf_config import ModelConfig
 from services.modelstore.identity import file_identity  # noqa: F401  (part of this module's API)
 from services.modelstore.pull import cache_dir
-from services.modelstore.quantized import QStack
+from services.modelstore.quantized import QLayers, QStack
 from services.modelstore.weights import ShardWeights, read_weights
 
-LAYOUT_VERSION = 2   # bump when the stored arrays change meaning or shape
+LAYOUT_VERSION = 3   # bump when the stored arrays change meaning or shape (3: K kinds kept in blocks)
 QUANTIZED = "quantized"
 
 
@@ -75,10 +75,13 @@ def _read_entry(entry: Path, start: int, end: int) -> tuple[ModelConfig, ShardWe
     manifest = json.loads((entry / "manifest.json").read_text())
     config = ModelConfig.from_json(manifest["config"])
     quant = manifest.get("quantized", {})
+    mixed = manifest.get("mixed", {})
     arrays = {}
     for name in manifest["arrays"]:
         a = np.load(entry / f"{name}.npy", mmap_mode="r")
-        if name in quant:
+        if name in mixed:
+            a = _mixed_layers(a.view(np.ndarray), mixed[name])
+        elif name in quant:
             kind, cols = quant[name]
             a = a.view(np.ndarray)         # a plain view: np.memmap's subclass slows every slice of it
             a = QStack(kind, a, cols) if a.ndim == 3 else QMatrix(kind, a, cols)
@@ -98,13 +101,17 @@ def _write_entry(entry: Path, config: ModelConfig, weights: ShardWeights) -> Non
             aliases["output"] = "token_embd"                  # a tied head: stored once
             del arrays["output"]
         quant = {}
+        mixed = {}
         for name, a in arrays.items():
-            if isinstance(a, (QStack, QMatrix)):
+            if isinstance(a, QLayers):
+                mixed[name], a = _mixed_bytes(a)
+            elif isinstance(a, (QStack, QMatrix)):
                 quant[name] = [a.kind, a.cols]
                 a = a.data
             np.save(tmp / f"{name}.npy", a)
         (tmp / "manifest.json").write_text(json.dumps({"config": config.to_json(), "arrays": sorted(arrays),
-                                                       "quantized": quant, "aliases": aliases}))
+                                                       "quantized": quant, "mixed": mixed,
+                                                       "aliases": aliases}))
         try:
             os.rename(tmp, entry)
         except OSError:
@@ -112,3 +119,25 @@ def _write_entry(entry: Path, config: ModelConfig, weights: ShardWeights) -> Non
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _mixed_bytes(layers: QLayers) -> tuple[list, np.ndarray]:
+    """A QLayers as one flat byte array and, per layer, its parts' [kind, rows, cols]."""
+    mats = [m.parts if isinstance(m, QRows) else (m,) for m in layers.layers]
+    spec = [[[p.kind, p.rows, p.cols] for p in parts] for parts in mats]
+    return spec, np.concatenate([p.data.reshape(-1) for parts in mats for p in parts])
+
+
+def _mixed_layers(flat: np.ndarray, spec: list) -> QLayers:
+    """The QLayers _mixed_bytes stored: views of `flat`, no copy."""
+    layers, at = [], 0
+    for parts in spec:
+        ms = []
+        for kind, rows, cols in parts:
+            n = rows * (cols // QUANT_KINDS[kind][0] * QUANT_KINDS[kind][1])
+            ms.append(QMatrix(kind, flat[at:at + n].reshape(rows, -1), cols))
+            at += n
+        layers.append(ms[0] if len(ms) == 1 else QRows(tuple(ms)))
+    if at != flat.size:
+        raise ValueError(f"mixed-kind entry holds {flat.size} bytes, its manifest {at}")
+    return QLayers(tuple(layers))

@@ -19,7 +19,7 @@ from gguf.quants import dequantize
 
 from kernels.qmatrix import QMatrix
 from services.modelstore.gguf_config import ModelConfig, UnsupportedModel, config_from_gguf
-from services.modelstore.quantized import QStack, kind_of, quantized_matrix, quantized_stack
+from services.modelstore.quantized import QLayers, QStack, kind_of, quantized_matrix, quantized_stack
 
 SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0,
                              QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K})
@@ -43,11 +43,11 @@ class ShardWeights:
     start: int
     end: int
     attn_norm: np.ndarray                   # (L, D)
-    wqkv: np.ndarray | QStack               # (L, (H + 2*KVH) * Dh, D)
-    wo: np.ndarray | QStack                 # (L, D, H*Dh)
+    wqkv: np.ndarray | QStack | QLayers     # (L, (H + 2*KVH) * Dh, D)
+    wo: np.ndarray | QStack | QLayers       # (L, D, H*Dh)
     ffn_norm: np.ndarray                    # (L, D)
-    w_gate_up: np.ndarray | QStack          # (L, 2F, D)
-    w_down: np.ndarray | QStack             # (L, D, F)
+    w_gate_up: np.ndarray | QStack | QLayers   # (L, 2F, D)
+    w_down: np.ndarray | QStack | QLayers      # (L, D, F)
     token_embd: np.ndarray | QMatrix | None = None   # (V, D), first shard
     output_norm: np.ndarray | None = None            # (D,), last shard
     output: np.ndarray | QMatrix | None = None       # (V, D), last shard; the same object as
@@ -65,7 +65,7 @@ class ShardWeights:
 
     @property
     def quantized(self) -> bool:
-        return any(isinstance(a, (QStack, QMatrix)) for a in self.arrays().values())
+        return any(isinstance(a, (QStack, QLayers, QMatrix)) for a in self.arrays().values())
 
     def to(self, xp, dtype) -> "ShardWeights":
         """Copy onto the array module `xp` in `dtype` (e.g. cupy, float16); float weights only."""
@@ -111,7 +111,7 @@ def read_weights(path: Path, start: int, end: int, dtype=np.float32,
     check_range(config, start, end)
     tensors = {t.name: t for t in reader.tensors}
 
-    def layers(*names: str) -> np.ndarray | QStack:
+    def layers(*names: str) -> np.ndarray | QStack | QLayers:
         """Stack over the range one matrix per layer, (out, in) as GGUF stores it, fused along out."""
         if quantized:
             parts = [[_tensor(tensors, f"blk.{i}.{name}.weight") for name in names] for i in range(start, end)]

@@ -20,7 +20,7 @@ from kernels.ffn import swiglu_into
 from kernels.matmul import matmul
 from kernels.norm import add_rms_norm
 from kernels.qmatmul import bound_qmatmul
-from kernels.qmatrix import QMatrix
+from kernels.qmatrix import QUANTIZED
 from services.shard.plan import AttentionPlan, plan_attention
 
 F32 = np.float32
@@ -85,7 +85,7 @@ class NativeLayers:
 
     def _projection(self, x: np.ndarray, w, out: np.ndarray):
         """x . w -> out as a call without arguments (its lookups done once, not per token)."""
-        if isinstance(w, QMatrix):
+        if isinstance(w, QUANTIZED):
             return bound_qmatmul(x, w, out)
         return lambda: np.copyto(out, matmul(np, x, w, self.split))
 

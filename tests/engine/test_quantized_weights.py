@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from kernels.qmatrix import QMatrix
-from services.modelstore.quantized import QStack
+from kernels.qmatrix import QMatrix, QRows
+from services.modelstore.quantized import QLayers, QStack
 from services.modelstore.weight_cache import load_weights
 from services.modelstore.weights import read_weights
 from services.shard.kv_cache import KVConfig, PagedKVCache
@@ -40,22 +40,24 @@ def test_blocks_dequantize_to_exactly_the_float_weights(tmp_path, qtype, kind):
 
 
 def test_kinds_without_a_kernel_are_dequantized(tmp_path):
-    _, w = read_weights(write_tiny_llama(tmp_path / "m.gguf", qtype=QT.Q5_1), 0, 3, quantized=True)
+    _, w = read_weights(write_tiny_llama(tmp_path / "m.gguf", qtype=QT.BF16), 0, 3, quantized=True)
     assert all(isinstance(getattr(w, n), np.ndarray) for n in MATRICES)
 
 
-def test_a_fused_matrix_of_mixed_kinds_is_dequantized(tmp_path):
+def test_a_fused_matrix_of_mixed_kinds_keeps_each_part_in_its_blocks(tmp_path):
     path = write_tiny_llama(tmp_path / "m.gguf", qtype=QT.Q4_1, odd_tensor_type=QT.Q8_0)   # attn_q differs
     _, fw = read_weights(path, 0, 3)
     _, qw = read_weights(path, 0, 3, quantized=True)
-    assert isinstance(qw.wqkv, np.ndarray) and isinstance(qw.wo, QStack)
-    np.testing.assert_array_equal(qw.wqkv, fw.wqkv)
+    assert isinstance(qw.wqkv, QLayers) and isinstance(qw.wo, QStack)
+    for i in range(3):
+        assert isinstance(qw.wqkv[i], QRows) and [p.kind for p in qw.wqkv[i].parts] == ["q8_0", "q4_1"]
+        np.testing.assert_array_equal(qw.wqkv[i].dequantize(), fw.wqkv[i])
 
 
 def test_cache_entry_round_trip_stores_a_tied_head_once(q4_1_path, tmp_path):
     cold = load_weights(q4_1_path, 0, 3, "quantized", root=tmp_path)
     warm = load_weights(q4_1_path, 0, 3, "quantized", root=tmp_path)
-    assert cold.cold and not warm.cold and warm.path.name == "0-3-quantized-v2"
+    assert cold.cold and not warm.cold and warm.path.name == "0-3-quantized-v3"
     for name in MATRICES:
         a, b = getattr(cold.weights, name), getattr(warm.weights, name)
         assert isinstance(b, QStack) and b.kind == a.kind

@@ -1,0 +1,90 @@
+/* Entry of the K-quant and 5-bit kinds: x rounded as llama.cpp rounds it for each (Q8_K for the K
+ * kinds, Q8_0 / Q8_1 for Q5_0 / Q5_1), then the chosen code path. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "qk.h"
+
+/* One block of 256 as quantize_row_q8_K_ref: the signed element of largest magnitude (the first,
+ * on ties) sets iscale = -127 / max; q = min(127, rint(iscale * x)) with ties to even, d = 1 / iscale. */
+static void round_block_k(const float *x, int8_t *q, float *d, int16_t *bsums) {
+    float amax = 0.0f, max = 0.0f;
+    int finite = 1;
+    for (int j = 0; j < QKK; j++) {
+        const float ax = fabsf(x[j]);
+        finite &= ax <= 3.4028235e38f;
+        if (ax > amax) amax = ax, max = x[j];
+    }
+    if (!finite || amax == 0.0f) {                 /* all zero: d 0; NaN or inf: d NaN reaches the output */
+        for (int j = 0; j < QKK; j++) q[j] = 0;
+        for (int j = 0; j < QKK / 16; j++) bsums[j] = 0;
+        *d = finite ? 0.0f : NAN;
+        return;
+    }
+    const float iscale = -127.0f / max;
+    for (int j = 0; j < QKK; j++) {
+        const int v = (int)nearbyintf(iscale * x[j]);
+        q[j] = (int8_t)(v < 127 ? v : 127);
+    }
+    for (int j = 0; j < QKK / 16; j++) {
+        int s = 0;
+        for (int l = 0; l < 16; l++) s += q[16 * j + l];
+        bsums[j] = (int16_t)s;
+    }
+    *d = 1.0f / iscale;
+}
+
+int lb_act_k_init(lb_act_k *a, const float *x, int64_t T, int64_t K) {
+    a->T = T;
+    a->K = K;
+    a->nb = K / QKK;
+    const int64_t n = T * a->nb;
+    a->mem = malloc((size_t)(n * (int64_t)sizeof(float) + n * 16 * (int64_t)sizeof(int16_t) + T * K) + 64);
+    if (a->mem == NULL) return LB_ENOMEM;
+    a->d = (float *)(((uintptr_t)a->mem + 63) & ~(uintptr_t)63);
+    a->bsums = (int16_t *)(a->d + n);
+    a->q = (int8_t *)(a->bsums + n * 16);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t b = 0; b < a->nb; b++)
+            round_block_k(x + t * K + b * QKK, a->q + t * K + b * QKK, a->d + t * a->nb + b,
+                          a->bsums + (t * a->nb + b) * 16);
+    return LB_OK;
+}
+
+void lb_act_k_free(lb_act_k *a) {
+    free(a->mem);
+    a->mem = NULL;
+}
+
+int lb_qk_matmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
+    const int64_t per_block = lb_is_qk(kind) ? QKK : QK;
+    if (T < 0 || N < 0 || K <= 0 || K % per_block) return LB_ESHAPE;
+    if (T == 0 || N == 0) return LB_OK;
+    const int isa = lb_chosen_isa();
+    lb_act_k ak = {0};
+    lb_act a5 = {0};
+    if (lb_is_qk(kind) ? lb_act_k_init(&ak, x, T, K) != LB_OK
+                       : lb_act_init(&a5, kind, x, T, K, lb_chosen_rounder()) != LB_OK)
+        return LB_ENOMEM;
+#if defined(__x86_64__)
+    /* AVX-512 machines run the AVX2 code for these kinds: no AVX-512 path of theirs yet. */
+    if (isa >= LB_ISA_AVX2) lb_qk_matmul_avx2(kind, &ak, &a5, w, N, out);
+    else
+#endif
+        lb_qk_matmul_generic(kind, &ak, &a5, w, N, out);
+    (void)isa;
+    if (lb_is_qk(kind)) lb_act_k_free(&ak);
+    else lb_act_free(&a5);
+    return LB_OK;
+}
+
+int lb_round_act_k(const float *x, int64_t T, int64_t K, int8_t *q, float *d) {
+    if (T < 0 || K <= 0 || K % QKK) return LB_ESHAPE;
+    if (T == 0) return LB_OK;
+    lb_act_k a;
+    if (lb_act_k_init(&a, x, T, K) != LB_OK) return LB_ENOMEM;
+    memcpy(q, a.q, (size_t)(T * K));
+    memcpy(d, a.d, (size_t)(T * a.nb) * sizeof(float));
+    lb_act_k_free(&a);
+    return LB_OK;
+}

@@ -1,0 +1,57 @@
+/* Internals of the K-quant (Q4_K, Q5_K, Q6_K) and 5-bit (Q5_0, Q5_1) kernels: block sizes, the
+ * activations rounded to Q8_K, and the code paths. qmatmul.c hands these kinds to lb_qk_matmul. */
+#ifndef LB_QK_H
+#define LB_QK_H
+
+#include <stdint.h>
+
+#include "qmatmul_impl.h"
+
+#define QKK 256               /* weights per K-quant super-block */
+
+static inline int lb_is_qk(int kind) { return kind == LB_Q4_K || kind == LB_Q5_K || kind == LB_Q6_K; }
+static inline int lb_is_q5(int kind) { return kind == LB_Q5_0 || kind == LB_Q5_1; }
+
+/* Bytes of one block (elements: QKK for the K kinds, QK for Q5_0/Q5_1); 0 for any other kind. */
+static inline int lb_qk_block_bytes(int kind) {
+    switch (kind) {
+    case LB_Q5_0: return 22;      /* d, qh[4], qs[16] */
+    case LB_Q5_1: return 24;      /* d, m, qh[4], qs[16] */
+    case LB_Q4_K: return 144;     /* d, dmin, scales[12], qs[128] */
+    case LB_Q5_K: return 176;     /* d, dmin, scales[12], qh[32], qs[128] */
+    case LB_Q6_K: return 210;     /* ql[128], qh[64], scales[16] (int8), d */
+    default: return 0;
+    }
+}
+
+/* x rounded as llama.cpp's quantize_row_q8_K rounds it: per block of 256, max = the element of
+ * largest |x| (the first such), q = min(127, rint(x * (-127 / max))), d = 1 / (-127 / max) as float
+ * (not float16), and bsums = the sums of each 16 quants. q is in the order of x. */
+typedef struct {
+    int64_t T, K, nb;
+    int8_t *q;                /* T rows of K */
+    float *d;                 /* T rows of nb */
+    int16_t *bsums;           /* T rows of nb * 16 */
+    void *mem;
+} lb_act_k;
+
+int lb_act_k_init(lb_act_k *a, const float *x, int64_t T, int64_t K);   /* LB_OK, LB_ENOMEM */
+void lb_act_k_free(lb_act_k *a);
+
+/* The scales of a Q4_K/Q5_K block's eight sub-blocks of 32: 6 bits each, packed in 12 bytes. */
+static inline void lb_k4_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0x0f) | ((s[j] >> 6) << 4);
+        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+    }
+}
+
+/* out (T, N) for a weight of kind lb_is_qk/lb_is_q5 (K checked by the caller); a: the kind's rounding. */
+void lb_qk_matmul_generic(int kind, const lb_act_k *ak, const lb_act *a5, const uint8_t *w, int64_t N, float *out);
+#if defined(__x86_64__)
+void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const uint8_t *w, int64_t N, float *out);
+#endif
+
+#endif

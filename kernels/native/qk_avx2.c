@@ -1,0 +1,180 @@
+/* AVX2 path of the K-quant and 5-bit kinds. vpmaddubsw multiplies the unsigned weight quants (Q4_K
+ * 0..15, Q5_K 0..31, Q6_K 0..63 before its -32) by the int8 x quants into 16-bit pairs (at most
+ * 2 * 63 * 127, exact) and vpmaddwd applies each group's scale into 32-bit lanes. A K block's
+ * integers are summed across lanes before any float is touched, so each output is the same float
+ * operations in the same order as qk_generic.c: the same bits. Q6_K's -32 comes back as
+ * -32 * scale . bsums. Q5_0/Q5_1 follow qmatmul_avx2.c's Q4_0/Q4_1 (per-lane float sums), the fifth
+ * bit spread from qh to bytes. Up to 16 rows of x (K kinds; 4 for Q5) share each unpacked weight block, so
+ * a batch of 16 streams the weights once. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "qk.h"
+
+#define TGT __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline)) TGT
+
+INLINE int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+INLINE float hsum_f32(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* One K weight block as 8 chunks of 32 unsigned quants in x's order, a 16-bit scale vector per chunk
+ * (two 16-groups: low and high 128 bits), Q6_K's 16 scales widened, the mins per 16-group. */
+typedef struct {
+    __m256i u[8], sc[8], sc16, mn16;
+    float d, dmin;
+} kblock;
+
+INLINE void unpack_k(int kind, const uint8_t *blk, kblock *k) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    if (kind == LB_Q6_K) {
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+            /* bits 2i, 2i+1 of qh to bits 4, 5 of each byte (the masks drop what crosses bytes) */
+            k->u[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            k->u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            k->u[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+            k->u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                              _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+        }
+        const int8_t *s = (const int8_t *)(blk + 192);
+        for (int c = 0; c < 8; c++)
+            k->sc[c] = _mm256_set_m128i(_mm_set1_epi16(s[2 * c + 1]), _mm_set1_epi16(s[2 * c]));
+        k->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
+        k->d = _cvtsh_ss(lb_u16(blk + 208));
+        k->dmin = 0.0f;
+        return;
+    }
+    uint8_t s8[8], m8[8];
+    lb_k4_scales(blk + 4, s8, m8);
+    const uint8_t *qs = blk + (kind == LB_Q5_K ? 48 : 16);
+    const __m256i qh = kind == LB_Q5_K ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+    const __m256i one = _mm256_set1_epi8(1);
+    for (int j = 0; j < 4; j++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        k->u[2 * j] = _mm256_and_si256(q, m4);
+        k->u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (kind == LB_Q5_K) {
+            const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one);
+            const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one);
+            k->u[2 * j] = _mm256_or_si256(k->u[2 * j], _mm256_slli_epi16(b0, 4));
+            k->u[2 * j + 1] = _mm256_or_si256(k->u[2 * j + 1], _mm256_slli_epi16(b1, 4));
+        }
+    }
+    for (int c = 0; c < 8; c++) k->sc[c] = _mm256_set1_epi16(s8[c]);
+    k->mn16 = _mm256_cvtepu8_epi16(_mm_set_epi8(m8[7], m8[7], m8[6], m8[6], m8[5], m8[5], m8[4], m8[4],
+                                                m8[3], m8[3], m8[2], m8[2], m8[1], m8[1], m8[0], m8[0]));
+    k->d = _cvtsh_ss(lb_u16(blk));
+    k->dmin = _cvtsh_ss(lb_u16(blk + 2));
+}
+
+INLINE void rows_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
+    const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind);
+    kblock k;
+    for (int64_t n = 0; n < N; n++) {
+        float acc[16] = {0}, accm[16] = {0};
+        for (int64_t b = 0; b < nb; b++) {
+            unpack_k(kind, w + (n * nb + b) * bb, &k);
+            for (int r = 0; r < R; r++) {
+                const int8_t *xq = a->q + (t0 + r) * a->K + b * QKK;
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)(a->bsums + ((t0 + r) * nb + b) * 16));
+                __m256i s = kind == LB_Q6_K ? _mm256_slli_epi32(_mm256_madd_epi16(bs, k.sc16), 5) : _mm256_setzero_si256();
+                s = _mm256_sub_epi32(_mm256_setzero_si256(), s);
+                for (int c = 0; c < 8; c++) {
+                    const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * c));
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(k.u[c], x), k.sc[c]));
+                }
+                const float dx = a->d[(t0 + r) * nb + b];
+                acc[r] += k.d * dx * (float)hsum_i32(s);
+                if (kind != LB_Q6_K) accm[r] += k.dmin * dx * (float)hsum_i32(_mm256_madd_epi16(bs, k.mn16));
+            }
+        }
+        for (int r = 0; r < R; r++) out[r * N + n] = acc[r] - accm[r];
+    }
+}
+
+INLINE void rows_q5(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
+    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_qk_block_bytes(kind), head = kind == LB_Q5_1 ? 4 : 2;
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(0x10);
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bits = _mm256_set1_epi64x(0x8040201008040201LL);
+    for (int64_t n = 0; n < N; n++) {
+        __m256 acc[4];
+        float side[4];
+        for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), side[r] = 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *p = w + (n * nb + b) * bb;
+            const __m128i qs = _mm_loadu_si128((const __m128i *)(p + head + 4));
+            __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), m4);
+            __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)lb_u32(p + head)), spread);
+            h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits);      /* byte i: 0xff where bit i of qh */
+            u = _mm256_or_si256(u, _mm256_and_si256(h, b16));
+            if (kind == LB_Q5_0) u = _mm256_sub_epi8(u, b16);            /* signed: |q| against x's sign below */
+            const float dw = _cvtsh_ss(lb_u16(p)), mw = kind == LB_Q5_1 ? _cvtsh_ss(lb_u16(p + 2)) : 0.0f;
+            const __m256i au = kind == LB_Q5_0 ? _mm256_sign_epi8(u, u) : u;
+            for (int r = 0; r < R; r++) {
+                const int8_t *row = a->q + (t0 + r) * nbp * QK;
+                const float dx = a->d[(t0 + r) * nbp + b], sx = a->side[(t0 + r) * nbp + b];
+                __m256i x = _mm256_loadu2_m128i((const __m128i *)(row + lb_act_index(kind, b, 16)),
+                                                (const __m128i *)(row + lb_act_index(kind, b, 0)));
+                if (kind == LB_Q5_0) x = _mm256_sign_epi8(x, u);
+                const __m256 prod = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(au, x), ones));
+                acc[r] = _mm256_fmadd_ps(prod, _mm256_set1_ps(dw * dx), acc[r]);
+                if (kind == LB_Q5_1) side[r] += mw * sx;
+            }
+        }
+        for (int r = 0; r < R; r++) out[r * N + n] = hsum_f32(acc[r]) + side[r];
+    }
+}
+
+/* One instantiation per (kind, R): the row count is known to the compiler. */
+#define ROW_FN(KIND, FN, ACT, R) \
+    static TGT void FN##_##KIND##_##R(const ACT *a, int64_t t, const uint8_t *w, int64_t N, float *o) { FN(KIND, R, a, t, w, N, o); }
+#define ROWS_Q5(KIND) ROW_FN(KIND, rows_q5, lb_act, 1) ROW_FN(KIND, rows_q5, lb_act, 2) ROW_FN(KIND, rows_q5, lb_act, 3) \
+    ROW_FN(KIND, rows_q5, lb_act, 4) \
+    static void (*const rows_q5_##KIND[5])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = { \
+        0, rows_q5_##KIND##_1, rows_q5_##KIND##_2, rows_q5_##KIND##_3, rows_q5_##KIND##_4};
+#define ROWS_K(KIND) ROW_FN(KIND, rows_k, lb_act_k, 1) ROW_FN(KIND, rows_k, lb_act_k, 2) \
+    ROW_FN(KIND, rows_k, lb_act_k, 3) ROW_FN(KIND, rows_k, lb_act_k, 4) ROW_FN(KIND, rows_k, lb_act_k, 8) \
+    ROW_FN(KIND, rows_k, lb_act_k, 16) \
+    static void (*const rows_k_##KIND[17])(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) = { \
+        0, rows_k_##KIND##_1, rows_k_##KIND##_2, rows_k_##KIND##_3, rows_k_##KIND##_4, 0, 0, 0, rows_k_##KIND##_8, \
+        0, 0, 0, 0, 0, 0, 0, rows_k_##KIND##_16};
+
+ROWS_K(12)
+ROWS_K(13)
+ROWS_K(14)
+ROWS_Q5(6)
+ROWS_Q5(7)
+
+TGT void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const uint8_t *w, int64_t N, float *out) {
+    if (!lb_is_qk(kind)) {
+        for (int64_t t = 0; t < a5->T; t += 4) {
+            const int R = a5->T - t < 4 ? (int)(a5->T - t) : 4;
+            (kind == LB_Q5_0 ? rows_q5_6 : rows_q5_7)[R](a5, t, w, N, out + t * N);
+        }
+        return;
+    }
+    void (*const *fn)(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) =
+        kind == LB_Q4_K ? rows_k_12 : kind == LB_Q5_K ? rows_k_13 : rows_k_14;
+    for (int64_t t = 0; t < ak->T;) {       /* the widest tile that fits: every row sums alike in any */
+        const int64_t left = ak->T - t;
+        const int R = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : (int)left;
+        fn[R](ak, t, w, N, out + t * N);
+        t += R;
+    }
+}
+#endif

@@ -1,0 +1,212 @@
+"""The K-quant (Q4_K, Q5_K, Q6_K) and 5-bit (Q5_0, Q5_1) kinds: the native product equals the gguf
+package's dequantization of the blocks times x rounded as derived here from llama.cpp's
+quantize_row_q8_K (K kinds) or Q8_0/Q8_1 (5-bit kinds), on every code path; integer sums exact;
+the K kinds give the same bits on every path; a row's result does not depend on its batch."""
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize, quantize
+
+from kernels import qmatmul as qm
+from kernels.qact import round_act
+from kernels.qmatrix import QUANT_KINDS, BadQuantShape, QMatrix, QRows
+from tests.conftest import require
+
+K_KINDS = ("q4_k", "q5_k", "q6_k")
+Q5_KINDS = ("q5_0", "q5_1")
+SHAPES = ((37, 256), (19, 1024))                 # (N, K): N off every tile size
+TS = (1, 2, 3, 4, 5, 9)
+
+
+def q8k(x: np.ndarray) -> np.ndarray:
+    """x rounded as quantize_row_q8_K (ggml-quants.c), derived here block by block in float32:
+    max = the signed element of largest |x| (the first), iscale = -127 / max,
+    q = min(127, round-half-even(iscale * x)), d = 1 / iscale; returns d * q in float64."""
+    out = np.zeros(x.shape, np.float64)
+    for t in range(x.shape[0]):
+        for b in range(0, x.shape[1], 256):
+            blk = x[t, b:b + 256]
+            mx = blk[int(np.argmax(np.abs(blk)))]
+            if mx == 0:
+                continue
+            iscale = np.float32(-127) / mx
+            q = np.minimum(np.rint(iscale * blk), 127)
+            out[t, b:b + 256] = q.astype(np.float64) * np.float64(np.float32(1) / iscale)
+    return out
+
+
+def k_blocks(rng, kind: str, rows: int, cols: int, d=None, dmin=None) -> QMatrix:
+    """Valid K blocks from random bytes (every byte pattern of quants and packed scales is a
+    valid block) with the float16 super-block scales real weights have (d ~ 1e-3)."""
+    per, bb = QUANT_KINDS[kind]
+    nb = rows * cols // per
+    data = rng.integers(0, 256, size=(nb, bb), dtype=np.uint8)
+    dd = (rng.normal(0, 1e-3, nb) if d is None else np.full(nb, d)).astype(np.float16)
+    dm = (np.abs(rng.normal(0, 1e-3, nb)) if dmin is None else np.full(nb, dmin)).astype(np.float16)
+    if kind == "q6_k":
+        data[:, 208:210] = dd.view(np.uint8).reshape(nb, 2)
+    else:
+        data[:, 0:2] = dd.view(np.uint8).reshape(nb, 2)
+        data[:, 2:4] = dm.view(np.uint8).reshape(nb, 2)
+    return QMatrix(kind, data.reshape(rows, cols // per * bb), cols)
+
+
+def weights(rng, kind: str, rows: int, cols: int) -> QMatrix:
+    if kind in K_KINDS:          # gguf's numpy quantizer lacks the K kinds
+        return k_blocks(rng, kind, rows, cols)
+    w = rng.standard_normal((rows, cols)).astype(np.float32) * np.float32(0.02)
+    return QMatrix(kind, quantize(w, QT[kind.upper()]), cols)
+
+
+def reference(x: np.ndarray, w: QMatrix) -> tuple[np.ndarray, np.ndarray]:
+    """(x rounded . gguf-dequantized w, |x rounded| . |w|) in float64."""
+    wd = dequantize(w.data, QT[w.kind.upper()]).reshape(w.shape).astype(np.float64)
+    xr = q8k(x) if w.kind in K_KINDS else round_act(x).astype(np.float64)
+    return xr @ wd.T, np.abs(xr) @ np.abs(wd).T + 1e-30
+
+
+@pytest.fixture(params=("generic", "avx2", "avx512"))
+def isa(request):
+    require(qm.available(), "the native library is not built (pip install -e . with a C compiler builds it)")
+    got = qm.set_isa(request.param)
+    if got != request.param:
+        pytest.skip(f"this CPU lacks {request.param}")
+    yield got
+    qm.set_isa("auto")
+
+
+@pytest.mark.parametrize("kind", K_KINDS + Q5_KINDS)
+def test_product_is_gguf_dequantization_times_rounded_x(isa, kind):
+    rng = np.random.default_rng(sum(map(ord, isa + kind)))
+    for n, k in SHAPES:
+        w = weights(rng, kind, n, k)
+        for t in TS:
+            x = rng.standard_normal((t, k)).astype(np.float32)
+            ref, scale = reference(x, w)
+            got = qm.qmatmul(x, w)
+            assert got.dtype == np.float32 and got.shape == ref.shape
+            err = (np.abs(got - ref) / scale).max()
+            assert err < 1e-5, f"{kind} ({n}, {k}) T={t}: worst relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("kind", K_KINDS)
+def test_integer_sums_are_exact(isa, kind):
+    """d = dmin = 1 and x integers with -127 leading each block (so iscale = 1, q = x, d_x = 1): every
+    output is an integer below 2^24, which float32 holds exactly."""
+    rng = np.random.default_rng(3)
+    w = k_blocks(rng, kind, 11, 512, d=1.0, dmin=1.0)
+    x = rng.integers(-126, 127, size=(5, 512)).astype(np.float32)
+    x[:, ::256] = -127
+    want = x.astype(np.float64) @ dequantize(w.data, QT[kind.upper()]).reshape(w.shape).astype(np.float64).T
+    assert np.abs(want).max() < 2**24
+    np.testing.assert_array_equal(qm.qmatmul(x, w), want)
+
+
+@pytest.mark.parametrize("kind", K_KINDS)
+def test_k_kinds_give_the_same_bits_on_every_path(kind):
+    """qk_avx2.c sums a K block's integers before any float, in qk_generic.c's float order."""
+    require(qm.available(), "the native library is not built")
+    rng = np.random.default_rng(4)
+    w = weights(rng, kind, 21, 768)
+    x = rng.standard_normal((7, 768)).astype(np.float32)
+    got = {}
+    for name in ("generic", "avx2", "avx512"):
+        if qm.set_isa(name) == name:
+            got[name] = qm.qmatmul(x, w)
+    qm.set_isa("auto")
+    for name, out in got.items():
+        np.testing.assert_array_equal(out, got["generic"], err_msg=name)
+
+
+@pytest.mark.parametrize("kind", K_KINDS + Q5_KINDS)
+def test_a_row_gives_the_same_bits_alone_and_in_any_batch(isa, kind):
+    rng = np.random.default_rng(5)
+    w = weights(rng, kind, 13, 512)
+    x = rng.standard_normal((23, 512)).astype(np.float32)
+    full = qm.qmatmul(x, w)
+    for t in (0, 3, 4, 13, 22):
+        for lo in (0, t // 2, t):
+            np.testing.assert_array_equal(qm.qmatmul(x[lo:t + 1], w)[t - lo], full[t])
+
+
+def test_q8k_rounding_by_hand():
+    """The first element of largest |x| sets the sign of iscale; ties round to even; d = 1 / iscale."""
+    x = np.zeros((2, 256), np.float32)
+    x[0, :5] = [-2.0, 2.0, 1.0, 0.5, -0.25]                   # max -2: iscale 63.5
+    x[1, :3] = [2.0, -2.0, 1.0]                               # max +2 (the first): iscale -63.5
+    q, d = qm.rounded_k(x)
+    np.testing.assert_array_equal(q[0, :5], [-127, 127, 64, 32, -16])    # 63.5 -> 64, 31.75 -> 32, -15.875 -> -16
+    np.testing.assert_array_equal(q[1, :3], [-127, 127, -64])
+    np.testing.assert_array_equal(d[:, 0], [np.float32(1) / np.float32(63.5), np.float32(1) / np.float32(-63.5)])
+    assert not q[:, 5:].any() and q.dtype == np.int8 and d.dtype == np.float32
+
+
+def test_native_q8k_rounding_is_the_numpy_definition_bit_for_bit():
+    require(qm.available(), "the native library is not built")
+    from kernels.qact import round_act_k
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((6, 1024)).astype(np.float32) * np.float32(3)
+    x[1] *= np.float32(1e-30)
+    x[2] = np.round(x[2] * 10) / 10                            # many ties after scaling
+    x[3, :256] = 0.0                                           # an all-zero block
+    x[4] *= np.float32(1e30)
+    x[5, 300] = np.nan
+    q, d = qm.rounded_k(x)
+    q2, d2 = round_act_k(x)
+    np.testing.assert_array_equal(q, q2)
+    np.testing.assert_array_equal(d, d2)
+    assert d[3, 0] == 0 and np.isnan(d[5, 1]) and np.isfinite(d[5, [0, 2, 3]]).all()
+    dx = np.repeat(d2, 256, axis=1)                            # the test's own derivation agrees too
+    np.testing.assert_array_equal(q2 * dx.astype(np.float64), np.where(np.isnan(dx), np.nan, q8k(x)))
+
+
+@pytest.mark.parametrize("kind", K_KINDS + Q5_KINDS)
+def test_nan_in_x_reaches_only_its_rows(isa, kind):
+    rng = np.random.default_rng(7)
+    w = weights(rng, kind, 8, 512)
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    x[1, 300] = np.nan
+    out = qm.qmatmul(x, w)
+    assert np.isfinite(out[[0, 2]]).all() and np.isnan(out[1]).all()
+
+
+@pytest.mark.parametrize("kind", K_KINDS + Q5_KINDS)
+def test_numpy_fallback_matches(monkeypatch, kind):
+    rng = np.random.default_rng(8)
+    w = weights(rng, kind, 17, 512)
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    native = qm.qmatmul(x, w)
+    monkeypatch.setattr(qm, "_load", lambda: None)
+    fallback = qm.qmatmul(x, w)
+    ref, scale = reference(x, w)
+    assert (np.abs(fallback - ref) / scale).max() < 1e-5
+    np.testing.assert_allclose(native, fallback, rtol=1e-4, atol=1e-4 * np.abs(fallback).max())
+
+
+def test_k_rows_must_be_whole_super_blocks():
+    with pytest.raises(BadQuantShape, match="multiple of 256"):
+        QMatrix("q4_k", np.zeros((2, 144), np.uint8), 128)
+    with pytest.raises(BadQuantShape, match="bytes"):
+        QMatrix("q6_k", np.zeros((2, 144), np.uint8), 256)
+    w = QMatrix("q5_1", np.zeros((2, 24), np.uint8), 32)
+    with pytest.raises(ValueError, match="shape"):
+        qm.qmatmul(np.zeros((1, 64), np.float32), w)
+
+
+def test_rows_of_mixed_kinds_multiply_part_by_part(isa):
+    """A QRows (Q4_K_M's q|k in Q4_K beside v in Q6_K, or Q5_0 beside Q8_0) gives each part's product
+    in its columns, called directly or bound to reused buffers."""
+    rng = np.random.default_rng(9)
+    parts = (weights(rng, "q4_k", 24, 512), weights(rng, "q6_k", 8, 512), weights(rng, "q5_0", 5, 512))
+    w = QRows(parts)
+    assert w.shape == (37, 512) and w.nbytes == sum(p.nbytes for p in parts)
+    np.testing.assert_array_equal(w.dequantize(), np.concatenate([p.dequantize() for p in parts]))
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    want = np.concatenate([qm.qmatmul(x, p) for p in parts], axis=1)
+    np.testing.assert_array_equal(qm.qmatmul(x, w), want)
+    out = np.full((3, 37), np.nan, np.float32)
+    assert qm.bound_qmatmul(x, w, out)() is out
+    np.testing.assert_array_equal(out, want)
+    with pytest.raises(BadQuantShape, match="width"):
+        QRows((parts[0], weights(rng, "q4_k", 4, 256)))
