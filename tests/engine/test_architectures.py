@@ -10,7 +10,9 @@ import pytest
 
 from services.modelstore.gguf_config import UnsupportedModel
 from services.modelstore.weight_cache import load_weights
-from services.modelstore.weights import read_config
+from services.modelstore.weights import ShardWeights, read_config
+from services.shard.array_layers import ArrayLayers
+from services.shard.numpy_layers import NumpyLayers
 from services.shard.inprocess import Chunk, PageAllocator, Pipeline, build_batch
 from tests.engine import naive_arch
 from tests.engine.arch_gguf import SPECS, sha256, write
@@ -72,6 +74,24 @@ def test_one_shard_and_three_match_the_plain_forward(tiny, tmp_path):
     cuts = [0, n // 3, 2 * n // 3, n]
     pipe = Pipeline([make_shard(path, a, b, num_pages=16, page_size=4, root=tmp_path) for a, b in zip(cuts, cuts[1:])])
     np.testing.assert_array_equal(_prefill_then_decode(pipe.forward, PageAllocator(16, 4)), got)
+
+
+@pytest.mark.parametrize("runner", ["array", "numpy"])
+def test_op_by_op_layers_match_the_plain_forward(tiny, tmp_path, runner):
+    """The loops a GPU shard (ArrayLayers on cupy) and a CPU without the C library run: prompt rows
+    attend together (with the sliding window as a mask), decode rows through a bias or the pages."""
+    name, path, want = tiny
+    n = SPECS[name].n_layers
+    loaded = load_weights(path, 0, n, root=tmp_path)
+    shard = make_shard(loaded, num_pages=16, page_size=4)
+    w = loaded.weights.arrays()
+    extras = [{k: w[k][i] for k in ShardWeights.LAYER_EXTRAS if k in w} for i in range(n)]
+    layers = shard.runner.layers
+    shard.runner = (ArrayLayers(np, shard.config, layers, shard.kv, 0, split=True, extras=extras) if runner == "array"
+                    else NumpyLayers(shard.config, layers, shard.kv, 0, extras=extras))
+    got = _prefill_then_decode(shard.forward, PageAllocator(16, 4))
+    tol = TOLERANCE.get(name, 1e-4)
+    np.testing.assert_allclose(got, want[PROMPT - 1:], rtol=tol, atol=tol)
 
 
 def test_the_description_is_read_from_metadata(tiny):
