@@ -27,8 +27,10 @@ CHATS = [
     [{"role": "system", "content": "Answer in one short sentence."},
      {"role": "user", "content": "Why is the sky blue?"}],
 ]
-COMPLETIONS = ["Question: What is the largest planet in the solar system?\nAnswer:",
-               "Question: Who wrote Romeo and Juliet?\nAnswer:"]
+# Questions whose first answer tokens llama.cpp picks by a clear margin (>= 1.0), so that a served
+# greedy answer has a prefix that must equal llama.cpp's.
+COMPLETIONS = ["Question: What is 2 + 2?\nAnswer:", "Question: Who painted the Mona Lisa?\nAnswer:",
+               "Question: What is the largest planet in the solar system?\nAnswer:"]
 
 
 def chat_text(lc, messages) -> str:
