@@ -54,6 +54,10 @@ SPECS = {
     "llama-linear": TinySpec("llama", 32, meta={"rope.scaling.type": "linear", "rope.scaling.factor": 4.0}),
     "llama-yarn": TinySpec("llama", 33, meta={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
                                               "rope.scaling.original_context_length": 64}),
+    # Mistral 7B as converted: the llama layout with its window in metadata, which llama.cpp does
+    # not apply to `llama` files (a window of 5 here, so that applying it would show).
+    "mistral": TinySpec("llama", 34, n_heads=8, n_kv_heads=2, head_dim=8,
+                        meta={"attention.sliding_window": 5}),
     "qwen2": TinySpec("qwen2", 41, rope_base=1000000.0),
     "qwen3": TinySpec("qwen3", 51, head_dim=32, rope_base=1000000.0),
     "gemma3": TinySpec("gemma3", 61, n_layers=6, head_dim=32, rope_base=1000000.0, tied=True,
