@@ -85,8 +85,11 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
+TOKEN_IDS = [3, 49000]    # prompts draw ids from here; main() bounds it by the model's vocabulary
+
+
 def prompt(n: int, seed: int = 0) -> list[int]:
-    return np.random.default_rng(seed).integers(3, 49000, size=n).tolist()
+    return np.random.default_rng(seed).integers(*TOKEN_IDS, size=n).tolist()
 
 
 def decode_rate(model: ShardModel, batch: int, steps: int) -> float:
@@ -155,6 +158,7 @@ def main() -> None:
     load_start = os.getloadavg()
     path = args.model or pull()
     config, reader = read_config(path)
+    TOKEN_IDS[1] = min(TOKEN_IDS[1], config.vocab_size)
     stored = sum(int(t.n_bytes) for t in reader.tensors)
     bw = read_bandwidth()
     runs = {}

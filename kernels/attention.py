@@ -7,6 +7,8 @@ p % page_size. Query head h reads KV head h // (n_heads / n_kv_heads), as llama.
 
 from __future__ import annotations
 
+import numpy as np
+
 from kernels.softmax import softmax
 
 
@@ -37,8 +39,18 @@ def attend_decode(xp, q, k_cache, v_cache, page_table, bias, scale):
     return out.reshape(s_, h, dh)
 
 
-def attend_prefill(xp, q, k_cache, v_cache, pages, start: int, scale):
-    """Queries of one sequence at positions start .. start+n-1, each seeing keys up to itself.
+def window_bias(lens, n_keys: int, window: int, dtype):
+    """(S, n_keys) numpy bias of decode rows seeing `lens` keys through a sliding window: 0 for the
+    last `window` keys of each row (itself included, as llama.cpp's is_masked_swa), -inf elsewhere."""
+    keys = np.arange(n_keys)[None, :]
+    lens = np.asarray(lens, dtype=np.int64)[:, None]
+    seen = (keys < lens) & (keys >= lens - window)
+    return np.where(seen, 0.0, -np.inf).astype(dtype)
+
+
+def attend_prefill(xp, q, k_cache, v_cache, pages, start: int, scale, window: int = 0):
+    """Queries of one sequence at positions start .. start+n-1, each seeing keys up to itself
+    (and, with a sliding `window`, only the last `window` of them).
 
     q (n, H, Dh); pages (n_pages,) of the sequence, covering start + n positions.
     Returns (n, H, Dh).
@@ -54,6 +66,8 @@ def attend_prefill(xp, q, k_cache, v_cache, pages, start: int, scale):
     scores *= scale
     # Query i sits at position start + i and may see keys 0 .. start + i.
     future = xp.arange(ctx)[None, :] > (start + xp.arange(n))[:, None]    # (n, C)
+    if window:
+        future |= xp.arange(ctx)[None, :] <= (start + xp.arange(n))[:, None] - window
     scores[:, :, future] = -xp.inf
     p = softmax(xp, scores)
     out = p @ v.transpose(1, 0, 2)[:, None]                               # (KVH, G, n, Dh)

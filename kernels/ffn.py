@@ -1,10 +1,12 @@
-"""The llama feed-forward block: SwiGLU, down(silu(gate(x)) * up(x))."""
+"""The gated feed-forward block: down(act(gate(x)) * up(x)), act SiLU (SwiGLU) or GELU-tanh (GeGLU)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from kernels.matmul import matmul
+
+ACTIVATIONS = ("silu", "gelu_tanh")
 
 
 def silu(xp, x):
@@ -13,16 +15,33 @@ def silu(xp, x):
     return x / (one + xp.exp(-x))
 
 
-def swiglu(xp, gate_up):
-    """gate_up (T, 2F) = [gate | up] from one fused matmul -> silu(gate) * up, (T, F)."""
+def gelu_tanh(xp, x):
+    """0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) as llama.cpp's CPU computes it, in x's dtype:
+    looked up in a float16 table (x rounded to float16, the result too), and exact past |x| >= 10."""
+    f32 = xp.float32
+    x16 = x.astype(xp.float16).astype(f32)
+    inner = f32(0.7978845608028654) * x16 * (f32(1) + f32(0.044715) * x16 * x16)
+    y = (f32(0.5) * x16 * (f32(1) + xp.tanh(inner))).astype(xp.float16).astype(f32)
+    y = xp.where(x <= -10, f32(0), xp.where(x >= 10, x.astype(f32), y))
+    return y.astype(x.dtype, copy=False)
+
+
+def gated(xp, gate_up, activation: str = "silu"):
+    """gate_up (T, 2F) = [gate | up] from one fused matmul -> act(gate) * up, (T, F)."""
     f = gate_up.shape[-1] // 2
     gate, up = gate_up[:, :f], gate_up[:, f:]
-    return silu(xp, gate) * up
+    act = silu(xp, gate) if activation == "silu" else gelu_tanh(xp, gate)
+    return act * up
 
 
-def feed_forward(xp, x, w_gate_up, w_down, split: bool = False):
-    """x (T, D) -> swiglu(x . w_gate_up (2F, D)) . w_down (D, F); weights (out, in), see matmul."""
-    return matmul(xp, swiglu(xp, matmul(xp, x, w_gate_up, split)), w_down, split)   # (T, D)
+def swiglu(xp, gate_up):
+    """gate_up (T, 2F) = [gate | up] -> silu(gate) * up, (T, F)."""
+    return gated(xp, gate_up, "silu")
+
+
+def feed_forward(xp, x, w_gate_up, w_down, split: bool = False, activation: str = "silu"):
+    """x (T, D) -> act-gated(x . w_gate_up (2F, D)) . w_down (D, F); weights (out, in), see matmul."""
+    return matmul(xp, gated(xp, matmul(xp, x, w_gate_up, split), activation), w_down, split)   # (T, D)
 
 
 def swiglu_into(gate, up, out, tmp):
@@ -32,3 +51,11 @@ def swiglu_into(gate, up, out, tmp):
     np.add(gate.dtype.type(1), tmp, out=tmp)
     np.divide(gate, tmp, out=tmp)
     return np.multiply(tmp, up, out=out)
+
+
+def geglu_into(gate, up, out, tmp):
+    """gelu_tanh(gate) * up of numpy (T, F) views into out (tmp unused: same signature as swiglu_into)."""
+    return np.multiply(gelu_tanh(np, gate), up, out=out)
+
+
+GATED_INTO = {"silu": swiglu_into, "gelu_tanh": geglu_into}

@@ -3,9 +3,13 @@
 The GGUF converter permutes the rows of q/k weights so that the HF "rotate half" pairs become
 adjacent: dims (2i, 2i+1) are rotated together by angle pos * base^(-2i/n_rot). Checked against
 llama.cpp's logits (tests/engine/test_parity.py), which the "neox" pairing does not match.
+Architectures whose files keep the "neox" pairing (qwen, gemma, phi3) have their q/k rows put
+into this pairing when loaded (services/modelstore/rope_layout.py), so this is the only mode.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -13,16 +17,57 @@ from kernels.attention import write_kv
 from kernels.native_lib import load
 
 
-def rope_tables(xp, positions, n_rot: int, base: float, dtype):
+@dataclass(frozen=True)
+class RopeScaling:
+    """How a model stretches RoPE past its training context, as llama.cpp's ggml_rope_ext takes it.
+
+    freq_scale: 1/factor of linear and YaRN scaling (angles are multiplied by it);
+    freq_factors: per rotated pair, the angle's divisor (Llama 3's `rope_freqs` tensor);
+    yarn_orig_ctx > 0 turns YaRN on: dims rotating fast keep their angle (extrapolate), slow ones
+    take the scaled one, ramped between the correction dims of beta_fast and beta_slow, and
+    cos/sin are scaled by 1 + 0.1 ln(factor); attn_factor scales cos/sin in any case."""
+
+    freq_scale: float = 1.0
+    attn_factor: float = 1.0
+    freq_factors: tuple[float, ...] | None = None
+    yarn_orig_ctx: int = 0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+
+
+NO_SCALING = RopeScaling()
+
+
+def _yarn_ramp(n_rot: int, base: float, s: RopeScaling) -> np.ndarray:
+    """(n_rot/2,) weight of the unscaled angle per pair: 1 for fast dims, 0 for slow ones."""
+    def corr_dim(n_rotations: float) -> float:
+        return n_rot * np.log(s.yarn_orig_ctx / (n_rotations * 2 * np.pi)) / (2 * np.log(base))
+    low = max(0.0, np.floor(corr_dim(s.beta_fast)))
+    high = min(n_rot - 1.0, np.ceil(corr_dim(s.beta_slow)))
+    y = (np.arange(n_rot // 2, dtype=np.float64) - low) / max(0.001, high - low)
+    return 1 - np.clip(y, 0, 1)
+
+
+def rope_tables(xp, positions, n_rot: int, base: float, dtype, scaling: RopeScaling = NO_SCALING):
     """cos, sin (T, n_rot/2) in `dtype` for int positions (T,).
 
     Angles are formed in float64 on purpose (pos * freq loses ~1e-3 rad in float32 at long
     positions), then cast once; the tables are tiny.
     """
     inv_freq = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)   # (n_rot/2,)
+    if scaling.freq_factors is not None:
+        inv_freq = inv_freq / np.asarray(scaling.freq_factors, dtype=np.float64)
+    scaled = inv_freq * scaling.freq_scale
+    mscale = scaling.attn_factor
+    if scaling.yarn_orig_ctx:
+        mix = _yarn_ramp(n_rot, base, scaling)
+        scaled = scaled * (1 - mix) + inv_freq * mix
+        mscale *= 1.0 + 0.1 * np.log(1.0 / scaling.freq_scale)
     pos = xp.asarray(positions).astype(xp.float64)
-    angles = pos[:, None] * xp.asarray(inv_freq)[None, :]                     # (T, n_rot/2)
-    return xp.cos(angles).astype(dtype), xp.sin(angles).astype(dtype)
+    angles = pos[:, None] * xp.asarray(scaled)[None, :]                       # (T, n_rot/2)
+    if mscale == 1.0:
+        return xp.cos(angles).astype(dtype), xp.sin(angles).astype(dtype)
+    return (xp.cos(angles) * mscale).astype(dtype), (xp.sin(angles) * mscale).astype(dtype)
 
 
 def apply_rope(xp, x, cos, sin):

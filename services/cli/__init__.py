@@ -8,9 +8,9 @@ import sys
 
 
 def _pull(args: argparse.Namespace) -> int:
-    from services.modelstore.pull import PullError, pull
+    from services.modelstore.pull import MODELS, PullError, pull
     try:
-        path = pull(quiet=not args.verbose)
+        path = pull(MODELS[args.model], quiet=not args.verbose)
     except PullError as e:
         print(f"llmbus pull: {e}", file=sys.stderr)
         return 1
@@ -21,7 +21,10 @@ def _pull(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmbus", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    pull = sub.add_parser("pull", help="fetch the default model into the cache (sha256-checked)")
+    from services.modelstore.pull import DEFAULT_MODEL, MODELS
+    pull = sub.add_parser("pull", help="fetch a model into the cache (sha256-checked); prints its path")
+    pull.add_argument("model", nargs="?", default=DEFAULT_MODEL.name, choices=sorted(MODELS),
+                      help=f"which model (default {DEFAULT_MODEL.name})")
     pull.add_argument("-v", "--verbose", action="store_true")
     pull.set_defaults(func=_pull)
     from . import chat, generate, run, units, up

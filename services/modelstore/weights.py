@@ -1,10 +1,12 @@
-"""Read the weights of a layer range [start, end) from a llama GGUF file.
+"""Read the weights of a layer range [start, end) from a GGUF file of a supported architecture.
 
 Matrices are stored the way the forward consumes them: (out, in), contiguous, as GGUF lays
 them out (kernels.matmul says why that is the fast layout); q|k|v and gate|up are fused into
 one matrix each, and each kind is stacked over the range's layers (one array per kind). They
 are dequantized to a float dtype, or with `quantized` kept in GGUF's blocks wherever the native
-kernel multiplies that kind (services/modelstore/quantized.py).
+kernel multiplies that kind (services/modelstore/quantized.py). What an architecture adds (q/k/v
+biases, per-head q/k norms, post-norms) is read where its description (arch.py) says it has them,
+and neox-pairing q/k rows are put into the normal pairing (rope_layout.py).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from gguf import GGMLQuantizationType as QT
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from kernels.qmatrix import QMatrix
+from kernels.qmatrix import QMatrix, QRows
 from services.modelstore.gguf_config import ModelConfig, UnsupportedModel, config_from_gguf
 from services.modelstore.quantized import QLayers, QStack, kind_of, quantized_matrix, quantized_stack
+from services.modelstore.rope_layout import head_order, qkv_order
 
 SUPPORTED_TYPES = frozenset({QT.F32, QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0,
                              QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K})
@@ -52,9 +55,16 @@ class ShardWeights:
     output_norm: np.ndarray | None = None            # (D,), last shard
     output: np.ndarray | QMatrix | None = None       # (V, D), last shard; the same object as
                                                      # token_embd when the head is tied
+    # Only where the architecture has them (services/modelstore/arch.py):
+    qkv_bias: np.ndarray | None = None               # (L, (H + 2*KVH) * Dh)
+    q_norm: np.ndarray | None = None                 # (L, Dh)
+    k_norm: np.ndarray | None = None                 # (L, Dh)
+    attn_post_norm: np.ndarray | None = None         # (L, D)
+    ffn_post_norm: np.ndarray | None = None          # (L, D)
 
+    LAYER_EXTRAS = ("qkv_bias", "q_norm", "k_norm", "attn_post_norm", "ffn_post_norm")
     ARRAYS = ("attn_norm", "wqkv", "wo", "ffn_norm", "w_gate_up", "w_down",
-              "token_embd", "output_norm", "output")
+              "token_embd", "output_norm", "output") + LAYER_EXTRAS
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {k: getattr(self, k) for k in self.ARRAYS if getattr(self, k) is not None}
@@ -111,27 +121,36 @@ def read_weights(path: Path, start: int, end: int, dtype=np.float32,
     check_range(config, start, end)
     tensors = {t.name: t for t in reader.tensors}
 
-    def layers(*names: str) -> np.ndarray | QStack | QLayers:
+    def layers(*names: str, kind: str = "weight") -> np.ndarray | QStack | QLayers:
         """Stack over the range one matrix per layer, (out, in) as GGUF stores it, fused along out."""
-        if quantized:
+        if quantized and kind == "weight":
             parts = [[_tensor(tensors, f"blk.{i}.{name}.weight") for name in names] for i in range(start, end)]
             stack = quantized_stack(parts)
             if stack is not None:
                 return stack
         return np.ascontiguousarray(np.stack([
-            np.concatenate([_matrix(tensors, f"blk.{i}.{name}.weight", dtype) for name in names])
+            np.concatenate([_matrix(tensors, f"blk.{i}.{name}.{kind}", dtype) for name in names])
             for i in range(start, end)]))
 
-    c = config
+    c, spec = config, config.spec
+    qkv_names = (spec.fused_qkv,) if f"blk.{start}.{spec.fused_qkv}.weight" in tensors else spec.qkv_names
     w = ShardWeights(
         start=start, end=end,
         attn_norm=layers("attn_norm"),
-        wqkv=layers("attn_q", "attn_k", "attn_v"),
+        wqkv=layers(*qkv_names),
         wo=layers("attn_output"),
         ffn_norm=layers("ffn_norm"),
-        w_gate_up=layers("ffn_gate", "ffn_up"),
+        w_gate_up=layers(*spec.gate_up_names),
         w_down=layers("ffn_down"),
     )
+    if spec.qkv_bias:
+        w.qkv_bias = layers(*qkv_names, kind="bias")
+    if spec.qk_norm:
+        w.q_norm, w.k_norm = layers("attn_q_norm"), layers("attn_k_norm")
+    if spec.post_norms:
+        w.attn_post_norm, w.ffn_post_norm = layers("post_attention_norm"), layers("post_ffw_norm")
+    if spec.rope_pairing == "neox":
+        _to_normal_pairing(c, w)
     if start == 0 or (end == c.n_layers and c.tied_output):
         embd = _matrix(tensors, "token_embd.weight", dtype, quantized)    # (V, D)
         if start == 0:
@@ -142,3 +161,38 @@ def read_weights(path: Path, start: int, end: int, dtype=np.float32,
         w.output = head if isinstance(head, QMatrix) else np.ascontiguousarray(head)   # (V, D)
     return config, w
 
+
+def _to_normal_pairing(c: ModelConfig, w: ShardWeights) -> None:
+    """Permute q/k rows (projection, bias, per-head norms) from neox to normal RoPE pairing."""
+    rows = qkv_order(c.n_heads, c.n_kv_heads, c.head_dim, c.rope_dims)
+    w.wqkv = _take_rows(w.wqkv, rows)
+    if w.qkv_bias is not None:
+        w.qkv_bias = np.ascontiguousarray(w.qkv_bias[:, rows])
+    head = head_order(c.head_dim, c.rope_dims)
+    if w.q_norm is not None:
+        w.q_norm, w.k_norm = np.ascontiguousarray(w.q_norm[:, head]), np.ascontiguousarray(w.k_norm[:, head])
+
+
+def _take_rows(m, rows: np.ndarray):
+    """m's rows in the order `rows` gives, in whatever form m is held: float arrays (L, N, K),
+    a QStack, or a QLayers of QMatrix/QRows (quantized rows are independent, so a permutation is
+    a gather of whole rows of blocks). A QRows part keeps its rows: the q/k permutation never moves
+    a row out of its own tensor."""
+    if isinstance(m, QStack):
+        return QStack(m.kind, np.ascontiguousarray(m.data[:, rows]), m.cols)
+    if isinstance(m, QLayers):
+        return QLayers(tuple(_take_matrix_rows(x, rows) for x in m.layers))
+    return np.ascontiguousarray(m[:, rows])
+
+
+def _take_matrix_rows(m: QMatrix | QRows, rows: np.ndarray) -> QMatrix | QRows:
+    if isinstance(m, QMatrix):
+        return QMatrix(m.kind, np.ascontiguousarray(m.data[rows]), m.cols)
+    parts, at = [], 0
+    for p in m.parts:
+        mine = rows[at:at + p.rows] - at
+        if mine.size != p.rows or mine.min() < 0 or mine.max() >= p.rows:
+            raise UnsupportedModel(f"a q/k row permutation crosses the fused tensor's {p.kind} part")
+        parts.append(QMatrix(p.kind, np.ascontiguousarray(p.data[mine]), p.cols))
+        at += p.rows
+    return QRows(tuple(parts))

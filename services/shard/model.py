@@ -1,4 +1,4 @@
-"""ShardModel: the llama forward of layers [start, end) over a paged KV cache.
+"""ShardModel: the forward of layers [start, end) over a paged KV cache, for any supported architecture.
 
 The first shard embeds tokens, the last applies the final norm and output head; in between,
 hidden states (T, D) float32 go in and out. Inputs and outputs are numpy arrays whatever
@@ -42,10 +42,14 @@ class ShardModel:
             raise ValueError(f"KV cache dtype {kv.dtype} differs from weights dtype {self.dtype}")
         layers = [tuple(w[k][i] for k in ("attn_norm", "wqkv", "wo", "ffn_norm", "w_gate_up", "w_down"))
                   for i in range(n)]     # matrices (out, in), float or QMatrix: see kernels.matmul
+        extras = [{k: w[k][i] for k in ShardWeights.LAYER_EXTRAS if k in w} for i in range(n)]
+        # RoPE per layer: (base, scaling) as the model says; layers sharing one share their tables.
+        self.ropes = [config.rope(self.start + i) for i in range(n)]
+        self.embed_scale = self.dtype.type(np.sqrt(config.d_model)) if config.spec.embed_scale_sqrt_d else None
         self.token_embd, self.output_norm, self.output = w.get("token_embd"), w.get("output_norm"), w.get("output")
         if (self.first and self.token_embd is None) or (self.last and self.output is None):
             raise ValueError("weights lack the embeddings or output head their range needs")
-        self.runner = choose_runner(xp, config, layers, kv, self.start)
+        self.runner = choose_runner(xp, config, layers, kv, self.start, extras)
 
     def forward(self, batch: ForwardBatch) -> np.ndarray:
         """Run the batch; returns logits (S_sample, vocab) float32 on the last shard, else hidden (T, D) float32."""
@@ -54,19 +58,25 @@ class ShardModel:
                  num_pages=self.kv.num_pages, page_size=self.kv.page_size)
         self.kv.check_written(batch)
         plan = self.runner.plan(batch)
-        cos, sin = rope_tables(xp, batch.positions, c.rope_dims, c.rope_base, self.dtype)
+        tables = {r: rope_tables(xp, batch.positions, c.rope_dims, r[0], self.dtype, r[1]) for r in set(self.ropes)}
+        rope = [tables[r] for r in self.ropes]                             # per layer: cos, sin (T, n_rot/2)
         if self.first:
             h = embed(xp, self.token_embd, batch.tokens)                   # (T, D), a fresh copy
+            if self.embed_scale is not None:
+                h *= self.embed_scale
         else:
             h = xp.array(batch.hidden, dtype=self.dtype)                   # copy: h is updated in place
         self._trace("embed" if self.first else "hidden_in", h)
-        h = self.runner.run(h, plan, cos, sin, self.trace)                 # (T, D)
+        h = self.runner.run(h, plan, rope, self.trace)                     # (T, D)
         self.kv.mark_written(batch)
         if not self.last:
             return self.runner.hidden_out(h)
         every_row = batch.want_logits is None and batch.num_tokens == batch.num_seqs   # decodes: no gather
         rows = h if every_row else h[xp.asarray(batch.logit_rows())]
         logits = self.runner.head(rows, self.output_norm, self.output, c.norm_eps)   # (S_sample, V)
+        if c.final_softcap:
+            cap = logits.dtype.type(c.final_softcap)
+            logits = xp.tanh(logits / cap) * cap
         self._trace("logits", logits)
         return to_numpy(logits).astype(np.float32, copy=False)
 

@@ -10,15 +10,19 @@ order as NumpyLayers with rows_alone: the hidden states come out bit-identical.
 Every query row attends alone, prompt rows too (plan_attention's rows_alone): the quantized
 kernels round activations to 8 bits, which turns a 1-ulp difference between a prompt's chunkings
 into a different token, so no row may depend on its neighbours.
+
+What an architecture adds to the llama layer runs as optional steps between these calls (`Extras`),
+in numpy where the C library has no op for it yet, with NumpyLayers' arithmetic.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kernels.ffn import swiglu_into
+from kernels.attention import attend_decode, window_bias
+from kernels.ffn import GATED_INTO
 from kernels.matmul import matmul
-from kernels.norm import add_rms_norm
+from kernels.norm import add_rms_norm, rms_norm
 from kernels.qmatmul import bound_qmatmul
 from kernels.qmatrix import QUANTIZED
 from services.shard.plan import AttentionPlan, plan_attention
@@ -46,14 +50,45 @@ class Scratch:
             setattr(self, name + "_p", _addr(getattr(self, name)))
 
 
+class Extras:
+    """One layer's steps beyond llama's, on the scratch buffers (all in place)."""
+
+    def __init__(self, config, extras: dict, window: int):
+        c = config
+        f32 = lambda name: None if name not in extras else np.ascontiguousarray(extras[name], F32)  # noqa: E731
+        self.c, self.window = c, window
+        self.bias, self.q_norm, self.k_norm = f32("qkv_bias"), f32("q_norm"), f32("k_norm")
+        self.attn_post, self.ffn_post = f32("attn_post_norm"), f32("ffn_post_norm")
+        self.post_p = None if self.attn_post is None else (_addr(self.attn_post), _addr(self.ffn_post))
+
+    def qkv(self, qkv: np.ndarray) -> None:
+        """Bias and per-head norms of q and k, before RoPE."""
+        c = self.c
+        if self.bias is not None:
+            np.add(qkv, self.bias, out=qkv)
+        if self.q_norm is not None:
+            t, nq, nkv = qkv.shape[0], c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+            q = qkv[:, :nq].reshape(t, c.n_heads, c.head_dim)
+            k = qkv[:, nq:nq + nkv].reshape(t, c.n_kv_heads, c.head_dim)
+            q[...] = rms_norm(np, q, self.q_norm, c.norm_eps)
+            k[...] = rms_norm(np, k, self.k_norm, c.norm_eps)
+
+    def windowed(self, lens: np.ndarray) -> bool:
+        """True when some row sees more keys than this layer's window lets it."""
+        return bool(self.window) and int(lens.max()) > self.window
+
+
 class NativeLayers:
     """Runs layers of a ShardModel (float32 norms, weights float32 or QMatrix) with the C library `lib`."""
 
     rows_alone = True
 
-    def __init__(self, lib, config, layers, kv, start: int = 0):
+    def __init__(self, lib, config, layers, kv, start: int = 0, extras=None):
         self.lib, self.c, self.layers, self.kv, self.start = lib, config, layers, kv, start
-        self.scale = F32(1.0 / np.sqrt(config.head_dim))
+        self.scale = F32(config.attn_scale)
+        self.gated_into = GATED_INTO[config.spec.activation]
+        self.extras = [Extras(config, ex, config.sliding_window if config.is_local(start + i) else 0)
+                       for i, ex in enumerate(extras or [{} for _ in layers])]
         self.split = True       # float32 weights: OpenBLAS in small-matrix calls (kernels.matmul)
         # The norm weights as contiguous float32 (kept alive here: their addresses go to C).
         self._keep = [(np.ascontiguousarray(a, F32), np.ascontiguousarray(f, F32)) for a, _, _, f, _, _ in layers]
@@ -89,18 +124,19 @@ class NativeLayers:
             return bound_qmatmul(x, w, out)
         return lambda: np.copyto(out, matmul(np, x, w, self.split))
 
-    def run(self, h_in: np.ndarray, plan: AttentionPlan, cos: np.ndarray, sin: np.ndarray, trace) -> np.ndarray:
-        """h_in (T, D) float32 through every layer -> (T, D) in this object's buffer (valid until the next run)."""
+    def run(self, h_in: np.ndarray, plan: AttentionPlan, rope, trace) -> np.ndarray:
+        """h_in (T, D) float32 through every layer -> (T, D) in this object's buffer (valid until the next
+        run); rope[i] is layer i's (cos, sin)."""
         c, kv = self.c, self.kv
         t, d, eps = h_in.shape[0], c.d_model, float(c.norm_eps)
         s = self._scratch(t)
         np.copyto(s.h, h_in)
-        cos, sin = np.ascontiguousarray(cos, F32), np.ascontiguousarray(sin, F32)
         pages = np.ascontiguousarray(plan.write_pages, np.int64)
         slots = np.ascontiguousarray(plan.write_slots, np.int64)
         table, lens = np.ascontiguousarray(plan.decode_table, np.int32), plan.decode_lens
-        rope_args = (t, c.n_heads, c.n_kv_heads, c.head_dim, 2 * cos.shape[1], _addr(cos), _addr(sin),
-                     _addr(pages), _addr(slots))
+        tables = {id(cs): tuple(np.ascontiguousarray(a, F32) for a in cs) for cs in rope}   # kept alive here
+        rope_args = [(t, c.n_heads, c.n_kv_heads, c.head_dim, 2 * cos.shape[1], _addr(cos), _addr(sin),
+                      _addr(pages), _addr(slots)) for cos, sin in (tables[id(cs)] for cs in rope)]
         if plan.decode_rows.shape[0] != t or plan.prefills:
             raise ValueError("the native layers take plans whose rows all attend alone "
                              "(plan_attention(rows_alone=True))")
@@ -109,20 +145,29 @@ class NativeLayers:
         k0, v0, stride, num_pages, page = _addr(kv.k), _addr(kv.v), kv.k.strides[0], kv.num_pages, kv.page_size
         norm, rope, attend = self.lib.lb_rms_norm, self.lib.lb_rope_write_kv, self.lib.lb_attend_decode
         h_p, x_p, o_p, qkv_p, q_p = s.h_p, s.x_p, s.o_p, s.qkv_p, s.q_p
-        gate, up, act, tmp = s.gate, s.up, s.act, s.tmp
+        gate, up, act, tmp, gated_into = s.gate, s.up, s.act, s.tmp, self.gated_into
         rc = norm(h_p, None, self.norms[0][0], t, d, eps, x_p)
         for i, (qkv, o, gate_up, down) in enumerate(s.projections):
-            kc, vc = k0 + i * stride, v0 + i * stride
+            kc, vc, ex = k0 + i * stride, v0 + i * stride, self.extras[i]
             qkv()                                                           # x -> qkv (T, (H + 2 KVH) * Dh)
-            rc |= rope(qkv_p, *rope_args, kc, vc, num_pages, page, q_p)     # q -> q (T, H, Dh), k, v -> cache
-            rc |= attend(q_p, kc, vc, *attn_args)                           # q -> attn (T, H, Dh)
+            ex.qkv(s.qkv)                                                   # + bias, q/k norms (where the arch has them)
+            rc |= rope(qkv_p, *rope_args[i], kc, vc, num_pages, page, q_p)  # q -> q (T, H, Dh), k, v -> cache
+            if ex.windowed(lens):                                           # past a sliding window: numpy, masked
+                s.attn[...] = attend_decode(np, s.q, kv.k[i], kv.v[i], table,
+                                            window_bias(lens, table.shape[1] * page, ex.window, F32), self.scale)
+            else:
+                rc |= attend(q_p, kc, vc, *attn_args)                       # q -> attn (T, H, Dh)
             o()                                                             # attn -> o (T, D)
             if trace is not None:
                 trace("attn", s.attn.copy())
+            if ex.post_p is not None:
+                rc |= norm(o_p, None, ex.post_p[0], t, d, eps, o_p)         # o = post-attention norm(o)
             rc |= norm(h_p, o_p, self.norms[i][1], t, d, eps, x_p)          # h += o; x = norm(h)
             gate_up()                                                       # x -> gate_up (T, 2F)
-            swiglu_into(gate, up, act, tmp)                                 # -> act (T, F)
+            gated_into(gate, up, act, tmp)                                  # -> act (T, F)
             down()                                                          # act -> o (T, D)
+            if ex.post_p is not None:
+                rc |= norm(o_p, None, ex.post_p[1], t, d, eps, o_p)         # o = post-FFN norm(o)
             if i + 1 < len(self.norms):                                     # h += o; x = next layer's norm(h)
                 rc |= norm(h_p, o_p, self.norms[i + 1][0], t, d, eps, x_p)
             else:

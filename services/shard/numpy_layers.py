@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.attention import attend_decode, window_bias
 from kernels.attention_native import attend_decode_paged
 from services.shard.array_layers import ArrayLayers
 from services.shard.plan import AttentionPlan
@@ -20,9 +21,13 @@ class NumpyLayers(ArrayLayers):
 
     bias = False            # decode rows read plan.decode_lens
 
-    def __init__(self, config, layers, kv, start: int, rows_alone: bool = False):
-        super().__init__(np, config, layers, kv, start, split=True)
+    def __init__(self, config, layers, kv, start: int, rows_alone: bool = False, extras=None):
+        super().__init__(np, config, layers, kv, start, split=True, extras=extras)
         self.rows_alone = rows_alone
 
-    def _decode(self, q, kc, vc, plan: AttentionPlan):
+    def _decode(self, q, kc, vc, plan: AttentionPlan, window: int = 0):
+        if window and int(plan.decode_lens.max()) > window:
+            # Past the window: keys masked by a bias (the paged kernel reads every key up to len).
+            bias = window_bias(plan.decode_lens, plan.decode_table.shape[1] * kc.shape[1], window, np.float32)
+            return attend_decode(np, q, kc, vc, plan.decode_table, bias, self.scale)
         return attend_decode_paged(q, kc, vc, plan.decode_table, plan.decode_lens, self.scale)

@@ -16,13 +16,14 @@ from services.shard.native_layers import NativeLayers
 from services.shard.numpy_layers import NumpyLayers
 
 
-def choose_runner(xp, config, layers, kv, start: int):
-    """The layer runner for `layers` of a shard starting at layer `start`, over the cache `kv`."""
+def choose_runner(xp, config, layers, kv, start: int, extras=None):
+    """The layer runner for `layers` of a shard starting at layer `start`, over the cache `kv`;
+    `extras` per layer: the weights the architecture adds (ShardWeights.LAYER_EXTRAS)."""
     if xp is not np:
-        return ArrayLayers(xp, config, layers, kv, start)
+        return ArrayLayers(xp, config, layers, kv, start, extras=extras)
     if kv.dtype != np.float32:
-        return ArrayLayers(np, config, layers, kv, start, split=True)
+        return ArrayLayers(np, config, layers, kv, start, split=True, extras=extras)
     lib = load()
     if lib is None:
-        return NumpyLayers(config, layers, kv, start)
-    return NativeLayers(lib, config, layers, kv, start)
+        return NumpyLayers(config, layers, kv, start, extras=extras)
+    return NativeLayers(lib, config, layers, kv, start, extras=extras)
