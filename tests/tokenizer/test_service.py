@@ -34,8 +34,8 @@ async def svc(model_path):
     """One tokenizer process for the module, reached at a fixed port without mDNS."""
     procs = Procs()
     cluster, port = unique_cluster(), free_port()
-    proc = procs.start(cli("run", "tokenizer", "--model", str(model_path), "--cluster", cluster,
-                           "--no-mdns", "--rpc-port", str(port)))
+    proc = procs.start(cli("run", "tokenizer", "--name", "tokenizer-0", "--model", str(model_path),
+                           "--cluster", cluster, "--no-mdns", "--rpc-port", str(port)))
     client = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{port}", name="tokenizer-0")
     try:
         await _until_ready(client, proc)
