@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
+
+
+def default_threads(shards_here: int = 1) -> int:
+    """The cores this process may use, shared among the shard processes on this machine (at least 1)."""
+    return max(1, len(os.sched_getaffinity(0)) // max(1, shards_here))
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of at least 1")
+    return int(text)
 
 
 def parse_layers(spec: str) -> tuple[int, int]:
@@ -26,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", default="auto", choices=("auto", "quantized", "float32"),
                    help="how a cpu shard holds its matrices: GGUF's quantized blocks through the native "
                         "kernel, or dequantized float32 (auto: quantized when the native kernel is built)")
+    p.add_argument("--threads", type=positive, default=None,
+                   help="threads the native kernels split each matmul and attention call over (any count "
+                        "gives the same bits; default: the cores this process may use)")
 
 
 def build(args: argparse.Namespace, config):
@@ -44,5 +59,5 @@ def build(args: argparse.Namespace, config):
     start, end = args.layers
     shard = ShardConfig(model=model, start=start, end=end, codec=args.codec,
                         num_pages=args.pages, page_size=args.page_size, device=args.device,
-                        weights=args.weights)
+                        weights=args.weights, threads=args.threads or default_threads())
     return ShardService(config, shard)
