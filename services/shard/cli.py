@@ -9,7 +9,8 @@ from pathlib import Path
 
 def default_threads(shards_here: int = 1) -> int:
     """The cores this process may use, shared among the shard processes on this machine (at least 1)."""
-    return max(1, len(os.sched_getaffinity(0)) // max(1, shards_here))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, shards_here))
 
 
 def positive(text: str) -> int:

@@ -120,3 +120,23 @@ def test_a_forked_child_computes_without_the_parents_workers():
 
     until_sync(child_ended, timeout=60, what="the child's exit")
     assert os.waitstatus_to_exitcode(ended[0]) == 0, "the child computed other bits or hung its pool"
+
+
+def test_shard_threads_default_to_this_process_cores_shared_among_shards():
+    from services.cli import build_parser
+    from services.shard.cli import default_threads
+    cores = len(os.sched_getaffinity(0))
+    assert default_threads() == cores and default_threads(cores + 1) == 1
+    parser = build_parser()
+    args = parser.parse_args(["run", "shard", "--layers", "0:2", "--threads", "3"])
+    assert args.threads == 3 and args.blas_threads == 1           # BLAS stays at 1 beside the pool
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "shard", "--layers", "0:2", "--threads", "0"])
+
+
+def test_a_shard_config_refuses_no_threads():
+    from pathlib import Path
+
+    from services.shard.service import ShardConfig
+    with pytest.raises(ValueError, match="threads"):
+        ShardConfig(model=Path("m.gguf"), start=0, end=2, threads=0)
