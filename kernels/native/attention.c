@@ -21,7 +21,6 @@
 #include "pool.h"
 
 #include <stdatomic.h>
-
 #include <stdlib.h>
 #include <string.h>
 
@@ -284,7 +283,8 @@ int lb_attend_decode(const float *q, const float *k_cache, const float *v_cache,
     const int threads = lb_pool_size();
     if (threads <= 1 || S == 1)
         return rows_isa(&j, lb_chosen_isa(), 0, S);
-    /* Rows over the pool's threads (pool.c), four pieces a thread; a prompt's pieces are whole tiles. */
+    /* Rows over the pool's threads (pool.c), four pieces a thread; pieces longer than a tile are whole
+     * tiles, so a long prompt keeps sharing its key loads (a row's bits do not depend on its piece). */
     int64_t step = (S + 4 * threads - 1) / (4 * threads);
     if (step > TILE)
         step = (step + TILE - 1) / TILE * TILE;
