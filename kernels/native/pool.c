@@ -7,7 +7,9 @@
  * done the caller closes the job (low half all ones) before it returns.
  *
  * Workers wait for a new job number spinning for about SPIN_NS (a decode step calls a kernel every
- * few tens of microseconds; a futex wake costs about as much), then sleep on a condition variable.
+ * few tens of microseconds; a futex wake costs about as much), yielding the core after YIELD_NS (on a
+ * machine with fewer free cores than threads the caller may be waiting for it), then sleep on a
+ * condition variable.
  * Workers block every signal, so Python's handlers keep running on its main thread. A forked child
  * has no workers (threads do not survive fork): its pool is reset to one thread. Workers are
  * stopped and joined at exit.
@@ -24,6 +26,7 @@
 
 #define MAX_THREADS 256
 #define SPIN_NS 200000
+#define YIELD_NS 20000
 #define CLOSED 0xffffffffu
 
 static struct {
@@ -84,6 +87,8 @@ static uint64_t wait_job(uint32_t seen) {
             const int64_t t = now_ns();
             if (start == 0)
                 start = t;
+            else if (t - start > YIELD_NS && t - start <= SPIN_NS)
+                sched_yield();                     /* a busy machine: the caller may want this core */
             else if (t - start > SPIN_NS) {
                 pthread_mutex_lock(&P.lock);
                 atomic_fetch_add(&P.sleepers, 1);   /* before the check: the poster reads it after its store */

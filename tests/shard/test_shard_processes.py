@@ -30,7 +30,7 @@ REFERENCE = json.loads((Path(__file__).parents[1] / "data" / "smollm2-135m-q4_1.
 RANGES = ((0, 10), (10, 20), (20, 30))
 NAMES = [f"shard-{a}" for a, _ in RANGES]
 PAGES, PAGE = 64, 16
-THREADS = (1, 2, 3)      # each shard its own count: the logits must still be one thread's bits
+THREADS = (2, 1, 2)      # each shard its own count (at most the 2 cores of CI): still one thread's bits
 
 
 def start_pipeline(procs: Procs, model: Path, cluster: str, codec: str) -> dict:
