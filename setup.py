@@ -14,13 +14,14 @@ setup(
         Extension(
             "kernels._native",
             sources=[NATIVE + "qmatmul.c", NATIVE + "qact.c", NATIVE + "qmatmul_avx2.c", NATIVE + "qmatmul_avx512.c",
-                     NATIVE + "attention.c", NATIVE + "ops.c",
+                     NATIVE + "attention.c", NATIVE + "ops.c", NATIVE + "pool.c",
                      NATIVE + "qk.c", NATIVE + "qk_generic.c", NATIVE + "qk_avx2.c"],
-            depends=[NATIVE + "qmatmul.h", NATIVE + "qmatmul_impl.h", NATIVE + "attention.h", NATIVE + "attention_lanes.h", NATIVE + "ops.h", NATIVE + "qk.h"],
+            depends=[NATIVE + "qmatmul.h", NATIVE + "qmatmul_impl.h", NATIVE + "attention.h", NATIVE + "attention_lanes.h", NATIVE + "ops.h", NATIVE + "pool.h", NATIVE + "qk.h"],
             libraries=["m"],
+            extra_link_args=["-pthread"],
             # -ffp-contract=off: every product and sum rounds on its own, as in numpy (ops.c is bit-identical
             # to the numpy kernels, qact.c to kernels/qact.py), never fused.
-            extra_compile_args=["-O3", "-ffp-contract=off", "-fno-math-errno", "-std=c11", "-fvisibility=hidden"],
+            extra_compile_args=["-O3", "-ffp-contract=off", "-fno-math-errno", "-std=c11", "-fvisibility=hidden", "-pthread"],
             optional=True,
         )
     ],

@@ -32,7 +32,8 @@ CONTEXT = 64          # tokens already in each sequence's cache before decode is
 
 def parse():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=1, help="BLAS threads for numpy, threads for llama.cpp")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads of each side: the native kernels' pool, BLAS for numpy (float32), llama.cpp's")
     ap.add_argument("--model", type=Path, default=None, help="GGUF file (default: the pulled default model)")
     ap.add_argument("--steps", type=int, default=16, help="decode steps timed per figure")
     ap.add_argument("--cold", action="store_true", help="load weights into a fresh temporary cache (cold load)")
@@ -58,6 +59,7 @@ from services.shard.inprocess import Chunk, PageAllocator, build_batch  # noqa: 
 from services.shard.model import ShardModel  # noqa: E402
 from bench.llamacpp_figures import SINGLE_ROUNDS, figures as llama_cpp_figures  # noqa: E402
 from kernels.qmatmul import available as qmatmul_available, set_isa  # noqa: E402
+from kernels import native_lib  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -129,9 +131,28 @@ def ours(path: Path, n_layers: int, steps: int, root: Path | None, fmt: str) -> 
     res["rss_weights"] = rss_bytes() - rss0 - kv.nbytes()
     res["weights_bytes"] = loaded.weights.nbytes()
     res["single"] = max(decode_rate(model, 1, steps * 2) for _ in range(SINGLE_ROUNDS))
+    if args.threads > 1:               # the same decode on one thread, rounds interleaved: the pool's gain
+        one, many = [], []
+        for _ in range(SINGLE_ROUNDS):
+            native_lib.set_threads(1)
+            one.append(decode_rate(model, 1, steps * 2))
+            native_lib.set_threads(args.threads)
+            many.append(decode_rate(model, 1, steps * 2))
+        res["single_1thread"], res["single_nthreads"] = max(one), max(many)
     res["batch"] = {b: decode_rate(model, b, steps) for b in BATCHES}
     res["prefill"] = {n: prefill_rate(model, n) for n in PREFILLS}
     return res
+
+
+def pool_dispatch_us(calls: int = 20000) -> float:
+    """Microseconds of one empty parallel_for over 4 tasks a thread (the pool's cost per kernel call)."""
+    lib = native_lib.load()
+    if lib is None or native_lib.threads() < 2:
+        return 0.0
+    lib.lb_pool_noop(1000, 4 * native_lib.threads())
+    t = time.perf_counter()
+    lib.lb_pool_noop(calls, 4 * native_lib.threads())
+    return (time.perf_counter() - t) / calls * 1e6
 
 
 def native_path() -> str:
@@ -155,6 +176,7 @@ def main() -> None:
     global FORMATS
     FORMATS = tuple(f for f in FORMATS if f in args.formats)
     path_name = native_path()
+    native_lib.set_threads(args.threads)
     load_start = os.getloadavg()
     path = args.model or pull()
     config, reader = read_config(path)
@@ -185,6 +207,9 @@ def main() -> None:
           f"1-min load average {load_start[0]:.2f} at start, {load_before[0]:.2f} before llama.cpp, "
           f"{os.getloadavg()[0]:.2f} at the end")
     print(f"native code path: {path_name}; llama.cpp build: {llama_cpp_build()}")
+    print(f"native kernel threads: {native_lib.threads()}" + (
+        f", pool dispatch {pool_dispatch_us():.2f} us per parallel_for (empty, {4 * native_lib.threads()} tasks)"
+        if native_lib.threads() > 1 else ""))
     for f in FORMATS:
         x = runs[f]
         print(f"{f}: weights load ({'cold: read GGUF + write cache' if x['cold'] else 'warm: mmap'}) "
@@ -216,6 +241,11 @@ def main() -> None:
         print(f"warning: load average reached {busiest:.2f} on {os.cpu_count()} cpus: other processes "
               f"competed with these {args.threads} thread(s); spinning thread pools (OpenBLAS, llama.cpp's "
               "OpenMP) can collapse when oversubscribed, so treat these figures as noisy")
+    if "single_1thread" in r:
+        gain = r["single_nthreads"] / r["single_1thread"]
+        print(f"single-stream decode ({FORMATS[0]}), rounds interleaved: {r['single_1thread']:.1f} tok/s on 1 thread, "
+              f"{r['single_nthreads']:.1f} on {args.threads}: {gain:.2f}x (target on 2 free cores: 2 threads >= 1.7x; "
+              f"{'met' if gain >= 1.7 else 'not met'})")
     if isinstance(ref, str):
         print(ref)
     else:

@@ -20,6 +20,9 @@ SIGNATURES = {
     "lb_attend_decode": (INT, [P, P, P, P, P, I64, I64, I64, I64, I64, I64, I64, F32, P]),
     "lb_rms_norm": (INT, [P, P, P, I64, I64, F32, P]),
     "lb_rope_write_kv": (INT, [P, I64, I64, I64, I64, I64, P, P, P, P, P, P, I64, I64, P]),
+    "lb_set_threads": (INT, [INT]),
+    "lb_threads": (INT, []),
+    "lb_pool_noop": (INT, [I64, I64]),
 }
 
 _lib: ctypes.CDLL | None = None
@@ -47,3 +50,18 @@ def load() -> ctypes.CDLL | None:
                 lib = None                      # a foreign or stale build: numpy it is
             _lib = lib
     return _lib
+
+
+def set_threads(n: int) -> int:
+    """Threads the native kernels split each call over (this process, the caller included); returns
+    the count now in use (1 without the library). Any count gives the same bits."""
+    if n < 1:
+        raise ValueError(f"threads must be at least 1, got {n}")
+    lib = load()
+    return 1 if lib is None else int(lib.lb_set_threads(int(n)))
+
+
+def threads() -> int:
+    """Threads the native kernels use now (1 without the library)."""
+    lib = load()
+    return 1 if lib is None else int(lib.lb_threads())

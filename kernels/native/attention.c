@@ -18,7 +18,9 @@
 #include "attention.h"
 #include "attention_lanes.h"
 #include "qmatmul_impl.h"
+#include "pool.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -240,6 +242,33 @@ static int rows_generic(const job *j, int64_t s0, int64_t s1)
     return attend_rows(j, s0, s1, 0);
 }
 
+static int rows_isa(const job *j, int isa, int64_t s0, int64_t s1)
+{
+    switch (isa) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    case LB_ISA_AVX512: return rows_avx512(j, s0, s1);
+    case LB_ISA_AVX2: return rows_avx2(j, s0, s1);
+#endif
+    default: return rows_generic(j, s0, s1);
+    }
+}
+
+typedef struct {
+    const job *j;
+    int isa;
+    int64_t step, S;
+    _Atomic int err;
+} split_job;
+
+static void rows_piece(void *ctx, int64_t i)
+{
+    split_job *sj = ctx;
+    const int64_t s0 = i * sj->step, s1 = s0 + sj->step < sj->S ? s0 + sj->step : sj->S;
+    const int err = rows_isa(sj->j, sj->isa, s0, s1);
+    if (err)
+        sj->err = err;
+}
+
 int lb_attend_decode(const float *q, const float *k_cache, const float *v_cache, const int32_t *table,
                      const int32_t *lens, int64_t S, int64_t H, int64_t KVH, int64_t Dh, int64_t page,
                      int64_t n_pages, int64_t num_pages, float scale, float *out)
@@ -251,11 +280,15 @@ int lb_attend_decode(const float *q, const float *k_cache, const float *v_cache,
     if (err || S == 0)
         return err;
     const job j = {q, k_cache, v_cache, table, lens, H, KVH, Dh, page, n_pages, scale, out};
-    switch (lb_chosen_isa()) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    case LB_ISA_AVX512: return rows_avx512(&j, 0, S);
-    case LB_ISA_AVX2: return rows_avx2(&j, 0, S);
-#endif
-    default: return rows_generic(&j, 0, S);
-    }
+    const int threads = lb_pool_size();
+    if (threads <= 1 || S == 1)
+        return rows_isa(&j, lb_chosen_isa(), 0, S);
+    /* Rows over the pool's threads (pool.c), four pieces a thread; pieces longer than a tile are whole
+     * tiles, so a long prompt keeps sharing its key loads (a row's bits do not depend on its piece). */
+    int64_t step = (S + 4 * threads - 1) / (4 * threads);
+    if (step > TILE)
+        step = (step + TILE - 1) / TILE * TILE;
+    split_job sj = {&j, lb_chosen_isa(), step, S, LB_ATTN_OK};
+    lb_parallel_for((S + step - 1) / step, rows_piece, &sj);
+    return sj.err;
 }

@@ -1,7 +1,12 @@
 /* Entry point: checks arguments, picks the widest code path the CPU has, and the plain C path. */
 #include "qmatmul.h"
 #include "qmatmul_impl.h"
+#include "pool.h"
 #include "qk.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 static lb_kernel chosen;
 static lb_rounder chosen_round;
@@ -34,27 +39,98 @@ int lb_set_isa(int isa) {
     return isa;
 }
 
-int lb_chosen_isa(void) {
-    if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);
-    return chosen_isa;
-}
-
 lb_rounder lb_chosen_rounder(void) {
     if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);
     return chosen_round;
 }
 
-int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
-    if (lb_qk_block_bytes(kind)) return lb_qk_matmul(kind, x, T, K, w, N, out);   /* qk.c */
-    if (lb_block_bytes(kind) == 0) return LB_EKIND;
-    if (T < 0 || N < 0 || K <= 0 || K % QK) return LB_ESHAPE;
-    if (T == 0 || N == 0) return LB_OK;
-    if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);   /* a benign race: every thread picks the same path */
+int lb_chosen_isa(void) {
+    if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);
+    return chosen_isa;
+}
+
+/* All of out from x: the activations rounded, then the path's kernel. */
+static int whole(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
     lb_act a;
     if (lb_act_init(&a, kind, x, T, K, chosen_round) != LB_OK) return LB_ENOMEM;
     chosen(kind, &a, w, N, out);
     lb_act_free(&a);
     return LB_OK;
+}
+
+/* Splitting over threads (pool.c). A kernel computes each out[t, n] alone, in an order fixed by the
+ * group of activation rows (4 or 8 from a multiple of it) and of weight rows (1, 2 or 4 from a multiple
+ * of it) it falls in; pieces of SPLIT rows (a multiple of every group) keep every group as it is, so
+ * every thread count gives the bits of one thread. Many rows (a prompt) split by activation rows, each
+ * piece rounding its own rows; few (decode) by weight rows over one rounding. Below MIN_WORK
+ * multiply-adds a piece would cost about what handing it to another thread costs (a few us). */
+#define SPLIT 16
+#define MIN_WORK (1 << 17)
+
+typedef struct {
+    int kind;
+    const float *x;
+    int64_t T, K, N, step;      /* step: rows of a piece (activation rows, or weight rows) */
+    const uint8_t *w;
+    float *out;
+    const lb_act *a;            /* by weight rows: the activations, rounded once */
+    _Atomic int err;
+} piece_job;
+
+static void piece_by_x(void *ctx, int64_t i) {
+    piece_job *j = ctx;
+    const int64_t t0 = i * j->step, t1 = t0 + j->step < j->T ? t0 + j->step : j->T;
+    int err = whole(j->kind, j->x + t0 * j->K, t1 - t0, j->K, j->w, j->N, j->out + t0 * j->N);
+    if (err) j->err = err;
+}
+
+static void piece_by_w(void *ctx, int64_t i) {
+    piece_job *j = ctx;
+    const int64_t n0 = i * j->step, n1 = n0 + j->step < j->N ? n0 + j->step : j->N, nn = n1 - n0, T = j->T;
+    const uint8_t *w = j->w + n0 * (j->K / QK) * lb_block_bytes(j->kind);
+    if (T == 1) {                                   /* one row: the kernel's row stride is never used */
+        chosen(j->kind, j->a, w, nn, j->out + n0);
+        return;
+    }
+    float *tmp = malloc((size_t)(T * nn) * sizeof(float));   /* the kernel writes rows nn apart */
+    if (tmp == NULL) {
+        j->err = LB_ENOMEM;
+        return;
+    }
+    chosen(j->kind, j->a, w, nn, tmp);
+    for (int64_t t = 0; t < T; t++)
+        memcpy(j->out + t * j->N + n0, tmp + t * nn, (size_t)nn * sizeof(float));
+    free(tmp);
+}
+
+static int64_t pieces(int64_t rows, int64_t want, int64_t *step) {
+    int64_t s = (rows + want - 1) / want;
+    s = (s + SPLIT - 1) / SPLIT * SPLIT;
+    *step = s;
+    return (rows + s - 1) / s;
+}
+
+int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
+    /* K-quants and Q5_x (qk.c) run on one thread for now: their tiles are not split yet. */
+    if (lb_qk_block_bytes(kind)) return lb_qk_matmul(kind, x, T, K, w, N, out);
+    if (lb_block_bytes(kind) == 0) return LB_EKIND;
+    if (T < 0 || N < 0 || K <= 0 || K % QK) return LB_ESHAPE;
+    if (T == 0 || N == 0) return LB_OK;
+    if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);   /* a benign race: every thread picks the same path */
+    const int threads = lb_pool_size();
+    if (threads <= 1 || T * N * K < MIN_WORK) return whole(kind, x, T, K, w, N, out);
+    piece_job j = {kind, x, T, K, N, 0, w, out, NULL, LB_OK};
+    if (T >= 2 * SPLIT * threads) {                 /* every thread gets two pieces or more */
+        lb_parallel_for(pieces(T, 2 * threads, &j.step), piece_by_x, &j);
+        return j.err;
+    }
+    lb_act a;
+    if (lb_act_init(&a, kind, x, T, K, chosen_round) != LB_OK) return LB_ENOMEM;
+    j.a = &a;
+    /* four pieces a thread: one descheduled thread (a shared machine) leaves its share to the others */
+    lb_parallel_for(pieces(N, 4 * threads, &j.step), piece_by_w, &j);
+    lb_act_free(&a);
+    return j.err;
 }
 
 /* Plain C, the definition the vector paths follow: per block the exact integer sum of quants times

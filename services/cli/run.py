@@ -13,7 +13,7 @@ import sys
 from bus.cli_args import add_bus_arguments, bus_config
 
 # kind -> light module with add_arguments(parser) and build(args, ServiceConfig) -> Service;
-# build imports the service itself, so numpy loads only after --threads is applied.
+# build imports the service itself, so numpy loads only after --blas-threads is applied.
 KINDS = {
     "echo": "services.echo",
     "shard": "services.shard.cli",
@@ -35,7 +35,12 @@ def add_parser(sub: argparse._SubParsersAction, env: dict) -> None:
         p.add_argument("--instance", default="0")
         p.add_argument("--rpc-port", type=int, default=0)
         p.add_argument("--pub-port", type=int, default=0)
-        p.add_argument("--threads", type=int, default=1, help="BLAS threads of this process")
+        # 1 by default: a shard's quantized layers run in the native kernels, split over their own pool
+        # (`llmbus run shard --threads`); OpenBLAS's threads spin after each call and would take those
+        # cores. Raise it where numpy's BLAS does the work (a shard with --weights float32, or without
+        # the native library).
+        p.add_argument("--blas-threads", type=int, default=1,
+                       help="BLAS threads of this process (numpy's matrix products)")
         p.add_argument("--no-discover", dest="discover", action="store_false",
                        help="do not keep a directory of peers")
         p.add_argument("--unit", default=env.get("LLMBUS_UNIT", ""),
@@ -55,7 +60,7 @@ def default_name(kind: str, instance: str, host: str | None = None) -> str:
 def _run(args: argparse.Namespace) -> int:
     # BLAS reads these once, when numpy loads: set them before the service module imports it.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(args.threads)
+        os.environ[var] = str(args.blas_threads)
     from bus.config import ServiceConfig
     try:
         config = ServiceConfig(name=args.name or default_name(args.kind, args.instance), kind=args.kind,

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from services.shard.cli import positive      # light: argparse and os only
+
 def add_parser(sub) -> None:
     p = sub.add_parser("up", help="run tokenizer, scheduler, shards and gateway here until Ctrl-C")
     p.add_argument("--model", type=Path, default=None, help="GGUF file (default: pulled)")
@@ -26,6 +28,8 @@ def add_parser(sub) -> None:
     p.add_argument("--codec", default="fp16", choices=("fp32", "fp16", "int8"),
                    help="codec of activations between shards")
     p.add_argument("--pages", type=int, default=1024, help="KV pages per shard (16 tokens each)")
+    p.add_argument("--threads", type=positive, default=None,
+                   help="native kernel threads per shard (default: this process's cores divided among the shards)")
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests before refusing")
     p.add_argument("--inflight", type=int, default=0,
                    help="micro-batches in the pipeline at once (0: one per two cores, at most "
@@ -84,6 +88,7 @@ async def _up(args) -> int:
     from services.modelstore.pull import pull
     from services.modelstore.gguf_meta import read_metadata
 
+    from services.shard.cli import default_threads
     from .children import Children, free_port, private_cluster
     from .ranges import head_cost_in_layers, split_layers
     from .stacks import register, runtime_dir
@@ -95,6 +100,7 @@ async def _up(args) -> int:
     arch = meta.get("general.architecture", "?")
     n_layers = int(meta.get(f"{arch}.block_count", 0))
     ranges = split_layers(n_layers, args.shards, head_cost_in_layers(meta))
+    threads = args.threads or default_threads(len(ranges))
     inflight = args.inflight or max(1, min(len(ranges) + 1, (os.cpu_count() or 2) // 2))
     cluster = args.cluster or private_cluster()
     logs = args.logs or runtime_dir() / "logs" / cluster
@@ -108,7 +114,8 @@ async def _up(args) -> int:
     specs = {
         "tokenizer-0": ["run", "tokenizer", "--model", str(model)],
         **{f"shard-{a}": ["run", "shard", "--model", str(model), "--layers", f"{a}:{b}",
-                          "--codec", args.codec, "--pages", str(args.pages)] for a, b in ranges},
+                          "--codec", args.codec, "--pages", str(args.pages), "--threads", str(threads)]
+            for a, b in ranges},
         "scheduler-0": ["run", "scheduler", "--max-queue", str(args.max_queue),
                         "--inflight", str(inflight), "--max-batch-tokens", str(args.max_batch_tokens)],
         "gateway-0": ["run", "gateway", "--http", args.http]
@@ -138,7 +145,7 @@ async def _up(args) -> int:
         await watcher.start()
         directory = watcher.directory
         say(f"starting {len(specs)} services: model {model.name}, {len(ranges)} shards "
-            f"{[f'{a}:{b}' for a, b in ranges]}, {inflight} micro-batch(es) in flight, "
+            f"{[f'{a}:{b}' for a, b in ranges]} of {threads} thread(s) each, {inflight} micro-batch(es) in flight, "
             f"logs in {logs}")
         if not await _wait_ready(directory, kids, stop, logs):
             return 0 if stop.is_set() else 1

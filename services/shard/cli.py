@@ -3,7 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
+
+
+def default_threads(shards_here: int = 1) -> int:
+    """The cores this process may use, shared among the shard processes on this machine (at least 1)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, shards_here))
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of at least 1")
+    return int(text)
 
 
 def parse_layers(spec: str) -> tuple[int, int]:
@@ -59,6 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", default="auto", choices=("auto", "quantized", "float32"),
                    help="how a cpu shard holds its matrices: GGUF's quantized blocks through the native "
                         "kernel, or dequantized float32 (auto: quantized when the native kernel is built)")
+    p.add_argument("--threads", type=positive, default=None,
+                   help="threads the native kernels split each matmul and attention call over (any count "
+                        "gives the same bits; default: the cores this process may use)")
 
 
 def build(args: argparse.Namespace, config):
@@ -78,5 +94,6 @@ def build(args: argparse.Namespace, config):
     memory = args.memory or (0 if args.layers else available_memory(args.device))
     shard = ShardConfig(model=model, start=start, end=end, codec=args.codec,
                         num_pages=args.pages, page_size=args.page_size, device=args.device,
-                        weights=args.weights, memory=memory)
+                        weights=args.weights, memory=memory,
+                        threads=args.threads or default_threads())
     return ShardService(config, shard)

@@ -68,8 +68,11 @@ class ShardConfig:
     weights: str = "auto"        # how a cpu shard holds its matrices: WEIGHT_FORMATS
     device: str = "cpu"          # "cpu" (numpy) or "cuda" (cupy, imported only then)
     memory: int = 0              # bytes offered to placement (weights + KV) when not pinned
+    threads: int = 1             # native kernel threads of this process (kernels.native_lib.set_threads)
 
     def __post_init__(self):
+        if self.threads < 1:
+            raise ValueError(f"threads {self.threads}: at least 1")
         if self.device not in DEVICES:
             raise ValueError(f"device {self.device!r}: one of {', '.join(DEVICES)}")
         if self.weights not in WEIGHT_FORMATS:
@@ -136,7 +139,10 @@ class ShardService(Service):
         from services.shard.kv_cache import KVConfig, PagedKVCache
         from services.shard.model import ShardModel
 
+        from kernels.native_lib import set_threads
+
         s = self.shard
+        self.threads = set_threads(s.threads)      # one pool per process: this shard's
         xp = array_module(s.device)
         if plan:   # beside a range that serves: the long part runs in a child process
             from services.shard.warm import warm
@@ -188,7 +194,8 @@ class ShardService(Service):
                 "weights": self.weight_format, "weights_mb": round(self.loaded.weights.nbytes() / 2**20, 1),
                 "num_pages": self.shard.num_pages, "page_size": self.shard.page_size,
                 "load_s": round(self.loaded.seconds, 3), "cold_load": self.loaded.cold,
-                "kv_mb": round(self.kv_bytes / 2**20, 1), "max_rss_mb": round(rss_mb, 1)}
+                "kv_mb": round(self.kv_bytes / 2**20, 1), "max_rss_mb": round(rss_mb, 1),
+                "threads": self.threads}
 
     # ------------------------------------------------------------------ placement
     @handles(FootprintRequest)

@@ -30,16 +30,17 @@ REFERENCE = json.loads((Path(__file__).parents[1] / "data" / "smollm2-135m-q4_1.
 RANGES = ((0, 10), (10, 20), (20, 30))
 NAMES = [f"shard-{a}" for a, _ in RANGES]
 PAGES, PAGE = 64, 16
+THREADS = (2, 1, 2)      # each shard its own count (at most the 2 cores of CI): still one thread's bits
 
 
 def start_pipeline(procs: Procs, model: Path, cluster: str, codec: str) -> dict:
     out = {}
-    for a, b in RANGES:
+    for (a, b), threads in zip(RANGES, THREADS):
         name = f"shard-{a}"
         out[name] = procs.start(cli("run", "shard", "--name", name, "--cluster", cluster,
                                     "--interface", "127.0.0.1", "--model", str(model),
                                     "--layers", f"{a}:{b}", "--codec", codec,
-                                    "--pages", str(PAGES), "--page-size", str(PAGE)))
+                                    "--pages", str(PAGES), "--page-size", str(PAGE), "--threads", str(threads)))
     return out
 
 
@@ -137,6 +138,7 @@ async def test_three_processes_with_fp32_give_the_logits_of_one_in_process_model
     _, _, d, drive, _ = pipeline
     from services.shard.service import weight_format
     assert {d.get(n).info["weights"] for n in ("shard-0", "shard-10", "shard-20")} == {weight_format("cpu", "auto")}
+    assert [d.get(n).info["threads"] for n in NAMES] == list(THREADS)
     for chat in REFERENCE["chats"][:2]:
         replies = await drive.teacher_forced(chat, steps=6)
         expected = local_logits(local_model, chat, steps=6)
