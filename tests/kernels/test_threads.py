@@ -13,6 +13,7 @@ from kernels import qmatmul as qm
 from kernels.qmatrix import QUANT_KINDS
 from tests.conftest import require
 from tests.kernels.test_attention_native import case
+from tests.kernels.test_qk import weights as k_weights
 from tests.kernels.test_qmatmul import NATIVE_ISAS, random_qmatrix
 from tests.waiting import until_sync
 
@@ -48,8 +49,10 @@ def test_qmatmul_bits_do_not_depend_on_threads(isa, kind):
     # T from a decode (weight rows split) to a prompt (activation rows split), N off every tile and
     # piece size, and one product too small to split
     rng = np.random.default_rng(15)
+    per = QUANT_KINDS[kind][0]                       # a K kind's rows are whole 256-element blocks
     for n_out, k in ((37, 64), (577, 576), (1541, 96)):
-        w = random_qmatrix(rng, kind, n_out, k)
+        k = -(-k // per) * per
+        w = k_weights(rng, kind, n_out, k) if per > 32 else random_qmatrix(rng, kind, n_out, k)
         for t in (1, 2, 5, 17, 70, 131):
             x = rng.standard_normal((t, k)).astype(np.float32)
             for n, got, want in per_thread_count(lambda: qm.qmatmul(x, w)):
