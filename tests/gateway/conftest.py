@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import openai
 import pytest
 
 from ..serve.stack import Stack
@@ -16,3 +17,18 @@ def stack(tmp_path_factory, model_path):
     yield s
     rc = s.stop()
     assert rc == 0, s.drain_output()
+
+
+@pytest.fixture(scope="package")
+def oai(stack):
+    """The official OpenAI client on the stack's gateway, validating every response strictly."""
+    c = openai.OpenAI(base_url=stack.http + "/v1", api_key="unused", max_retries=0,
+                      timeout=120, _strict_response_validation=True)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="package")
+def model(oai):
+    """The id the cluster serves, as /v1/models lists it."""
+    return oai.models.list().data[0].id

@@ -24,13 +24,6 @@ def client(stack):
     c.close()
 
 
-@pytest.fixture(scope="module")
-def model(stack):
-    import openai
-    with openai.OpenAI(base_url=stack.http + "/v1", api_key="unused") as o:
-        return o.models.list().data[0].id
-
-
 def test_a_greedy_answer(client, model):
     m = client.messages.create(model=model, max_tokens=40, messages=JAPAN, **GREEDY)
     assert [b.type for b in m.content] == ["text"] and m.content[0].text == ANSWER

@@ -14,30 +14,17 @@ JAPAN = [{"role": "user", "content": "What is the capital of Japan?"}]
 ANSWER = "The capital of Japan is Tokyo."
 
 
-@pytest.fixture(scope="module")
-def client(stack):
-    c = openai.OpenAI(base_url=stack.http + "/v1", api_key="unused", max_retries=0,
-                      timeout=120, _strict_response_validation=True)
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def model(client):
-    return client.models.list().data[0].id
-
-
-def test_models_list_the_served_model_and_refuse_others(client, model):
-    assert client.models.retrieve(model).id == model
+def test_models_list_the_served_model_and_refuse_others(oai, model):
+    assert oai.models.retrieve(model).id == model
     with pytest.raises(openai.NotFoundError):
-        client.models.retrieve("gpt-unknown")
+        oai.models.retrieve("gpt-unknown")
     with pytest.raises(openai.NotFoundError) as e:
-        client.chat.completions.create(model="gpt-unknown", messages=JAPAN, max_tokens=2)
+        oai.chat.completions.create(model="gpt-unknown", messages=JAPAN, max_tokens=2)
     assert e.value.body["param"] == "model"
 
 
-def test_a_greedy_answer_with_logprobs_and_usage(client, model):
-    r = client.chat.completions.create(model=model, messages=JAPAN, temperature=0, logprobs=True,
+def test_a_greedy_answer_with_logprobs_and_usage(oai, model):
+    r = oai.chat.completions.create(model=model, messages=JAPAN, temperature=0, logprobs=True,
                                        top_logprobs=3)
     choice = r.choices[0]
     assert choice.message.content == ANSWER and choice.finish_reason == "stop"
@@ -53,17 +40,17 @@ def test_a_greedy_answer_with_logprobs_and_usage(client, model):
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
 
-def test_the_developer_role_is_a_system_prompt(client, model):
-    r = client.chat.completions.create(model=model, temperature=0, max_tokens=12, messages=[
+def test_the_developer_role_is_a_system_prompt(oai, model):
+    r = oai.chat.completions.create(model=model, temperature=0, max_tokens=12, messages=[
         {"role": "developer", "content": "You are a helpful assistant."}, *JAPAN])
-    s = client.chat.completions.create(model=model, temperature=0, max_tokens=12, messages=[
+    s = oai.chat.completions.create(model=model, temperature=0, max_tokens=12, messages=[
         {"role": "system", "content": "You are a helpful assistant."}, *JAPAN])
     assert r.choices[0].message.content == s.choices[0].message.content
     assert r.usage.prompt_tokens == s.usage.prompt_tokens
 
 
-def test_streaming_gives_the_same_answer_and_usage(client, model):
-    chunks = list(client.chat.completions.create(model=model, messages=JAPAN, temperature=0,
+def test_streaming_gives_the_same_answer_and_usage(oai, model):
+    chunks = list(oai.chat.completions.create(model=model, messages=JAPAN, temperature=0,
                                                  stream=True,
                                                  stream_options={"include_usage": True}))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ANSWER
@@ -93,37 +80,37 @@ async def test_the_exact_chunk_sequence(stack, model):
                and c["created"] == first["created"] and c["model"] == model for c in chunks)
 
 
-def test_stop_strings_are_not_emitted(client, model):
-    r = client.chat.completions.create(model=model, messages=JAPAN, temperature=0,
+def test_stop_strings_are_not_emitted(oai, model):
+    r = oai.chat.completions.create(model=model, messages=JAPAN, temperature=0,
                                        stop=["Tokyo", "Kyoto"])
     assert r.choices[0].message.content == "The capital of Japan is "
     assert r.choices[0].finish_reason == "stop"
 
 
-def test_max_completion_tokens_wins_over_max_tokens(client, model):
-    r = client.chat.completions.create(model=model, messages=JAPAN, temperature=0, max_tokens=20,
+def test_max_completion_tokens_wins_over_max_tokens(oai, model):
+    r = oai.chat.completions.create(model=model, messages=JAPAN, temperature=0, max_tokens=20,
                                        max_completion_tokens=3)
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 3
     assert ANSWER.startswith(r.choices[0].message.content)
 
 
-def test_a_seed_repeats_an_answer_and_n_gives_one_choice_per_seed(client, model):
+def test_a_seed_repeats_an_answer_and_n_gives_one_choice_per_seed(oai, model):
     ask = dict(model=model, messages=[{"role": "user", "content": "Name a color."}],
                temperature=1.0, max_tokens=12, presence_penalty=0.5, frequency_penalty=0.5)
-    one = client.chat.completions.create(**ask, seed=1234)
-    again = client.chat.completions.create(**ask, seed=1234)
+    one = oai.chat.completions.create(**ask, seed=1234)
+    again = oai.chat.completions.create(**ask, seed=1234)
     assert one.choices[0].message.content == again.choices[0].message.content
-    both = client.chat.completions.create(**ask, seed=1234, n=2)
+    both = oai.chat.completions.create(**ask, seed=1234, n=2)
     assert [c.index for c in both.choices] == [0, 1]
     # Choice i uses seed + i: the first is the single answer of the same seed.
     assert both.choices[0].message.content == one.choices[0].message.content
-    second = client.chat.completions.create(**ask, seed=1235)
+    second = oai.chat.completions.create(**ask, seed=1235)
     assert both.choices[1].message.content == second.choices[0].message.content
     assert both.usage.prompt_tokens == one.usage.prompt_tokens    # one prompt, counted once
 
 
-def test_legacy_completions(client, model, stack):
-    r = client.completions.create(model=model, prompt="The capital of France is", max_tokens=3,
+def test_legacy_completions(oai, model, stack):
+    r = oai.completions.create(model=model, prompt="The capital of France is", max_tokens=3,
                                   temperature=0, logprobs=2)
     choice = r.choices[0]
     assert choice.text.startswith(" Paris") and choice.finish_reason == "length"
@@ -140,19 +127,19 @@ def test_legacy_completions(client, model, stack):
 
 @pytest.mark.parametrize("field, value", [("temperature", "hot"), ("n", 0), ("top_logprobs", 40),
                                           ("max_tokens", -1), ("stop", [1, 2])])
-def test_bad_fields_are_400s_naming_the_field(client, model, field, value):
+def test_bad_fields_are_400s_naming_the_field(oai, model, field, value):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=model, messages=JAPAN, logprobs=True,
+        oai.chat.completions.create(model=model, messages=JAPAN, logprobs=True,
                                        extra_body={field: value})
     assert e.value.body["param"] == field
 
 
-def test_n_choices_stream_side_by_side(client, model):
+def test_n_choices_stream_side_by_side(oai, model):
     ask = dict(model=model, messages=[{"role": "user", "content": "Name a color."}],
                temperature=1.0, max_tokens=10, seed=99, n=2)
-    whole = client.chat.completions.create(**ask)
+    whole = oai.chat.completions.create(**ask)
     texts, finishes = {0: "", 1: ""}, {}
-    for c in client.chat.completions.create(**ask, stream=True):
+    for c in oai.chat.completions.create(**ask, stream=True):
         for choice in c.choices:
             texts[choice.index] += choice.delta.content or ""
             if choice.finish_reason:
@@ -161,14 +148,14 @@ def test_n_choices_stream_side_by_side(client, model):
     assert finishes == {c.index: c.finish_reason for c in whole.choices}
 
 
-def test_penalties_move_greedy_off_a_repeated_token(client, model):
+def test_penalties_move_greedy_off_a_repeated_token(oai, model):
     # The expected token is derived from the unpenalized greedy answer's own top-5 logprobs:
     # OpenAI's penalties lower each generated token's logit by presence + frequency * count,
     # so greedy picks the best of the five after those deductions.
     PRESENCE, FREQUENCY = 2.0, 2.0
     ask = dict(model=model, messages=[{"role": "user", "content": "Count from 1 to 20."}],
                temperature=0, logprobs=True, top_logprobs=5)
-    plain = client.chat.completions.create(**ask, max_tokens=60).choices[0].logprobs.content
+    plain = oai.chat.completions.create(**ask, max_tokens=60).choices[0].logprobs.content
     counts: dict[bytes, int] = {}
     for k, step in enumerate(plain):
         scores = {}
@@ -185,7 +172,7 @@ def test_penalties_move_greedy_off_a_repeated_token(client, model):
     else:
         pytest.fail("the plain greedy answer never repeats a token the penalties would displace")
     assert margin > 1e-3, "too close to call in float32"
-    moved = client.chat.completions.create(**ask, max_tokens=k + 1, presence_penalty=PRESENCE,
+    moved = oai.chat.completions.create(**ask, max_tokens=k + 1, presence_penalty=PRESENCE,
                                            frequency_penalty=FREQUENCY)
     got = [bytes(t.bytes) for t in moved.choices[0].logprobs.content]
     assert got[:k] == [bytes(t.bytes) for t in plain[:k]]     # the same until the first repeat

@@ -31,19 +31,6 @@ HISTORY = ASK + [
     {"role": "tool", "tool_call_id": "call_1", "content": "18 C and sunny"}]
 
 
-@pytest.fixture(scope="module")
-def oai(stack):
-    c = openai.OpenAI(base_url=stack.http + "/v1", api_key="unused", max_retries=0,
-                      timeout=120, _strict_response_validation=True)
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def model(oai):
-    return oai.models.list().data[0].id
-
-
 def test_openai_forced_call_comes_back_as_tool_calls(oai, model):
     r = oai.chat.completions.create(model=model, messages=ASK, tools=TOOLS, tool_choice=FORCE,
                                     temperature=0, max_tokens=40)
