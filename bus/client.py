@@ -21,6 +21,7 @@ from wire.errors import Oversized
 from wire.messages.bus import Cancel, Error, Hello, StreamEnd, Welcome
 
 from .errors import BadReply, CallTimeout, ClientClosed, MessageTooLarge, PeerRestarted, RemoteError
+from .idle import IdleWatch
 from .sockets import CONTROL, SocketLimits, make_socket
 
 _ids = itertools.count(1)
@@ -101,14 +102,22 @@ class RpcClient:
                                            epoch=self.sender_epoch))
         waiter = _StreamWaiter()
         self._pending[mid] = (waiter, self.peer_epoch)
+        idle = IdleWatch(idle_timeout) if idle_timeout is not None else None
         try:
             await self._sock.send_multipart(frames, copy=False)
             while True:
                 try:
-                    item = await asyncio.wait_for(waiter.queue.get(), idle_timeout)
-                except asyncio.TimeoutError:
+                    if idle is not None:
+                        idle.waiting()
+                    item = await waiter.queue.get()
+                except asyncio.CancelledError:
+                    if idle is None or not idle.fired:
+                        raise                  # the caller cancelled, or its task is stopping
+                    asyncio.current_task().uncancel()
                     raise CallTimeout(f"{self.name}: {type(body).TYPE} stream silent for "
                                       f"{idle_timeout:g}s") from None
+                if idle is not None:
+                    idle.got()
                 if isinstance(item, BaseException):
                     raise item
                 if isinstance(item.body, StreamEnd):
@@ -118,6 +127,8 @@ class RpcClient:
                     raise RemoteError(e.code, e.message, e.retry_after, self.name)
                 yield item.body
         finally:
+            if idle is not None:
+                idle.close()
             self._pending.pop(mid, None)
             if not waiter.done() and not self._closed:
                 self._send_cancel(mid)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from bus.directory import Directory
-from bus.errors import BusError, CallTimeout
+from bus.errors import BusError
 from bus.peers import Peers
 from wire.messages.scheduler import CancelRequest, Done, Generate, Started, StatsRequest, Tokens
 from wire.messages.tokenizer import (Decode, Encode, InfoRequest, Render, TokenizerInfo,
@@ -23,7 +23,6 @@ from wire.messages.tokenizer import (Decode, Encode, InfoRequest, Render, Tokeni
 
 from . import health
 from .errors import NotFound, Unavailable, from_bus
-from .idle import IdleWatch
 from .metrics import Metrics
 from .model import ModelCard
 from .tools import Tools
@@ -96,13 +95,11 @@ class Backend:
             request = _with_id(request, "gw-" + uuid.uuid4().hex)
         finished = False
         started, admitted, token_events = time.perf_counter(), None, []
-        idle = IdleWatch(self.stream_idle_timeout)
         try:
             async with contextlib.aclosing(self.peers.stream(
-                    sched.name, request, wait=CALL_TIMEOUT, idle_timeout=None)) as events:
-                idle.waiting()
+                    sched.name, request, wait=CALL_TIMEOUT,
+                    idle_timeout=self.stream_idle_timeout)) as events:
                 async for ev in events:
-                    idle.got()
                     if isinstance(ev, Tokens) and ev.token_ids:
                         token_events.append((time.perf_counter(), len(ev.token_ids)))
                     elif isinstance(ev, Started):
@@ -112,19 +109,11 @@ class Backend:
                                                 ev.completion_tokens, ev.finish_reason,
                                                 time.perf_counter())
                     yield ev
-                    idle.waiting()
             finished = True
         except BusError as e:
             finished = True
             raise from_bus(e) from None
-        except asyncio.CancelledError:
-            if not idle.fired:
-                raise                      # the client left, or the service stops
-            asyncio.current_task().uncancel()
-            raise from_bus(CallTimeout(f"{sched.name}: the generation stream was silent for "
-                                       f"{self.stream_idle_timeout:g}s")) from None
         finally:
-            idle.close()
             if not finished:
                 self._cancel_later(sched.name, request.request_id)
 

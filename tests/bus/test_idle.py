@@ -1,4 +1,4 @@
-"""The gateway's deadline on a stream's silences (gateway/idle.py)."""
+"""The deadline on a stream's silences (bus/idle.py), which RpcClient.stream keeps."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.idle import IdleWatch
+from bus.idle import IdleWatch
 
 
 async def _consume(queue: asyncio.Queue, watch: IdleWatch, busy: float = 0.0) -> list:

@@ -1,7 +1,7 @@
 """A deadline on the silences of a stream: the task waiting for its next event is cancelled
-when one wait lasts `seconds`. One timer per silent period, where asyncio.wait_for around
-each wait (the bus client's idle_timeout) makes a task and a timer for every event: at
-concurrency 32 that was the largest cost the gateway added per token."""
+when one wait lasts `seconds` (RpcClient.stream turns that into CallTimeout). One timer per
+silent period, where asyncio.wait_for around each wait makes a task and a timer for every
+event: at concurrency 32 that was the largest cost the gateway added per token."""
 
 from __future__ import annotations
 
