@@ -83,6 +83,7 @@ class SchedulerService(Service):
     async def on_start(self) -> None:
         self.directory.subscribe(FAILED_TOPIC)
         self.directory.on_event.append(self._on_health_event)
+        self.directory.on_expire.append(self._on_peer_expired)
         tok = await self._wait_for(self._tokenizer, "a tokenizer")
         info = await self.peers.call(tok, InfoRequest(), timeout=10)
         self.model = info.model
@@ -195,7 +196,18 @@ class SchedulerService(Service):
     def _on_health_event(self, topic: bytes, msg) -> None:
         """A watcher gave a service up: if it held a range no one else holds, the requests
         waiting for it end now with the reason (instead of after the unserved budget)."""
-        if not self.failed_ranges.on_event(topic, msg) or self.policy is None:
+        if self.failed_ranges.on_event(topic, msg):
+            self._fail_if_unservable()
+
+    def _on_peer_expired(self, entry) -> None:
+        """The event may come before the given-up shard's last heartbeat has expired (a shard
+        that dies at start is given up within a second or two): its stale entry still covered
+        the range then, so the check runs again when an entry leaves."""
+        if entry.kind == "shard":
+            self._fail_if_unservable()
+
+    def _fail_if_unservable(self) -> None:
+        if self.policy is None:
             return
         why = self.failed_ranges.why(self.directory.live(), self.model)
         if why is None:
@@ -204,7 +216,8 @@ class SchedulerService(Service):
         for out in self.policy.fail_all(why):
             if (stream := self.requests.get(out.request_id)) is not None:
                 stream.deliver(StreamEvent(out))
-        self.driver.wake.set()
+        if self.driver is not None:
+            self.driver.wake.set()
 
     # ------------------------------------------------------------------ requests
     @streams(Generate)
