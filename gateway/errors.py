@@ -61,6 +61,11 @@ class UpstreamFailed(GatewayError):
     status, kind = 500, "internal"
 
 
+class UpstreamTimeout(GatewayError):
+    """The request's own deadline passed in the cluster before it finished."""
+    status, kind = 504, "timeout"
+
+
 # Scheduler and tokenizer refusals that are the client's fault, with the field to name.
 _CLIENT_CODES = {
     "bad_sampling": None, "prompt_too_long": "messages", "bad_max_tokens": "max_tokens",
@@ -71,6 +76,20 @@ _CLIENT_CODES = {
 }
 _UNAVAILABLE_CODES = {"starting", "draining", "loading", "tokenizer_unavailable", "not_found",
                       "timeout", "peer_dead", "peer_restarted", "no_directory"}
+
+
+def failed_in_cluster(detail: str) -> GatewayError:
+    """An admitted request the scheduler ended as failed, by its reason: a range no shard holds
+    any more or a scheduler stopping is the cluster being unavailable (503), a passed deadline is
+    a timeout (504), anything else an internal failure (500)."""
+    message = f"the request failed in the cluster: {detail or 'no reason given'}"
+    if detail.startswith("range_failed"):
+        return Unavailable(message)
+    if detail.startswith("the scheduler stopped"):
+        return Unavailable(message, retry_after=1.0)
+    if detail.startswith("deadline"):
+        return UpstreamTimeout(message)
+    return UpstreamFailed(message)
 
 
 def from_bus(e: BusError) -> GatewayError:

@@ -12,7 +12,7 @@ from typing import Any
 
 from wire.messages.scheduler import Done, Started, Tokens
 
-from .errors import UpstreamFailed
+from .errors import UpstreamFailed, failed_in_cluster
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Result:
     done_at: float | None = None
 
     def add(self, ev: Any) -> None:
-        """Take one scheduler event; a request that failed raises UpstreamFailed."""
+        """Take one scheduler event; a request that failed raises its GatewayError."""
         if isinstance(ev, Started):
             self.admitted_at = time.perf_counter()
             self.prompt_tokens = ev.prompt_tokens
@@ -47,7 +47,7 @@ class Result:
         elif isinstance(ev, Done):
             self.done_at = time.perf_counter()
             if ev.finish_reason == "failed":
-                raise UpstreamFailed(f"the request failed in the cluster: {ev.detail or 'no reason given'}")
+                raise failed_in_cluster(ev.detail or "")
             self.finish_reason = ev.finish_reason
             self.stop_string = ev.stop_string
             self.prompt_tokens = ev.prompt_tokens

@@ -20,7 +20,7 @@ from .base import Protocol, error_headers
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           405: "invalid_request_error", 408: "timeout_error", 413: "request_too_large",
-          429: "rate_limit_error", 503: "overloaded_error"}
+          429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error"}
 
 
 def stop_reason(r: Result, called: bool = False) -> str:

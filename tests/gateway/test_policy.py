@@ -12,7 +12,7 @@ from bus.errors import PeerDead, RemoteError
 from gateway import auth, health
 from gateway.config import GatewayConfig, parse_http
 from gateway.errors import (BadRequest, Overloaded, Unauthorized, Unavailable, UpstreamFailed,
-                            from_bus)
+                            UpstreamTimeout, failed_in_cluster, from_bus)
 from gateway.fields import Fields, text_of
 
 
@@ -130,3 +130,17 @@ def test_bus_errors_become_http_errors():
     assert isinstance(from_bus(RemoteError("starting", "...")), Unavailable)
     assert isinstance(from_bus(PeerDead("gone")), Unavailable)
     assert isinstance(from_bus(RemoteError("internal", "oops")), UpstreamFailed)
+
+
+def test_a_request_failed_in_the_cluster_gets_the_status_of_its_reason():
+    # The reasons as the scheduler words them (policy.expire, the service's range check and
+    # on_stop, the driver's budget).
+    gone = failed_in_cluster("range_failed: layers 15:30 of M are held by no ready shard and ...")
+    assert isinstance(gone, Unavailable) and gone.status == 503 and "range_failed" in gone.message
+    stopped = failed_in_cluster("the scheduler stopped before this request finished")
+    assert stopped.status == 503 and stopped.retry_after == 1.0
+    late = failed_in_cluster("deadline: 2 s passed with 3 of 40 tokens generated")
+    assert isinstance(late, UpstreamTimeout) and late.status == 504
+    other = failed_in_cluster("every batch on ['shard-0'] failed (last: x); nothing served for 300 s")
+    assert isinstance(other, UpstreamFailed) and other.status == 500
+    assert "no reason given" in failed_in_cluster("").message
