@@ -10,12 +10,18 @@ readers only ever see complete entries.
 
 Entries are keyed by `file_identity` (services/modelstore/identity.py): size, mtime and the
 hash of the file's edges, so any rewrite or re-download of the file misses the cache.
+
+Each load touches its entry's manifest; after an entry is written, the cache is cut back to its
+budget ($LLMBUS_WEIGHT_CACHE_GB, least recently used first: services/modelstore/cache_budget.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -25,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from kernels.qmatrix import QUANT_KINDS, QMatrix, QRows
+from services.modelstore.cache_budget import CacheEntry, budget_bytes, to_remove
 from services.modelstore.gguf_config import ModelConfig
 from services.modelstore.identity import file_identity  # noqa: F401  (part of this module's API)
 from services.modelstore.pull import cache_dir
@@ -33,6 +40,9 @@ from services.modelstore.weights import ShardWeights, read_weights
 
 LAYOUT_VERSION = 3   # bump when the stored arrays change meaning or shape (3: K kinds kept in blocks)
 QUANTIZED = "quantized"
+_ENTRY_NAME = re.compile(r"^\d+-\d+-\w+-v(\d+)$")
+
+log = logging.getLogger("llmbus.modelstore")
 
 
 @dataclass
@@ -60,6 +70,7 @@ def load_weights(model: Path, start: int, end: int, dtype: str = "float32",
     if entry.is_dir():
         try:
             config, weights = _read_entry(entry, start, end)
+            _touch(entry)
             return LoadedWeights(config, weights, False, time.perf_counter() - t0, entry)
         except (OSError, ValueError, KeyError):
             shutil.rmtree(entry, ignore_errors=True)   # damaged entry: rebuild it below
@@ -68,7 +79,57 @@ def load_weights(model: Path, start: int, end: int, dtype: str = "float32",
     else:
         config, weights = read_weights(Path(model), start, end, np.dtype(dtype))
     _write_entry(entry, config, weights)
+    prune(entry.parent.parent, keep=entry)
     return LoadedWeights(config, weights, True, time.perf_counter() - t0, entry)
+
+
+def prune(weights_root: Path, keep: Path, budget: int | None = None) -> list[Path]:
+    """Cut the cache under `weights_root` back to its budget, never removing `keep`; returns what
+    was removed. A process still mapping a removed entry keeps its pages (POSIX unlink); one
+    reading it at that moment finds it damaged and builds it again."""
+    budget = budget_bytes(dict(os.environ)) if budget is None else budget
+    gone = to_remove(_scan(weights_root), budget, LAYOUT_VERSION, keep, time.time())
+    for path in gone:
+        shutil.rmtree(path, ignore_errors=True)
+        with _suppress_os():
+            path.parent.rmdir()                 # the file's last entry: its folder too
+    if gone:
+        log.info("weight cache: removed %d entries to stay within %.1f GiB (%s)", len(gone),
+                 budget / 2**30, ", ".join(f"{p.parent.name[:8]}/{p.name}" for p in gone))
+    return gone
+
+
+def _scan(weights_root: Path) -> list[CacheEntry]:
+    entries = []
+    for ident in _dirs(weights_root):
+        for d in _dirs(ident):
+            m = _ENTRY_NAME.match(d.name)
+            if m is None and not d.name.startswith("."):
+                continue                      # not ours: leave it alone
+            with _suppress_os():
+                files = list(os.scandir(d))
+                size = sum(f.stat().st_size for f in files if f.is_file())
+                manifest = d / "manifest.json"
+                used = (manifest if manifest.exists() else d).stat().st_mtime
+                entries.append(CacheEntry(d, size, used, int(m.group(1)) if m else None))
+    return entries
+
+
+def _dirs(path: Path) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _touch(entry: Path) -> None:
+    """Mark the entry used (least recently used entries are removed first)."""
+    with _suppress_os():                      # a read-only cache still serves
+        os.utime(entry / "manifest.json")
+
+
+def _suppress_os():
+    return contextlib.suppress(OSError)
 
 
 def _read_entry(entry: Path, start: int, end: int) -> tuple[ModelConfig, ShardWeights]:

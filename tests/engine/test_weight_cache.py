@@ -62,3 +62,19 @@ def test_a_copy_of_the_model_has_the_same_bus_identity_but_its_own_cache_key(tmp
         f.seek(-10, 2)
         f.write(b"\x01")
     assert model_identity(copy) != model_identity(model_path)
+
+
+def test_loads_mark_their_entry_used_and_a_new_entry_cuts_the_cache_to_its_budget(
+        tiny_path, tmp_path, monkeypatch):
+    first = load_weights(tiny_path, 0, 1, root=tmp_path).path
+    second = load_weights(tiny_path, 1, 2, root=tmp_path).path
+    os.utime(first / "manifest.json", (1, 1))
+    os.utime(second / "manifest.json", (2, 2))
+    assert not load_weights(tiny_path, 0, 1, root=tmp_path).cold     # a hit: first is now the newest
+    assert (first / "manifest.json").stat().st_mtime > 2
+    size = sum(f.stat().st_size for f in first.iterdir())
+    # A budget that holds two entries of this size: the third written pushes out the least
+    # recently used, which is `second` (loaded before `first` was loaded again).
+    monkeypatch.setenv("LLMBUS_WEIGHT_CACHE_GB", str(2.5 * size / 2**30))
+    third = load_weights(tiny_path, 2, 3, root=tmp_path)
+    assert third.cold and third.path.is_dir() and first.is_dir() and not second.exists()
