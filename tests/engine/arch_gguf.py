@@ -92,7 +92,7 @@ def _vocabulary(vocab_from: Path) -> tuple[dict, list, list]:
 
 def write(path: Path, name: str, vocab_from: Path, mix: str | None = None) -> Path:
     """Write the tiny model SPECS[name] to `path`, with the tokenizer metadata of `vocab_from`; with a
-    `mix` of kquant_gguf.MIXES, KSPECS[name] with each matrix in that mix's block kind."""
+    `mix` of kquant_gguf.MIXES (or "f32"), KSPECS[name] with each matrix in that mix's block kind."""
     s = SPECS[name] if mix is None else KSPECS[name]
     rng = np.random.default_rng(s.seed)
     vocab, tokens, merges = _vocabulary(Path(vocab_from))
@@ -127,7 +127,7 @@ def write(path: Path, name: str, vocab_from: Path, mix: str | None = None) -> Pa
             parts = tname.split(".")
             layer = int(parts[1]) if parts[0] == "blk" else None
             kind = kind_for(mix, role or parts[-2], layer, s.n_layers, inp)
-            w.add_tensor(tname, blocks(m, kind), raw_dtype=kind)
+            w.add_tensor(tname, m) if kind == QT.F32 else w.add_tensor(tname, blocks(m, kind), raw_dtype=kind)
         elif kind == QT.F32:
             w.add_tensor(tname, m)
         elif kind == QT.F16:

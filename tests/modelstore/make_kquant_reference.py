@@ -49,21 +49,21 @@ def top5(logits: np.ndarray) -> list:
     return [[[int(i), round(float(row[i]), 5)] for i in r] for r, row in zip(ids, logits)]
 
 
-def llama_quantized(tmp: Path, tok: dict, tokens: list[int]) -> None:
-    """The f32 model through llama.cpp's quantizer into each file type: our logits against llama.cpp's."""
+def llama_quantized(src: Path, label: str, tokens: list[int], splits: tuple[int, ...], cache: Path) -> None:
+    """`src` (float32 matrices) through llama.cpp's quantizer into each file type: our logits against
+    llama.cpp's on each (printed only: a test cannot rebuild these files without llama.cpp)."""
     import llama_cpp
-    src = write_kquant_llama(tmp / "f32.gguf", "f32", tok)
     for mix, ftype in FTYPES.items():
-        dst = tmp / f"llama-{mix}.gguf"
+        dst = src.with_name(f"{src.stem}-llama.cpp-{mix}.gguf")
         params = llama_cpp.llama_model_quantize_default_params()
         params.ftype = ftype
         params.nthread = THREADS
         if llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params) != 0:
-            raise RuntimeError(f"llama.cpp could not quantize to {mix}")
+            raise RuntimeError(f"llama.cpp could not quantize {label} to {mix}")
         ref = top5(llama_cpp_logits(dst, tokens))
-        one, three = (teacher_forced(dst, tokens, s, root=tmp / "cache") for s in ((), (1, 3)))
-        print(f"llama.cpp-quantized {mix:7s} one process: {parity(one, ref)}\n"
-              f"{'':27s} 3 shards:    {parity(three, ref)}")
+        one, three = (teacher_forced(dst, tokens, s, root=cache) for s in ((), splits))
+        print(f"{label:12s} llama.cpp-quantized {mix:7s} one process: {parity(one, ref)}\n"
+              f"{'':40s} 3 shards:    {parity(three, ref)}")
 
 
 def real_model(tmp: Path, steps: int = 24) -> None:
@@ -114,6 +114,7 @@ def arch_mixes(out: Path) -> None:
                 files[f"{name}/{mix}"] = {"sha256": sha256(path), "top5": ref}
                 one, three = (teacher_forced(path, tokens, s, root=tmp / "cache") for s in ((), splits))
                 print(f"{name:12s} {mix:7s} one process: {parity(one, ref)}\n{'':20s} 3 shards:    {parity(three, ref)}")
+            llama_quantized(write(tmp / f"{name}-f32.gguf", name, vocab, "f32"), name, tokens, splits, tmp / "cache")
     out.write_text(json.dumps({
         "recipe": f"tests/engine/arch_gguf.py write(path, name, default model, mix) for each name of KSPECS; "
                   f"tokens: numpy default_rng({SEED}).integers(0, {VOCAB}, {N_TOKENS})",
@@ -150,7 +151,7 @@ def main() -> None:
             files[mix] = {"sha256": sha256(path), "top5": ref}
             one, three = (teacher_forced(path, tokens, s, root=tmp / "cache") for s in ((), (1, 3)))
             print(f"{mix:7s} one process: {parity(one, ref)}\n{'':7s} 3 shards:    {parity(three, ref)}")
-        llama_quantized(tmp, tok, tokens)
+        llama_quantized(write_kquant_llama(tmp / "f32.gguf", "f32", tok), "llama", tokens, (1, 3), tmp / "cache")
     args.out.write_text(json.dumps({
         "recipe": f"tests/modelstore/kquant_gguf.py write_kquant_llama(path, mix, tokenizer_fields(default model), "
                   f"seed={SEED}); tokens: numpy default_rng({SEED}).integers(0, vocab, {N_TOKENS})",
