@@ -4,12 +4,15 @@ the merges among them: still a working BPE) so llama.cpp loads them as they are,
 
 Deterministic: the same (name, vocabulary) gives the same bytes, so a test can rebuild a file and
 check it against the sha256 stored with llama.cpp's reference logits (tests/data/arch_refs.json).
+With a K-quant mix (tests/modelstore/kquant_gguf.MIXES) the same models are written at K widths
+(KSPECS) in that mix's block kinds, for tests/modelstore/test_arch_kquant_parity.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +21,7 @@ from gguf import GGUFWriter
 from gguf.quants import quantize
 
 from services.modelstore.gguf_meta import read_metadata
+from tests.modelstore.kquant_gguf import blocks, kind_for
 
 VOCAB = 2048     # 49152 tokens cost ~2.5 s in every GGUFReader and a 49152-row head
 
@@ -65,16 +69,33 @@ SPECS = {
     "phi3": TinySpec("phi3", 71, n_heads=4, n_kv_heads=4),
 }
 
+# The same models at widths K blocks allow (rows of 256 and 512 weights), for the K-quant mixes of
+# tests/modelstore/kquant_gguf.py. Four layers (gemma3 keeps six: its sixth is its one global
+# layer). qwen3 and gemma3 keep heads narrower than d_model / n_heads, so their attn_output rows
+# are 128 weights: llama.cpp's fallback kinds (Q5_0, Q5_1, Q8_0) hold those.
+_K = {"d_model": 256, "ffn_dim": 512, "n_layers": 4}
+_K_HEADS = {"mistral": {"head_dim": 32}, "qwen3": {}, "gemma3": {"n_layers": 6}}   # others: 4 heads of 64
+KSPECS = {name: replace(s, **(_K | _K_HEADS.get(name, {"head_dim": 64}))) for name, s in SPECS.items()}
 
-def write(path: Path, name: str, vocab_from: Path) -> Path:
-    """Write the tiny model SPECS[name] to `path`, with the tokenizer metadata of `vocab_from`."""
-    s = SPECS[name]
-    rng = np.random.default_rng(s.seed)
+
+@lru_cache(maxsize=4)
+def _vocabulary(vocab_from: Path) -> tuple[dict, list, list]:
+    """The metadata of `vocab_from`, its first VOCAB tokens and the merges among them (read once:
+    a 49k-token vocabulary takes seconds)."""
     vocab = read_metadata(vocab_from)
     tokens = vocab["tokenizer.ggml.tokens"][:VOCAB]
     kept = set(tokens)
     merges = [m for m in vocab["tokenizer.ggml.merges"]
               if m.replace(" ", "") in kept and all(p in kept for p in m.split(" "))]
+    return vocab, tokens, merges
+
+
+def write(path: Path, name: str, vocab_from: Path, mix: str | None = None) -> Path:
+    """Write the tiny model SPECS[name] to `path`, with the tokenizer metadata of `vocab_from`; with a
+    `mix` of kquant_gguf.MIXES (or "f32"), KSPECS[name] with each matrix in that mix's block kind."""
+    s = SPECS[name] if mix is None else KSPECS[name]
+    rng = np.random.default_rng(s.seed)
+    vocab, tokens, merges = _vocabulary(Path(vocab_from))
     n_vocab = len(tokens)
     a, d, hd, f = s.arch, s.d_model, s.head_dim, s.ffn_dim
     w = GGUFWriter(str(path), a)
@@ -100,9 +121,14 @@ def write(path: Path, name: str, vocab_from: Path) -> Path:
         w.add_uint32(f"tokenizer.ggml.{key}", int(vocab[f"tokenizer.ggml.{key}"]))
     w.add_bool("tokenizer.ggml.add_bos_token", False)
 
-    def mat(tname, out, inp, kind=s.qtype, scale=1.0):
+    def mat(tname, out, inp, kind=s.qtype, scale=1.0, role=None):
         m = (scale * rng.standard_normal((out, inp)) / np.sqrt(inp)).astype(np.float32)
-        if kind == QT.F32:
+        if mix is not None:
+            parts = tname.split(".")
+            layer = int(parts[1]) if parts[0] == "blk" else None
+            kind = kind_for(mix, role or parts[-2], layer, s.n_layers, inp)
+            w.add_tensor(tname, m) if kind == QT.F32 else w.add_tensor(tname, blocks(m, kind), raw_dtype=kind)
+        elif kind == QT.F32:
             w.add_tensor(tname, m)
         elif kind == QT.F16:
             w.add_tensor(tname, m.astype(np.float16))
@@ -114,7 +140,9 @@ def write(path: Path, name: str, vocab_from: Path) -> Path:
 
     # Gemma's embeddings are scaled up by sqrt(d) in the forward, and are its head too: larger ones
     # spread its logits as the head's scale spreads the others' (so that some top-2 margins pass 1.0).
-    mat("token_embd.weight", n_vocab, d, QT.Q8_0, scale=(4.0 if a == "gemma3" else 1.0) * np.sqrt(d) / 4)
+    # A tied embedding is the head too: K mixes give it the head's kind, as llama.cpp does.
+    mat("token_embd.weight", n_vocab, d, QT.Q8_0, scale=(4.0 if a == "gemma3" else 1.0) * np.sqrt(d) / 4,
+        role="output" if s.tied else None)
     if a == "llama" and s.seed == 31:
         w.add_tensor("rope_freqs.weight", _llama3_freqs(hd, s.rope_base))
     qd, kvd = s.n_heads * hd, s.n_kv_heads * hd

@@ -85,14 +85,23 @@ def blocks(w: np.ndarray, kind: QT) -> np.ndarray:
     return quantize(w, kind)
 
 
-def kind_for(mix: str, name: str, layer: int | None) -> QT:
-    """The block kind of tensor `name` (of `layer`) in `mix`."""
+# llama.cpp's kind where a row is not whole 256-weight super-blocks (llama_tensor_get_type's fallback).
+FALLBACK = {QT.Q4_K: QT.Q5_0, QT.Q5_K: QT.Q5_1, QT.Q6_K: QT.Q8_0}
+
+
+def kind_for(mix: str, name: str, layer: int | None, n_layers: int = SHAPE["n_layers"], cols: int = 256) -> QT:
+    """The block kind of tensor `name` (of `layer` of `n_layers`, rows of `cols` weights) in `mix`."""
+    kind = _kind(mix, name, layer, n_layers)
+    return FALLBACK.get(kind, kind) if cols % 256 else kind
+
+
+def _kind(mix: str, name: str, layer: int | None, n_layers: int) -> QT:
     if mix in ("f32", "q8_0", "q6_k"):
         return {"f32": QT.F32, "q8_0": QT.Q8_0, "q6_k": QT.Q6_K}[mix]
     base = QT.Q4_K if mix == "q4_k_m" else QT.Q5_K
     if name == "output":
         return QT.Q6_K
-    if name in ("attn_v", "ffn_down") and layer in (0, SHAPE["n_layers"] - 1):
+    if name in ("attn_v", "ffn_down") and layer in (0, n_layers - 1):
         return QT.Q6_K
     if mix == "q4_k_m":
         odd = {("attn_k", 1): QT.Q5_0, ("ffn_up", 2): QT.Q5_1, ("attn_output", 2): QT.Q8_0}

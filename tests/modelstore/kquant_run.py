@@ -21,7 +21,9 @@ LAYERED = ("attn_norm", "wqkv", "wo", "ffn_norm", "w_gate_up", "w_down")
 def sub_range(w: ShardWeights, start: int, end: int, n_layers: int) -> ShardWeights:
     """Layers [start, end) of full-range weights, as read_weights(start, end) would give them: one
     GGUF read serves every shard of a test (a cold read parses the 49k-token vocabulary each time)."""
-    layers = {k: _layers(getattr(w, k), start, end) for k in LAYERED}
+    # The per-layer extras too (biases, q/k norms, post norms): a range keeps only its own layers'.
+    layers = {k: _layers(getattr(w, k), start, end) for k in LAYERED + ShardWeights.LAYER_EXTRAS
+              if getattr(w, k) is not None}
     return replace(w, start=start, end=end, **layers,
                    token_embd=w.token_embd if start == 0 else None,
                    output_norm=w.output_norm if end == n_layers else None,

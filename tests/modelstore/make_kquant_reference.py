@@ -4,6 +4,9 @@ on the same tiny model quantized by llama.cpp's own quantizer.
 
     python -m tests.modelstore.make_kquant_reference [--out tests/data/kquant-tiny.llamacpp.json]
     python -m tests.modelstore.make_kquant_reference --real   # prints only: a real model, see real_model()
+    python -m tests.modelstore.make_kquant_reference --arch [--out tests/data/arch-kquant.llamacpp.json]
+
+--arch: the same for every tiny architecture of tests/engine/arch_gguf.KSPECS in each mix.
 
 Needs llama-cpp-python (pip install .[bench]) and the default model (for its tokenizer metadata).
 """
@@ -22,6 +25,7 @@ from tests.modelstore.kquant_gguf import MIXES, SEED, tokenizer_fields, write_kq
 from tests.modelstore.kquant_run import parity, teacher_forced
 
 OUT = Path(__file__).resolve().parent.parent / "data" / "kquant-tiny.llamacpp.json"
+ARCH_OUT = OUT.parent / "arch-kquant.llamacpp.json"
 N_TOKENS = 40
 THREADS = 2
 # llama.cpp's file types (llama.h's LLAMA_FTYPE_MOSTLY_*) for its quantizer.
@@ -45,21 +49,21 @@ def top5(logits: np.ndarray) -> list:
     return [[[int(i), round(float(row[i]), 5)] for i in r] for r, row in zip(ids, logits)]
 
 
-def llama_quantized(tmp: Path, tok: dict, tokens: list[int]) -> None:
-    """The f32 model through llama.cpp's quantizer into each file type: our logits against llama.cpp's."""
+def llama_quantized(src: Path, label: str, tokens: list[int], splits: tuple[int, ...], cache: Path) -> None:
+    """`src` (float32 matrices) through llama.cpp's quantizer into each file type: our logits against
+    llama.cpp's on each (printed only: a test cannot rebuild these files without llama.cpp)."""
     import llama_cpp
-    src = write_kquant_llama(tmp / "f32.gguf", "f32", tok)
     for mix, ftype in FTYPES.items():
-        dst = tmp / f"llama-{mix}.gguf"
+        dst = src.with_name(f"{src.stem}-llama.cpp-{mix}.gguf")
         params = llama_cpp.llama_model_quantize_default_params()
         params.ftype = ftype
         params.nthread = THREADS
         if llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params) != 0:
-            raise RuntimeError(f"llama.cpp could not quantize to {mix}")
+            raise RuntimeError(f"llama.cpp could not quantize {label} to {mix}")
         ref = top5(llama_cpp_logits(dst, tokens))
-        one, three = (teacher_forced(dst, tokens, s, root=tmp / "cache") for s in ((), (1, 3)))
-        print(f"llama.cpp-quantized {mix:7s} one process: {parity(one, ref)}\n"
-              f"{'':27s} 3 shards:    {parity(three, ref)}")
+        one, three = (teacher_forced(dst, tokens, s, root=cache) for s in ((), splits))
+        print(f"{label:12s} llama.cpp-quantized {mix:7s} one process: {parity(one, ref)}\n"
+              f"{'':40s} 3 shards:    {parity(three, ref)}")
 
 
 def real_model(tmp: Path, steps: int = 24) -> None:
@@ -92,11 +96,44 @@ def real_model(tmp: Path, steps: int = 24) -> None:
               f"3 shards {parity(three, ref)}")
 
 
+def arch_mixes(out: Path) -> None:
+    """llama.cpp's teacher-forced top-5 on every tiny architecture (arch_gguf.KSPECS) in every mix."""
+    import llama_cpp
+    from services.modelstore.pull import pull
+    from tests.engine.arch_gguf import KSPECS, VOCAB, write
+    vocab = pull()
+    tokens = np.random.default_rng(SEED).integers(0, VOCAB, N_TOKENS).tolist()
+    files = {}
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        for name, spec in sorted(KSPECS.items()):
+            splits = (spec.n_layers // 3, 2 * spec.n_layers // 3)
+            for mix in MIXES:
+                path = write(tmp / f"{name}-{mix}.gguf", name, vocab, mix)
+                ref = top5(llama_cpp_logits(path, tokens))
+                files[f"{name}/{mix}"] = {"sha256": sha256(path), "top5": ref}
+                one, three = (teacher_forced(path, tokens, s, root=tmp / "cache") for s in ((), splits))
+                print(f"{name:12s} {mix:7s} one process: {parity(one, ref)}\n{'':20s} 3 shards:    {parity(three, ref)}")
+            llama_quantized(write(tmp / f"{name}-f32.gguf", name, vocab, "f32"), name, tokens, splits, tmp / "cache")
+    out.write_text(json.dumps({
+        "recipe": f"tests/engine/arch_gguf.py write(path, name, default model, mix) for each name of KSPECS; "
+                  f"tokens: numpy default_rng({SEED}).integers(0, {VOCAB}, {N_TOKENS})",
+        "reference": f"llama.cpp via llama-cpp-python {llama_cpp.__version__}, CPU, n_threads={THREADS}, "
+                     "teacher-forced (the tokens as one prompt, logits_all)",
+        "tokens": tokens, "files": files}, indent=None) + "\n")
+    print(f"wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--real", action="store_true", help="only print the requantized default model's figures")
+    ap.add_argument("--arch", action="store_true", help="every tiny architecture in every mix")
     args = ap.parse_args()
+    if args.arch:
+        arch_mixes(args.out or ARCH_OUT)
+        return
+    args.out = args.out or OUT
     if args.real:
         with tempfile.TemporaryDirectory() as d:
             real_model(Path(d))
@@ -114,7 +151,7 @@ def main() -> None:
             files[mix] = {"sha256": sha256(path), "top5": ref}
             one, three = (teacher_forced(path, tokens, s, root=tmp / "cache") for s in ((), (1, 3)))
             print(f"{mix:7s} one process: {parity(one, ref)}\n{'':7s} 3 shards:    {parity(three, ref)}")
-        llama_quantized(tmp, tok, tokens)
+        llama_quantized(write_kquant_llama(tmp / "f32.gguf", "f32", tok), "llama", tokens, (1, 3), tmp / "cache")
     args.out.write_text(json.dumps({
         "recipe": f"tests/modelstore/kquant_gguf.py write_kquant_llama(path, mix, tokenizer_fields(default model), "
                   f"seed={SEED}); tokens: numpy default_rng({SEED}).integers(0, vocab, {N_TOKENS})",
