@@ -88,3 +88,24 @@ def added_latency(a: list[tuple[float, list[float]]],
     whole = np.array([((xb[-1] - sb) - (xa[-1] - sa)) / len(xa) for sa, xa, sb, xb in same],
                      dtype=np.float64)
     return Latency(len(same), float(np.median(first)), float(np.median(whole)))
+
+
+def delivery_delays(a: list[float], b: list[float], max_shift: int = 3) -> np.ndarray:
+    """How much later side 1 received each token than side 0 received the token of the same
+    step, for two requests that decode in the same batches: each step's tokens for both leave
+    the scheduler together, so the difference is what lies between the scheduler and each
+    client. One side may have joined the batches a step or two after the other: the index
+    shift that best lines up the two streams is used, and tokens with no partner are left out."""
+    ta = np.asarray(a, dtype=np.float64)
+    tb = np.asarray(b, dtype=np.float64)
+    best = np.zeros(0, dtype=np.float64)
+    best_score = np.inf
+    for shift in range(-max_shift, max_shift + 1):
+        lo, hi = max(0, -shift), min(tb.size, ta.size - shift)   # b[i] pairs with a[i + shift]
+        if hi - lo <= 0:
+            continue
+        d = tb[lo:hi] - ta[lo + shift:hi + shift]
+        score = float(np.median(np.abs(d)))
+        if score < best_score:
+            best, best_score = d, score
+    return best

@@ -67,6 +67,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "bus and through its gateway (same prompts, interleaved; issue 12)")
     ap.add_argument("--ab-pairs", type=int, default=48,
                     help="prompts in the A/B, each sent once per side (default 48)")
+    ap.add_argument("--ab-together", type=int, default=16,
+                    help="after the A/B, prompts sent on both sides at once, which measures each "
+                         "token's delivery through the gateway (default 16)")
     ap.add_argument("--ab-save", type=Path, default=None,
                     help="write the A/B's raw timings (every token's arrival) to this JSON file")
     ap.add_argument("--llamacpp-threads", type=int, default=1,
@@ -74,8 +77,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "thread, and its spinning thread barriers collapse on a shared machine)")
     args = ap.parse_args(argv)
     quick = args.quick
-    if args.ab_pairs <= 0:
-        ap.error("--ab-pairs must be > 0")
+    if args.ab_pairs <= 0 or args.ab_together < 0:
+        ap.error("--ab-pairs must be > 0 and --ab-together >= 0")
     # The A/B measures gaps between tokens: longer answers give more of them per request.
     default_tokens = 16 if quick else (64 if args.ab_gateway else 32)
     args.workload = Workload(

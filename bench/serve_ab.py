@@ -16,65 +16,92 @@ import json
 import time
 from pathlib import Path
 
-from bench.paired import PairedDiff, abba, added_latency, itl_diff
+import numpy as np
+
+from bench.paired import PairedDiff, abba, added_latency, delivery_delays, itl_diff
 from bench.serve_workload import Prompt, RequestTiming, Workload
 
 SIDES = ("direct", "gateway")
 
 
-async def run_pairs(scheduler: str, http: str, model: str, prompts: list[Prompt],
-                    workload: Workload, cpu=None) -> tuple[list[RequestTiming], list[RequestTiming],
-                                                          dict[str, dict[str, float]]]:
-    """Pair k is prompts[k] on both sides, in abba order; returns each side's timings (pair k
-    at index k) and, with a CpuMeter, the CPU seconds each process used on each side."""
-    import aiohttp
-    import zmq.asyncio
+class Clients:
+    """One bus client of the scheduler and one kept-alive HTTP connection to the gateway (as a
+    chat client holds one: a new TCP connection per request would be the client's cost)."""
 
-    from bench.serve_client import one_request as bus_request
-    from bench.serve_http import one_request as http_request
-    from bus.client import RpcClient
+    def __init__(self, scheduler: str, http: str, model: str):
+        import aiohttp
+        import zmq.asyncio
 
-    client = RpcClient(zmq.asyncio.Context.instance(), scheduler, sender="bench-ab")
-    # One kept-alive connection, as a chat client holds one: a new TCP connection per request
-    # would be the client's cost, not the gateway's.
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1),
-                                    timeout=aiohttp.ClientTimeout(total=600))
-    sides: tuple[list[RequestTiming], list[RequestTiming]] = ([], [])
-    used: dict[str, dict[str, float]] = {s: {} for s in SIDES}
-    warm = Workload(max_tokens=1, seed=workload.seed)
+        from bus.client import RpcClient
 
-    async def one(side: int, p: Prompt, w: Workload) -> RequestTiming:
+        self.http, self.model = http, model
+        self.bus = RpcClient(zmq.asyncio.Context.instance(), scheduler, sender="bench-ab")
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=2),
+                                             timeout=aiohttp.ClientTimeout(total=600))
+
+    async def one(self, side: int, p: Prompt, w: Workload) -> RequestTiming:
+        """One request on side 0 (the bus) or 1 (the gateway); a failure is kept in its timing."""
+        from bench.serve_client import one_request as bus_request
+        from bench.serve_http import one_request as http_request
+
         t = RequestTiming(sent=time.perf_counter())
         try:
             if side == 0:
-                await bus_request(client, p, w, t)
+                await bus_request(self.bus, p, w, t)
             else:
-                await http_request(session, http, model, p, w, t)
+                await http_request(self.session, self.http, self.model, p, w, t)
         except Exception as e:  # a failed request loses its pair, it does not end the run
             t.error = f"{type(e).__name__}: {e}"
         return t
 
-    try:
-        for p, order in zip(prompts, abba(len(prompts))):
-            await one(0, p, warm)              # the prompt's prefix now cached for both sides
-            got: dict[int, RequestTiming] = {}
-            for side in order:
-                if cpu is not None:
-                    cpu.start()
-                got[side] = await one(side, p, workload)
-                if cpu is not None:
-                    for k, v in cpu.stop().items():
-                        used[SIDES[side]][k] = used[SIDES[side]].get(k, 0.0) + v
-            sides[0].append(got[0])
-            sides[1].append(got[1])
-    finally:
-        await session.close()
-        await client.close()
+    async def warm(self, p: Prompt, seed: int) -> None:
+        """Put the prompt's prefix in the scheduler's prefix cache (a 1-token request)."""
+        await self.one(0, p, Workload(max_tokens=1, seed=seed))
+
+    async def close(self) -> None:
+        await self.session.close()
+        await self.bus.close()
+
+
+async def run_pairs(clients: Clients, prompts: list[Prompt], workload: Workload,
+                    cpu=None) -> tuple[list[RequestTiming], list[RequestTiming],
+                                       dict[str, dict[str, float]]]:
+    """Pair k is prompts[k] on both sides, one request at a time, in abba order; returns each
+    side's timings (pair k at index k) and, with a CpuMeter, the CPU seconds each process used
+    on each side."""
+    sides: tuple[list[RequestTiming], list[RequestTiming]] = ([], [])
+    used: dict[str, dict[str, float]] = {s: {} for s in SIDES}
+    for p, order in zip(prompts, abba(len(prompts))):
+        await clients.warm(p, workload.seed)    # both sides of the pair find the same pages
+        got: dict[int, RequestTiming] = {}
+        for side in order:
+            if cpu is not None:
+                cpu.start()
+            got[side] = await clients.one(side, p, workload)
+            if cpu is not None:
+                for k, v in cpu.stop().items():
+                    used[SIDES[side]][k] = used[SIDES[side]].get(k, 0.0) + v
+        sides[0].append(got[0])
+        sides[1].append(got[1])
     return sides[0], sides[1], used
 
 
+async def run_together(clients: Clients, prompts: list[Prompt],
+                       workload: Workload) -> list[tuple[RequestTiming, RequestTiming]]:
+    """Each prompt on both sides at once, so that the two decode in the same batches: each
+    step's token leaves the scheduler for both at the same moment (see paired.delivery_delays)."""
+    out = []
+    for k, p in enumerate(prompts):
+        await clients.warm(p, workload.seed)
+        first, second = abba(k + 1)[k]
+        got = await asyncio.gather(clients.one(first, p, workload), clients.one(second, p, workload))
+        out.append((got[0], got[1]) if first == 0 else (got[1], got[0]))
+    return out
+
+
 def report(direct: list[RequestTiming], gateway: list[RequestTiming],
-           used: dict[str, dict[str, float]], target_ms: float) -> list[str]:
+           used: dict[str, dict[str, float]], together: list[tuple[RequestTiming, RequestTiming]],
+           target_ms: float) -> list[str]:
     """The A/B's lines: each side's figures, then the target's verdict with its spread."""
     ok = [k for k in range(len(direct)) if not direct[k].error and not gateway[k].error]
     lines = []
@@ -103,43 +130,80 @@ def report(direct: list[RequestTiming], gateway: list[RequestTiming],
     lines.append("  gateway - direct, same greedy tokens on both sides: " + (
         f"first token {ms * lat.first_token:+.2f} ms, whole request {ms * lat.per_token:+.2f} "
         f"ms per token (medians of {lat.pairs}/{len(ok)} pairs)" if lat else "no such pair"))
+    lines.append(together_line(together))
     lines.append(f"gateway A/B target: under {target_ms:g} ms added to ITL p50 at C=1: "
-                 f"{'MET' if ms * d.high < target_ms else 'NOT MET'} ({ms * d.diff:+.2f} ms, "
+                 f"{verdict(d, target_ms / ms)} ({ms * d.diff:+.2f} ms, "
                  f"95% bootstrap [{ms * d.low:+.2f}, {ms * d.high:+.2f}], halves "
                  f"{ms * d.first_half:+.2f}/{ms * d.second_half:+.2f}, per-pair median "
                  f"{ms * d.per_pair_median:+.2f}; {d.pairs} pairs ABBA)")
     return lines
 
 
+def verdict(d: PairedDiff, target_s: float) -> str:
+    """MET when the whole interval is under the target, NOT MET when it is all at or above it,
+    UNSETTLED when the machine's noise leaves both possible (run more pairs, or when quieter)."""
+    if d.high < target_s:
+        return "MET"
+    return "NOT MET" if d.low >= target_s else "UNSETTLED"
+
+
+def together_line(runs: list[tuple[RequestTiming, RequestTiming]]) -> str:
+    """Per-token delivery through the gateway, from the runs where both sides shared batches."""
+    delays = [delivery_delays(a.token_times, b.token_times) for a, b in runs
+              if not a.error and not b.error]
+    x = np.concatenate(delays) if delays else np.zeros(0, dtype=np.float64)
+    if not x.size:
+        return "  per-token delivery: not measured (no run completed on both sides)"
+    ms = 1e3
+    return (f"  per-token delivery, both sides in the same batches ({len(delays)} prompts, "
+            f"{x.size} tokens): gateway later by {ms * np.median(x):+.2f} ms median "
+            f"(p10 {ms * np.percentile(x, 10):+.2f}, p90 {ms * np.percentile(x, 90):+.2f}; "
+            f"halves {ms * np.median(np.concatenate(delays[:len(delays) // 2] or [x])):+.2f}/"
+            f"{ms * np.median(np.concatenate(delays[len(delays) // 2:])):+.2f})")
+
+
 def bench_ab(args, tok, target_ms: float) -> list[str]:
-    """Start the first stack of --shards-list, run --ab-pairs pairs on it, return the lines."""
+    """Start the first stack of --shards-list, run --ab-pairs pairs on it one request at a time
+    and --ab-together prompts on both sides at once; return the report's lines."""
     from bench.serve import gateway_warm_up
     from bench.serve_cpu import CpuMeter, stack_services
     from bench.serve_stack import LocalStack
     from bench.serve_workload import make_prompts
 
     shards = args.shards_list[0]
-    prompts = make_prompts(tok, args.ab_pairs, args.workload, salt=10_000 + args.ab_pairs)
+    prompts = make_prompts(tok, args.ab_pairs + args.ab_together, args.workload,
+                           salt=10_000 + args.ab_pairs)
+    pairs, together = prompts[:args.ab_pairs], prompts[args.ab_pairs:]
     with LocalStack(shards, model=args.model, pages=args.pages) as stack:
         print(f"# llmbus {shards}-shard: up in {stack.ready_s:.1f}s at {stack.scheduler}; A/B of "
-              f"{len(prompts)} pairs (direct vs gateway), C=1, max_tokens "
-              f"{args.workload.max_tokens}, greedy", flush=True)
+              f"{len(pairs)} pairs (direct vs gateway) at C=1, then {len(together)} prompts on "
+              f"both at once; max_tokens {args.workload.max_tokens}, greedy", flush=True)
         warm = make_prompts(tok, 2, Workload(max_tokens=8, requests_per_client=1), salt=-1)
         model = gateway_warm_up(stack, warm)
-        # Warm both paths alike before the pairs that count (first connections, code paths).
-        asyncio.run(run_pairs(stack.scheduler, stack.http, model, warm, Workload(max_tokens=8)))
         cpu = CpuMeter(stack_services(stack.pid))
-        t0 = time.monotonic()
-        direct, gateway, used = asyncio.run(run_pairs(stack.scheduler, stack.http, model, prompts,
-                                                      args.workload, cpu))
-        print(f"# A/B took {time.monotonic() - t0:.0f}s", flush=True)
+
+        async def run():
+            clients = Clients(stack.scheduler, stack.http, model)
+            try:
+                # Both paths warmed alike before the pairs that count (connections, code paths).
+                await run_pairs(clients, warm, Workload(max_tokens=8))
+                t0 = time.monotonic()
+                direct, gateway, used = await run_pairs(clients, pairs, args.workload, cpu)
+                print(f"# A/B took {time.monotonic() - t0:.0f}s", flush=True)
+                return direct, gateway, used, await run_together(clients, together, args.workload)
+            finally:
+                await clients.close()
+
+        direct, gateway, used, both = asyncio.run(run())
     if args.ab_save is not None:
-        save(args.ab_save, direct, gateway)
-    return report(direct, gateway, used, target_ms)
+        save(args.ab_save, direct, gateway, both)
+    return report(direct, gateway, used, both, target_ms)
 
 
-def save(path: Path, direct: list[RequestTiming], gateway: list[RequestTiming]) -> None:
-    """Both sides' timings, pair k at index k, as JSON (perf_counter seconds)."""
-    path.write_text(json.dumps({name: [dataclasses.asdict(t) for t in side]
-                                for name, side in zip(SIDES, (direct, gateway))}))
+def save(path: Path, direct: list[RequestTiming], gateway: list[RequestTiming],
+         together: list[tuple[RequestTiming, RequestTiming]]) -> None:
+    """Every timing, pair k at index k, as JSON (perf_counter seconds)."""
+    path.write_text(json.dumps({
+        **{name: [dataclasses.asdict(t) for t in side] for name, side in zip(SIDES, (direct, gateway))},
+        "together": [[dataclasses.asdict(a), dataclasses.asdict(b)] for a, b in together]}))
     print(f"# raw timings in {path}", flush=True)
