@@ -36,6 +36,14 @@ class PairedDiff:
     per_pair_median: float
 
 
+def verdict(d: PairedDiff, target_s: float) -> str:
+    """MET when the whole interval is under the target, NOT MET when it is all at or above it,
+    UNSETTLED when the machine's noise leaves both possible (run more pairs, or when quieter)."""
+    if d.high < target_s:
+        return "MET"
+    return "NOT MET" if d.low >= target_s else "UNSETTLED"
+
+
 def _p50(per_request: list[np.ndarray], idx) -> float:
     pooled = np.concatenate([per_request[i] for i in idx]) if len(idx) else np.zeros(0)
     return float(np.median(pooled)) if pooled.size else float("nan")

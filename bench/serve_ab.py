@@ -6,6 +6,10 @@ Before each pair, a 1-token request on the same prompt puts its prefix in the sc
 prefix cache, so that both sides of the pair find the same cached pages: greedy decoding then
 does the same computation on both sides, and what differs is the path from the scheduler to the
 client. Issue 12's target: the gateway adds under 1 ms to inter-token latency p50.
+
+Then a few prompts go to both sides at once: the two requests share every decode step, so each
+token's arrival through the gateway minus its arrival on the bus is the gateway's delivery delay
+per token, measured at the same moment on both sides whatever else the machine is doing.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.paired import PairedDiff, abba, added_latency, delivery_delays, itl_diff
+from bench.paired import PairedDiff, abba, added_latency, delivery_delays, itl_diff, verdict
 from bench.serve_workload import Prompt, RequestTiming, Workload
 
 SIDES = ("direct", "gateway")
@@ -137,14 +141,6 @@ def report(direct: list[RequestTiming], gateway: list[RequestTiming],
                  f"{ms * d.first_half:+.2f}/{ms * d.second_half:+.2f}, per-pair median "
                  f"{ms * d.per_pair_median:+.2f}; {d.pairs} pairs ABBA)")
     return lines
-
-
-def verdict(d: PairedDiff, target_s: float) -> str:
-    """MET when the whole interval is under the target, NOT MET when it is all at or above it,
-    UNSETTLED when the machine's noise leaves both possible (run more pairs, or when quieter)."""
-    if d.high < target_s:
-        return "MET"
-    return "NOT MET" if d.low >= target_s else "UNSETTLED"
 
 
 def together_line(runs: list[tuple[RequestTiming, RequestTiming]]) -> str:
