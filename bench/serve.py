@@ -14,6 +14,7 @@ Run from the repository root:
     OPENBLAS_NUM_THREADS=1 python3 -m bench.serve            # a few minutes
     OPENBLAS_NUM_THREADS=1 python3 -m bench.serve --quick    # a smoke run
     OPENBLAS_NUM_THREADS=1 python3 -m bench.serve --ab-gateway --shards-list 2   # issue 12's A/B
+    python3 -m bench.serve_ab run1.json run2.json ...   # A/B runs saved with --ab-save, pooled
 """
 
 from __future__ import annotations

@@ -203,3 +203,41 @@ def save(path: Path, direct: list[RequestTiming], gateway: list[RequestTiming],
         **{name: [dataclasses.asdict(t) for t in side] for name, side in zip(SIDES, (direct, gateway))},
         "together": [[dataclasses.asdict(a), dataclasses.asdict(b)] for a, b in together]}))
     print(f"# raw timings in {path}", flush=True)
+
+
+def load(path: Path) -> tuple[list[RequestTiming], list[RequestTiming],
+                              list[tuple[RequestTiming, RequestTiming]]]:
+    """What `save` wrote."""
+    raw = json.loads(path.read_text())
+    side = [[RequestTiming(**t) for t in raw[name]] for name in SIDES]
+    return side[0], side[1], [(RequestTiming(**a), RequestTiming(**b)) for a, b in raw["together"]]
+
+
+def main(argv=None) -> int:
+    """Pool A/B runs saved with --ab-save (each pair stays a pair) and print the same report:
+    on a busy machine one run's interval is wide, several runs' pairs narrow it."""
+    import argparse
+    import sys
+
+    from bench.serve import GATEWAY_ADDED_MS_TARGET
+
+    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    ap.add_argument("runs", type=Path, nargs="+", help="JSON files written by --ab-save")
+    args = ap.parse_args(argv)
+    direct, gateway, together = [], [], []
+    for path in args.runs:
+        try:
+            d, g, t = load(path)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"cannot read A/B timings from {path}: {e}", file=sys.stderr)
+            return 2
+        direct += d
+        gateway += g
+        together += t
+    print(f"# {len(args.runs)} run(s) pooled: {len(direct)} pairs, {len(together)} prompts together")
+    print("\n".join(report(direct, gateway, {}, together, GATEWAY_ADDED_MS_TARGET)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
