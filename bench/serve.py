@@ -13,6 +13,8 @@ targets of issue 12. Each row says how much CPU the bench's clients and the serv
 Run from the repository root:
     OPENBLAS_NUM_THREADS=1 python3 -m bench.serve            # a few minutes
     OPENBLAS_NUM_THREADS=1 python3 -m bench.serve --quick    # a smoke run
+    OPENBLAS_NUM_THREADS=1 python3 -m bench.serve --ab-gateway --shards-list 2   # issue 12's A/B
+    python3 -m bench.serve_ab run1.json run2.json ...   # A/B runs saved with --ab-save, pooled
 """
 
 from __future__ import annotations
@@ -61,13 +63,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-gateway", action="store_true",
                     help="drive the stacks on the bus only (not also through the gateway)")
     ap.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp even if importable")
+    ap.add_argument("--ab-gateway", action="store_true",
+                    help="instead of the levels: a paired A/B at C=1 of the first stack on the "
+                         "bus and through its gateway (same prompts, interleaved; issue 12)")
+    ap.add_argument("--ab-pairs", type=int, default=48,
+                    help="prompts in the A/B, each sent once per side (default 48)")
+    ap.add_argument("--ab-together", type=int, default=16,
+                    help="after the A/B, prompts sent on both sides at once, which measures each "
+                         "token's delivery through the gateway (default 16)")
+    ap.add_argument("--ab-save", type=Path, default=None,
+                    help="write the A/B's raw timings (every token's arrival) to this JSON file")
     ap.add_argument("--llamacpp-threads", type=int, default=1,
                     help="llama.cpp compute threads (default 1: like one shard's compute "
                          "thread, and its spinning thread barriers collapse on a shared machine)")
     args = ap.parse_args(argv)
     quick = args.quick
+    if args.ab_pairs <= 0 or args.ab_together < 0:
+        ap.error("--ab-pairs must be > 0 and --ab-together >= 0")
+    # The A/B measures gaps between tokens: longer answers give more of them per request.
+    default_tokens = 16 if quick else (64 if args.ab_gateway else 32)
     args.workload = Workload(
-        max_tokens=args.max_tokens or (16 if quick else 32),
+        max_tokens=args.max_tokens or default_tokens,
         requests_per_client=args.requests_per_client or (1 if quick else 2),
         min_prompt=args.min_prompt, max_prompt=args.max_prompt, seed=args.seed)
     return args
@@ -331,6 +347,16 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as e:   # TokenizerError, BadModelFile
         print(f"cannot read the tokenizer of {args.model}: {e}", file=sys.stderr)
         return 2
+    if args.ab_gateway:
+        from bench.serve_ab import bench_ab
+        try:
+            lines = bench_ab(args, tok, GATEWAY_ADDED_MS_TARGET)
+        except StackFailed as e:
+            print(f"error: the {args.shards_list[0]}-shard stack failed: {e}", file=sys.stderr)
+            return 1
+        print("\n".join(lines))
+        print(f"# load average at end: {load()}; took {time.monotonic() - t0:.0f}s")
+        return 0
     prompts = {c: make_prompts(tok, c * w.requests_per_client, w, salt=c) for c in args.concurrency}
     results: dict[str, dict[int, Summary]] = {}
     print(HEADER, flush=True)

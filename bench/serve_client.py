@@ -27,7 +27,7 @@ async def run_level(endpoint: str, prompts: list[Prompt], concurrency: int,
             t = RequestTiming(sent=time.perf_counter())
             timings.append(t)
             try:
-                await _one(client, p, workload, t)
+                await one_request(client, p, workload, t)
             except Exception as e:  # a refused or failed request is counted, not fatal
                 t.error = f"{type(e).__name__}: {e}"
 
@@ -38,7 +38,8 @@ async def run_level(endpoint: str, prompts: list[Prompt], concurrency: int,
     return timings
 
 
-async def _one(client, prompt: Prompt, workload: Workload, t: RequestTiming) -> None:
+async def one_request(client, prompt: Prompt, workload: Workload, t: RequestTiming) -> None:
+    """One greedy request on the bus, its tokens timed into `t` as they arrive."""
     body = Generate(messages=prompt.messages, max_tokens=workload.max_tokens, temperature=0.0,
                     seed=workload.seed)
     async for ev in client.stream(body, idle_timeout=120):

@@ -33,7 +33,7 @@ async def run_level_http(base: str, model: str, prompts: list[Prompt], concurren
                 t = RequestTiming(sent=time.perf_counter())
                 timings.append(t)
                 try:
-                    await _one(session, base, model, p, workload, t)
+                    await one_request(session, base, model, p, workload, t)
                 except Exception as e:  # a refused or failed request is counted, not fatal
                     t.error = f"{type(e).__name__}: {e}"
 
@@ -41,8 +41,9 @@ async def run_level_http(base: str, model: str, prompts: list[Prompt], concurren
     return timings
 
 
-async def _one(session, base: str, model: str, prompt: Prompt, workload: Workload,
-               t: RequestTiming) -> None:
+async def one_request(session, base: str, model: str, prompt: Prompt, workload: Workload,
+                      t: RequestTiming) -> None:
+    """One greedy streamed chat request through the gateway, its tokens timed into `t`."""
     body = {"model": model, "messages": prompt.messages, "max_tokens": workload.max_tokens,
             "temperature": 0.0, "seed": workload.seed, "stream": True,
             "stream_options": {"include_usage": True}}

@@ -121,7 +121,7 @@ def summarize(concurrency: int, timings: list[RequestTiming]) -> Summary:
     end = max((t.token_times[-1] for t in ok), default=start)
     seconds = max(end - start, 1e-9)
     ttft = np.array([t.token_times[0] - t.sent for t in ok], dtype=np.float64)
-    itl = np.array([g for t in ok for g in _gaps(t.token_times)], dtype=np.float64)
+    itl = np.array([g for t in ok for g in gaps(t.token_times)], dtype=np.float64)
     finishes: dict[str, int] = {}
     for t in timings:
         key = t.finish or ("error" if t.error else "?")
@@ -135,7 +135,8 @@ def summarize(concurrency: int, timings: list[RequestTiming]) -> Summary:
         mean_completion=tokens / len(ok) if ok else 0.0, finishes=finishes)
 
 
-def _gaps(times: list[float]) -> list[float]:
+def gaps(times: list[float]) -> list[float]:
+    """A request's inter-token gaps, k tokens that arrived together sharing their gap."""
     gaps = []
     i = 1
     while i < len(times):
