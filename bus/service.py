@@ -38,6 +38,7 @@ import zmq.asyncio
 
 from wire.messages.bus import Event
 
+from . import zap
 from .bus_methods import BusMethods
 from .config import ServiceConfig
 from .directory import Directory
@@ -85,6 +86,7 @@ class Service(RequestLoop, Heartbeats, BusMethods):
         self._zc = None
         self._advertiser: Advertiser | None = None
         self._hb_seq = 0
+        self._admitted = False
 
     # ------------------------------------------------------------------ what subclasses add
     def info(self) -> dict[str, Any]:
@@ -131,8 +133,11 @@ class Service(RequestLoop, Heartbeats, BusMethods):
 
     async def start(self) -> None:
         bus = self.config.bus
-        self._router = make_socket(self.ctx, zmq.ROUTER, self._request_limits)
-        self._pub = make_socket(self.ctx, zmq.PUB, CONTROL)
+        if bus.key is not None:
+            zap.admit(self.ctx, bus.key)   # before binding: no moment admits any client
+            self._admitted = True
+        self._router = make_socket(self.ctx, zmq.ROUTER, self._request_limits, bus.key)
+        self._pub = make_socket(self.ctx, zmq.PUB, CONTROL, bus.key)
         self.rpc_port = bind(self._router, bus.host, self.config.rpc_port)
         self.pub_port = bind(self._pub, bus.host, self.config.pub_port)
         loop = asyncio.get_running_loop()
@@ -186,6 +191,9 @@ class Service(RequestLoop, Heartbeats, BusMethods):
             await self._zc.async_close()
         self._router.close(linger=0)
         self._pub.close(linger=0)
+        if self._admitted:
+            self._admitted = False
+            zap.release(self.ctx, self.config.bus.key)
 
     async def _advertise(self) -> None:
         try:

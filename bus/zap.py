@@ -1,0 +1,91 @@
+"""ZAP: which CURVE clients a process's bound sockets admit (only holders of the cluster key).
+
+libzmq asks the ZAP handler of the socket's context about every CURVE client; with none running,
+a CURVE server admits any client that knows its public key. So a process starts one handler per
+context, before it binds, and it runs on its own thread: a long forward on the event loop does
+not hold up a peer connecting meanwhile. Several services in one process share a context (tests,
+`llmbus up`'s watcher); the handler is counted and stops with the last of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import zmq
+import zmq.asyncio
+from zmq.auth.thread import ThreadAuthenticator
+
+from .curve import ClusterKey
+
+log = logging.getLogger("llmbus.bus")
+
+_LOG_EVERY_S = 10.0
+
+
+class _Members:
+    """The public keys admitted, and a log line (at most every 10 s) for each refusal."""
+
+    def __init__(self):
+        self.keys: list[bytes] = []
+        self.refused = 0
+        self._said = 0.0
+        self._lock = threading.Lock()
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        with self._lock:
+            if key in self.keys:
+                return True
+            self.refused += 1
+            now = time.monotonic()
+            if now - self._said >= _LOG_EVERY_S:
+                self._said = now
+                log.warning("refused a CURVE client with a key not of this cluster (%d so far): "
+                            "is its --key-file another cluster's?", self.refused)
+            return False
+
+
+class _Handler:
+    def __init__(self, ctx: zmq.Context):
+        self.members = _Members()
+        # A shadow: the handler's socket lives on the caller's context (ZAP is per context),
+        # but as a plain socket its thread can use without an event loop.
+        self.auth = ThreadAuthenticator(zmq.Context.shadow(ctx.underlying))
+        self.auth.start()
+        self.auth.configure_curve_callback("*", self.members)
+
+
+_handlers: dict[int, _Handler] = {}
+_lock = threading.Lock()
+
+
+def admit(ctx: zmq.Context, key: ClusterKey) -> None:
+    """Bound CURVE sockets of `ctx` admit clients holding `key`; call before binding."""
+    with _lock:
+        h = _handlers.get(ctx.underlying)
+        if h is None:
+            h = _handlers[ctx.underlying] = _Handler(ctx)
+        with h.members._lock:
+            h.members.keys.append(key.public)
+
+
+def release(ctx: zmq.Context, key: ClusterKey) -> None:
+    """Undo one admit(); the handler stops with the last one (before the context may end)."""
+    with _lock:
+        h = _handlers.get(ctx.underlying)
+        if h is None:
+            return
+        with h.members._lock:
+            if key.public in h.members.keys:
+                h.members.keys.remove(key.public)
+            last = not h.members.keys
+        if last:
+            del _handlers[ctx.underlying]
+            h.auth.stop()
+
+
+def refused(ctx: zmq.Context) -> int:
+    """How many CURVE clients `ctx`'s handler has refused so far."""
+    h = _handlers.get(ctx.underlying)
+    return h.members.refused if h is not None else 0
