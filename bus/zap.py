@@ -9,9 +9,7 @@ not hold up a peer connecting meanwhile. Several services in one process share a
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
 
 import zmq
 import zmq.asyncio
@@ -19,18 +17,12 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from .curve import ClusterKey
 
-log = logging.getLogger("llmbus.bus")
-
-_LOG_EVERY_S = 10.0
-
-
 class _Members:
-    """The public keys admitted, and a log line (at most every 10 s) for each refusal."""
+    """The public keys admitted, and how many clients were refused (bus/handshakes.py says why)."""
 
     def __init__(self):
         self.keys: list[bytes] = []
         self.refused = 0
-        self._said = 0.0
         self._lock = threading.Lock()
 
     def callback(self, domain: str, key: bytes) -> bool:
@@ -38,11 +30,6 @@ class _Members:
             if key in self.keys:
                 return True
             self.refused += 1
-            now = time.monotonic()
-            if now - self._said >= _LOG_EVERY_S:
-                self._said = now
-                log.warning("refused a CURVE client with a key not of this cluster (%d so far): "
-                            "is its --key-file another cluster's?", self.refused)
             return False
 
 

@@ -16,6 +16,7 @@ from bus.config import BusConfig, ServiceConfig
 from bus.curve import new_key
 from bus.directory import HEARTBEAT_TOPIC, Directory
 from bus.errors import CallTimeout
+from bus.handshakes import reason
 from bus.sockets import make_socket
 from services.echo.service import EchoService
 from wire.messages.bus import Echo, Heartbeat
@@ -68,12 +69,18 @@ async def impostor_echo(service) -> str:
         sock.close(linger=0)
 
 
-async def test_only_a_holder_of_the_cluster_key_is_answered(keyed):
+async def test_only_a_holder_of_the_cluster_key_is_answered_and_the_service_says_why(keyed, caplog):
     outcomes = await asyncio.gather(echo(keyed, KEY), echo(keyed, None), echo(keyed, OTHER),
                                     impostor_echo(keyed))
     assert outcomes == ["answered", "silent", "silent", "silent"]
     # The impostor's cipher was sound: the ZAP handler turned it away, and counted it.
     assert zap.refused(keyed.ctx) >= 1
+    # Each of the three was refused for its own reason, each said once in the log.
+    await until(lambda: keyed.counters["handshakes_refused"] >= 3, timeout=10,
+                what="three reasons said")
+    said = "\n".join(r.getMessage() for r in caplog.records if r.name == "llmbus.bus")
+    for why in ("without a key file", "another cluster's key", "not its key pair"):
+        assert why in said, said
 
 
 async def test_only_a_holder_of_the_key_hears_heartbeats(keyed):
@@ -124,7 +131,7 @@ async def test_a_directory_confirms_a_keyed_service_only_with_the_key(keyed):
             await d.stop()
 
 
-async def test_a_keyed_service_does_not_call_a_plain_one():
+async def test_a_keyed_service_does_not_call_a_plain_one(caplog):
     """Both directions fail: the plain service cannot call the keyed one (above), nor this one it."""
     ctx = zmq.asyncio.Context.instance()
     async with running(EchoService(config("plain", None), ctx=ctx)) as plain:
@@ -134,9 +141,26 @@ async def test_a_keyed_service_does_not_call_a_plain_one():
             await until(lambda: d.counters["handshake_failures"], timeout=10, what="a refused handshake")
             assert d.get("plain") is None
             assert "CURVE is on here" in d.explain()
+            # The plain service says why it turned the caller away.
+            await until(lambda: plain.counters["handshakes_refused"], timeout=10, what="said")
+            assert any("this service has no key file" in r.getMessage() for r in caplog.records)
 
 
 async def test_without_a_key_services_talk_as_before():
     ctx = zmq.asyncio.Context.instance()
     async with running(EchoService(config("open", None), ctx=ctx)) as s:
         assert await echo(s, None) == "answered"
+
+
+@pytest.mark.parametrize("event, value, keyed, words", [
+    (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH, True,
+     "without a key file"),
+    (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH, False,
+     "this service has no key file"),
+    (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC, True,
+     "another cluster's key"),
+    (zmq.EVENT_HANDSHAKE_FAILED_AUTH, 400, True, "ZAP status 400"),
+    (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, 0, True, "zmq event"),
+])
+def test_each_refused_handshake_is_named_for_the_person_reading_the_log(event, value, keyed, words):
+    assert words in reason(event, value, keyed)
