@@ -10,6 +10,7 @@ not hold up a peer connecting meanwhile. Several services in one process share a
 from __future__ import annotations
 
 import threading
+import time
 
 import zmq
 import zmq.asyncio
@@ -39,10 +40,22 @@ class _Handler:
         # A shadow: the handler's socket lives on the caller's context (ZAP is per context),
         # but as a plain socket its thread can use without an event loop.
         self.auth = ThreadAuthenticator(zmq.Context.shadow(ctx.underlying))
-        self.auth.start()
+        deadline = time.monotonic() + _REBIND_S
+        while True:
+            try:
+                self.auth.start()
+                break
+            except zmq.ZMQError as e:
+                # A handler just stopped on this context: libzmq frees its inproc address a
+                # moment after the socket closes (on its reaper thread), not at once.
+                self.auth.stop()
+                if e.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
         self.auth.configure_curve_callback("*", self.members)
 
 
+_REBIND_S = 1.0
 _handlers: dict[int, _Handler] = {}
 _lock = threading.Lock()
 
