@@ -52,7 +52,15 @@ def bench_curve(args, tok, prompts: dict, row) -> list[str]:
                     results[name].setdefault(c, []).append(s)
                     print(row(f"{name} {shards}-shard", s,
                               f"round {r + 1}; {cpus[name].note(s.tokens)}"), flush=True)
+                    first_error(timings)
     return cost_lines(results, shards)
+
+
+def first_error(timings) -> None:
+    for t in timings:
+        if t.error:
+            print(f"  error: {t.error}", flush=True)
+            return
 
 
 def _reprompt(tok, c: int, workload: Workload, r: int):
