@@ -33,6 +33,7 @@ def bench_curve(args, tok, prompts: dict, row) -> list[str]:
                              key_file=key_file)
     sides = {"plain": (plain_stack, None), "curve": (keyed_stack, key)}
     results: dict[str, dict[int, list]] = {name: {} for name in sides}
+    cpu_s: dict[str, dict[int, float]] = {name: {} for name in sides}   # services' CPU seconds
     with plain_stack, keyed_stack:
         for name, (stack, k) in sides.items():
             print(f"# {name} {shards}-shard: up in {stack.ready_s:.1f}s at {stack.scheduler}",
@@ -47,13 +48,15 @@ def bench_curve(args, tok, prompts: dict, row) -> list[str]:
                     ps = prompts[c] if r == 0 else _reprompt(tok, c, args.workload, r)
                     cpus[name].start()
                     timings = asyncio.run(run_level(stack.scheduler, ps, c, args.workload, key=k))
-                    cpus[name].stop()
+                    used = cpus[name].stop()
                     s = summarize(c, timings)
                     results[name].setdefault(c, []).append(s)
+                    cpu_s[name][c] = cpu_s[name].get(c, 0.0) + sum(
+                        v for k, v in used.items() if k != "bench")
                     print(row(f"{name} {shards}-shard", s,
                               f"round {r + 1}; {cpus[name].note(s.tokens)}"), flush=True)
                     first_error(timings)
-    return cost_lines(results, shards)
+    return cost_lines(results, cpu_s, shards)
 
 
 def first_error(timings) -> None:
@@ -67,14 +70,20 @@ def _reprompt(tok, c: int, workload: Workload, r: int):
     return make_prompts(tok, c * workload.requests_per_client, workload, salt=1000 * r + c)
 
 
-def cost_lines(results: dict[str, dict[int, list[Summary]]], shards: int) -> list[str]:
-    """keyed / plain throughput at each level, from the tokens and seconds of all its rounds."""
+def cost_lines(results: dict[str, dict[int, list[Summary]]], cpu_s: dict[str, dict[int, float]],
+               shards: int) -> list[str]:
+    """keyed / plain throughput at each level, from the tokens and seconds of all its rounds, and
+    the services' CPU per token: on a shared machine the steadier figure of what the cipher adds
+    (a service restarted during a level is missing from it; its row says so)."""
     out = []
     for c in sorted(results["plain"]):
-        tput = {name: sum(s.tokens for s in rs[c]) / sum(s.seconds for s in rs[c])
-                for name, rs in results.items()}
+        tokens = {name: sum(s.tokens for s in rs[c]) for name, rs in results.items()}
+        tput = {name: tokens[name] / sum(s.seconds for s in rs[c]) for name, rs in results.items()}
         itl = {name: 1e3 * sum(s.itl_p50 for s in rs[c]) / len(rs[c]) for name, rs in results.items()}
+        cpu = {name: 1e3 * cpu_s[name].get(c, 0.0) / max(tokens[name], 1) for name in results}
         out.append(f"CURVE cost, {shards}-shard C={c}: throughput keyed / plain = "
                    f"{tput['curve'] / tput['plain']:.3f} ({tput['curve']:.1f} vs "
-                   f"{tput['plain']:.1f} tok/s), mean ITL p50 {itl['curve']:.1f} vs {itl['plain']:.1f} ms")
+                   f"{tput['plain']:.1f} tok/s), mean ITL p50 {itl['curve']:.1f} vs "
+                   f"{itl['plain']:.1f} ms, services' CPU {cpu['curve']:.1f} vs "
+                   f"{cpu['plain']:.1f} ms/token")
     return out

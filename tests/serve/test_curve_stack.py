@@ -113,10 +113,10 @@ def test_busctl_and_chat_see_the_stack_only_with_its_key(keyed):
     base = {**env(), "LLMBUS_CLUSTER": keyed.info["cluster"], "LLMBUS_MDNS": "0",
             "LLMBUS_PEERS": ",".join(keyed.info["peers"]), "LLMBUS_RUNTIME_DIR": str(keyed.runtime)}
     runs = {
-        "busctl member": (busctl_cmd("list", "--json", "--wait", "3"),
+        "busctl member": (busctl_cmd("list", "--json", "--wait", "2"),
                           {**base, "LLMBUS_KEY_FILE": str(keyed.key_file)}),
-        "busctl plain": (busctl_cmd("list", "--wait", "3"), base),
-        "busctl other": (busctl_cmd("list", "--wait", "3"),
+        "busctl plain": (busctl_cmd("list", "--wait", "2"), base),
+        "busctl other": (busctl_cmd("list", "--wait", "2"),
                          {**base, "LLMBUS_KEY_FILE": str(keyed.other_file)}),
         # The stack file says which key file the stack uses: a chat here finds it.
         "chat member": (cli("chat", "Name three primary colors.", "--max-tokens", "4",
