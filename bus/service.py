@@ -140,8 +140,15 @@ class Service(RequestLoop, Heartbeats, BusMethods):
             self._admitted = True
         self._router = make_socket(self.ctx, zmq.ROUTER, self._request_limits, bus.key)
         self._pub = make_socket(self.ctx, zmq.PUB, CONTROL, bus.key)
-        self.rpc_port = bind(self._router, bus.host, self.config.rpc_port)
-        self.pub_port = bind(self._pub, bus.host, self.config.pub_port)
+        try:
+            self.rpc_port = bind(self._router, bus.host, self.config.rpc_port)
+            self.pub_port = bind(self._pub, bus.host, self.config.pub_port)
+        except zmq.ZMQError:
+            # No shutdown follows a start that failed here: what it opened is closed now.
+            self._router.close(linger=0)
+            self._pub.close(linger=0)
+            self._release_zap()
+            raise
         loop = asyncio.get_running_loop()
         self._refused = [RefusedHandshakes(s, f"{self.name} {what}", bus.key is not None,
                                            self._say_refused)
@@ -199,6 +206,9 @@ class Service(RequestLoop, Heartbeats, BusMethods):
             await self._zc.async_close()
         self._router.close(linger=0)
         self._pub.close(linger=0)
+        self._release_zap()
+
+    def _release_zap(self) -> None:
         if self._admitted:
             self._admitted = False
             zap.release(self.ctx, self.config.bus.key)

@@ -89,3 +89,9 @@ def refused(ctx: zmq.Context) -> int:
     """How many CURVE clients `ctx`'s handler has refused so far."""
     h = _handlers.get(ctx.underlying)
     return h.members.refused if h is not None else 0
+
+
+def admitted(ctx: zmq.Context) -> tuple[bytes, ...]:
+    """The public keys `ctx`'s handler admits now (one per service that holds it)."""
+    h = _handlers.get(ctx.underlying)
+    return tuple(h.members.keys) if h is not None else ()

@@ -164,3 +164,14 @@ async def test_without_a_key_services_talk_as_before():
 ])
 def test_each_refused_handshake_is_named_for_the_person_reading_the_log(event, value, keyed, words):
     assert words in reason(event, value, keyed)
+
+
+async def test_a_keyed_service_that_cannot_bind_leaves_no_zap_handler_behind(keyed):
+    ctx = zmq.asyncio.Context.instance()
+    clash = EchoService(ServiceConfig(name="clash", kind="echo", rpc_port=keyed.rpc_port,
+                                      bus=BusConfig(cluster="curve", mdns=False, key=OTHER)), ctx=ctx)
+    with pytest.raises(zmq.ZMQError):
+        await clash.start()
+    # The failed start took back its key: only the running service's is admitted.
+    assert zap.admitted(ctx) == (KEY.public,)
+    assert await echo(keyed, KEY) == "answered"
