@@ -10,8 +10,13 @@ import zmq
 
 from bus.curve import ClusterKey, KeyFileError, new_key, read_key_file, write_key_file
 from services.cli import main as llmbus
+from tests.conftest import require
 
-pytestmark = pytest.mark.skipif(not zmq.has("curve"), reason="libzmq without CURVE")
+
+@pytest.fixture(autouse=True)
+def curve_here():
+    require(zmq.has("curve"), "this libzmq has no CURVE")
+
 
 
 def mode(path) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import zmq
@@ -22,14 +23,18 @@ from wire.messages.bus import Heartbeat, Status
 from wire.messages.scheduler import Generate
 
 from ..bus.procs import ROOT, busctl_cmd, cli, env
+from tests.conftest import require
 from ..waiting import until
 from .stack import Stack, generate
-from .test_fuzz_stack import _COLORS
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not zmq.has("curve"), reason="libzmq without CURVE")]
+pytestmark = pytest.mark.slow
 
 NO_ANSWER_S = 2.0
+REFERENCE = json.loads((Path(__file__).parents[1] / "data" / "smollm2-135m-q4_1.llamacpp.json").read_text())
+# "Name three primary colors." with llama.cpp's first two greedy tokens forced (their top-2
+# margins are under 1.0): its next three lead the runner-up by more than our logits may move.
+_COLORS = REFERENCE["chats"][2]
+assert min(s[0][1] - s[1][1] for s in _COLORS["greedy_steps_top5"][2:5]) > 1.0
 
 
 def keygen(path) -> None:
@@ -39,6 +44,7 @@ def keygen(path) -> None:
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory, model_path):
+    require(zmq.has("curve"), "this libzmq has no CURVE")
     keys = tmp_path_factory.mktemp("keys")
     keygen(keys / "cluster.key")
     keygen(keys / "other.key")
@@ -64,7 +70,7 @@ async def test_a_client_with_the_key_gets_llama_cpp_greedy_tokens(keyed):
     key = read_key_file(keyed.key_file)
     client = RpcClient(zmq.asyncio.Context.instance(), keyed.endpoint, key=key)
     try:
-        forced = _COLORS["greedy_ids"][:2]    # the two steps whose top-2 margins are under 1.0
+        forced = _COLORS["greedy_ids"][:2]
         res = await generate(keyed.endpoint, Generate(prompt_ids=_COLORS["prompt_ids"] + forced,
                                                       temperature=0.0, max_tokens=3), client=client)
     finally:
