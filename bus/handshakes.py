@@ -4,7 +4,6 @@ service says in its log, at most every 10 s per reason, who knocked and why it w
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Callable

@@ -13,10 +13,10 @@ import threading
 import time
 
 import zmq
-import zmq.asyncio
 from zmq.auth.thread import ThreadAuthenticator
 
 from .curve import ClusterKey
+
 
 class _Members:
     """The public keys admitted, and how many clients were refused (bus/handshakes.py says why)."""
