@@ -10,11 +10,15 @@ HTTP), each level right after the same level on the bus: the gateway's cost (add
 token at the lowest concurrency, throughput through it / direct at the highest) against the
 targets of issue 12. Each row says how much CPU the bench's clients and the services used.
 
+With --curve it measures instead what ZeroMQ CURVE costs: a plain and a keyed stack of the first
+--shards-list count, up side by side and driven in turns (bench/serve_curve.py).
+
 Run from the repository root:
     OPENBLAS_NUM_THREADS=1 python3 -m bench.serve            # a few minutes
     OPENBLAS_NUM_THREADS=1 python3 -m bench.serve --quick    # a smoke run
     OPENBLAS_NUM_THREADS=1 python3 -m bench.serve --ab-gateway --shards-list 2   # issue 12's A/B
     python3 -m bench.serve_ab run1.json run2.json ...   # A/B runs saved with --ab-save, pooled
+    OPENBLAS_NUM_THREADS=1 python3 -m bench.serve --curve    # keyed / plain throughput
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "token's delivery through the gateway (default 16)")
     ap.add_argument("--ab-save", type=Path, default=None,
                     help="write the A/B's raw timings (every token's arrival) to this JSON file")
+    ap.add_argument("--curve", action="store_true",
+                    help="only the cost of CURVE: a plain and a keyed stack side by side")
     ap.add_argument("--llamacpp-threads", type=int, default=1,
                     help="llama.cpp compute threads (default 1: like one shard's compute "
                          "thread, and its spinning thread barriers collapse on a shared machine)")
@@ -360,6 +366,13 @@ def main(argv=None) -> int:
     prompts = {c: make_prompts(tok, c * w.requests_per_client, w, salt=c) for c in args.concurrency}
     results: dict[str, dict[int, Summary]] = {}
     print(HEADER, flush=True)
+    if args.curve:
+        from bench.serve_curve import bench_curve
+        lines = bench_curve(args, tok, prompts, row)
+        print()
+        print("\n".join(lines))
+        print(f"# load average at end: {load()}; took {time.monotonic() - t0:.0f}s")
+        return 0
     failed = False
     engine_steps: dict[str, dict[int, float]] = {}
     for i, n in enumerate(args.shards_list):

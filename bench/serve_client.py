@@ -12,14 +12,15 @@ from wire.messages.scheduler import Done, Generate, Started, StatsRequest, Token
 
 
 async def run_level(endpoint: str, prompts: list[Prompt], concurrency: int,
-                    workload: Workload) -> list[RequestTiming]:
-    """Client i sends prompts i, i+C, i+2C...; returns the timings of every request."""
+                    workload: Workload, key=None) -> list[RequestTiming]:
+    """Client i sends prompts i, i+C, i+2C...; returns the timings of every request (a
+    stack with a CURVE key is called with `key`)."""
     import zmq.asyncio
 
     from bus.client import RpcClient
 
     ctx = zmq.asyncio.Context.instance()
-    client = RpcClient(ctx, endpoint, sender="bench")
+    client = RpcClient(ctx, endpoint, sender="bench", key=key)
     timings: list[RequestTiming] = []
 
     async def one_client(i: int) -> None:
@@ -51,13 +52,13 @@ async def one_request(client, prompt: Prompt, workload: Workload, t: RequestTimi
             t.finish = ev.finish_reason
 
 
-async def scheduler_stats(endpoint: str) -> dict[str, float]:
+async def scheduler_stats(endpoint: str, key=None) -> dict[str, float]:
     """The scheduler's counters now (`scheduler.stats`)."""
     import zmq.asyncio
 
     from bus.client import RpcClient
 
-    client = RpcClient(zmq.asyncio.Context.instance(), endpoint, sender="bench")
+    client = RpcClient(zmq.asyncio.Context.instance(), endpoint, sender="bench", key=key)
     try:
         reply = await client.call(StatsRequest(), timeout=10)
     finally:

@@ -26,8 +26,10 @@ class LocalStack:
     """`llmbus up --shards N` under this process; use as a context manager."""
 
     def __init__(self, shards: int, *, model: Path | None = None, pages: int | None = None,
-                 max_queue: int | None = None, start_timeout: float = 180.0):
+                 max_queue: int | None = None, start_timeout: float = 180.0,
+                 key_file: Path | None = None):
         self.shards = shards
+        self.key_file = key_file          # the cluster's CURVE key: every link of the stack keyed
         self.model = model
         self.pages = pages
         self.max_queue = max_queue
@@ -68,6 +70,8 @@ class LocalStack:
             cmd += ["--pages", str(self.pages)]
         if self.max_queue is not None:
             cmd += ["--max-queue", str(self.max_queue)]
+        if self.key_file is not None:
+            cmd += ["--key-file", str(self.key_file)]
         env = {**os.environ, "LLMBUS_RUNTIME_DIR": str(self.runtime)}
         t0 = time.monotonic()
         with open(self._stderr_path, "wb") as err:

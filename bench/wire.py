@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Wire benchmark: activation codec throughput, and round-trip latency over ZeroMQ on loopback.
 
-    python3 bench/wire.py        # about 30 s
+    python3 bench/wire.py           # about 30 s
+    python3 bench/wire.py --curve   # only what CURVE adds per message
 
 Activations are the synthetic hidden states the codecs are tuned and tested on
 (tests/wire/activations.py: rows of 576, gaussian channels plus a few outliers to ~300).
 Throughput is GB/s of float32 input bytes through the whole envelope (wire.encode of an Echo
 message; wire.decode plus .array()). Latency is a DEALER -> ROUTER -> DEALER echo between two
-processes on tcp://127.0.0.1, with wire encode and decode on both sides.
+processes on tcp://127.0.0.1, with wire encode and decode on both sides; then the same echo with
+ZeroMQ CURVE on (the cluster key of bus/curve.py) beside a plain one, in turns, to show what
+encryption adds per message.
 """
 
 import multiprocessing as mp
@@ -76,13 +79,16 @@ def codec_table() -> None:
 # -------------------------------------------------------------------------------- latency
 
 
-def echo_server(port_out) -> None:
+def echo_server(port_out, key=None) -> None:
     """ROUTER: a frame list starting with an empty frame is echoed as is (the zmq-only
     baseline); anything else is decoded (tensor included) and answered with an EchoReply that
-    forwards the received tensor's frames."""
+    forwards the received tensor's frames. With `key`, a CURVE server of that cluster key."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
+    if key is not None:
+        from bus.curve import secure
+        secure(sock, key)
     port_out.send(sock.bind_to_random_port("tcp://127.0.0.1"))
     while True:
         ident, *frames = sock.recv_multipart(copy=False)
@@ -145,10 +151,56 @@ def latency_table() -> None:
         server.join()
 
 
+def start_echo(key=None):
+    """An echo server process and a DEALER connected to it (a CURVE client with `key`)."""
+    ctx_mp = mp.get_context("fork")
+    port_in, port_out = ctx_mp.Pipe(duplex=False)
+    server = ctx_mp.Process(target=echo_server, args=(port_out, key), daemon=True)
+    server.start()
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 10_000)
+    if key is not None:
+        from bus.curve import secure
+        secure(sock, key)
+    sock.connect(f"tcp://127.0.0.1:{port_in.recv()}")
+    return server, sock
+
+
+def curve_table(rounds: int = 3) -> None:
+    from bus.curve import new_key
+    if not zmq.has("curve"):
+        print("\n(no CURVE in this libzmq: the CURVE table is skipped)")
+        return
+    servers = {name: start_echo(key) for name, key in (("plain", None), ("curve", new_key()))}
+    try:
+        print(f"\nthe same echo, plain and with CURVE, in turns ({rounds} rounds, p50 of each "
+              f"round, median of the rounds)")
+        print(f"  {'message':>26}  {'codec':8}  {'plain us':>8}  {'curve us':>8}  {'curve/plain':>11}")
+        for label, x in (("576 floats (one token)", activations(1)),
+                         ("1 MB (455x576 floats)", activations(455)),
+                         ("9.4 MB (4096x576 floats)", activations(4096))):
+            for codec in ("fp32", "fp16"):
+                p50 = {name: [] for name in servers}
+                for _ in range(rounds):
+                    for name, (_, sock) in servers.items():
+                        p50[name].append(round_trips(sock, x, codec)[0])
+                med = {name: float(np.median(v)) for name, v in p50.items()}
+                print(f"  {label:>26}  {codec:8}  {med['plain']:>8.0f}  {med['curve']:>8.0f}  "
+                      f"{med['curve'] / med['plain']:>11.2f}")
+    finally:
+        for server, sock in servers.values():
+            sock.close()
+            server.terminate()
+            server.join()
+
+
 if __name__ == "__main__":
     print(f"numpy {np.__version__}, pyzmq {zmq.__version__}, libzmq {zmq.zmq_version()}, "
           f"{os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}\n")
     t0 = time.perf_counter()
-    codec_table()
-    latency_table()
+    if "--curve" not in sys.argv:       # --curve: only the CURVE table
+        codec_table()
+        latency_table()
+    curve_table()
     print(f"\n({time.perf_counter() - t0:.0f} s)")

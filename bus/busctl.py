@@ -135,7 +135,8 @@ async def _watched(ctl: Ctl, live) -> dict[str, dict]:
     from wire.messages.health import HealthStatus
 
     async def ask(e):
-        async with RpcClient(ctl.ctx, e.rpc_endpoint, sender=ctl.directory.me, name=e.name) as c:
+        async with RpcClient(ctl.ctx, e.rpc_endpoint, sender=ctl.directory.me, name=e.name,
+                             key=ctl.config.key) as c:
             try:
                 return await c.call(HealthStatus(), ctl.args.timeout)
             except BusError as err:
@@ -226,7 +227,7 @@ async def _call(ctl: Ctl, name: str, body: Any):
     if entry is None:
         return None
     async with RpcClient(ctl.ctx, entry.rpc_endpoint, sender=ctl.directory.me, name=name,
-                         limits=limits_for_kind(entry.kind)) as c:
+                         limits=limits_for_kind(entry.kind), key=ctl.config.key) as c:
         try:
             return await c.call(body, ctl.args.timeout)
         except RemoteError as e:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from .config import BusConfig
+from .curve import ClusterKey, read_key_file
 
 
 def add_bus_arguments(p: argparse.ArgumentParser, env: dict) -> None:
@@ -23,9 +25,25 @@ def add_bus_arguments(p: argparse.ArgumentParser, env: dict) -> None:
                    default=[i for i in env.get("LLMBUS_PEERS", "").split(",") if i],
                    help="static peer HOST:RPC_PORT (repeatable)")
     g.add_argument("--heartbeat", type=float, default=0.5, help="heartbeat interval (s)")
+    add_key_argument(g, env)
+
+
+def add_key_argument(p, env: dict) -> None:
+    """--key-file (or $LLMBUS_KEY_FILE): the cluster's CURVE key, a file and never the key itself,
+    so it shows in no process list."""
+    p.add_argument("--key-file", type=Path, default=Path(env["LLMBUS_KEY_FILE"])
+                   if env.get("LLMBUS_KEY_FILE") else None,
+                   help="the cluster's CURVE key (`llmbus keygen`): with it every link is "
+                        "encrypted and only holders of the same file are answered")
+
+
+def cluster_key(args: argparse.Namespace) -> ClusterKey | None:
+    """The key named by --key-file, or None; KeyFileError (a ValueError) says what is wrong."""
+    return read_key_file(args.key_file) if args.key_file is not None else None
 
 
 def bus_config(args: argparse.Namespace):
     return BusConfig(cluster=args.cluster, host=args.host, advertise_host=args.advertise,
                      mdns=args.mdns, mdns_interfaces=tuple(args.interfaces),
-                     peers=tuple(args.peers), heartbeat_interval=args.heartbeat)
+                     peers=tuple(args.peers), heartbeat_interval=args.heartbeat,
+                     key=cluster_key(args))

@@ -22,6 +22,7 @@ from wire.messages.bus import Cancel, Error, Hello, StreamEnd, Welcome
 
 from .errors import BadReply, CallTimeout, ClientClosed, MessageTooLarge, PeerRestarted, RemoteError
 from .idle import IdleWatch
+from .curve import ClusterKey
 from .sockets import CONTROL, SocketLimits, make_socket
 
 _ids = itertools.count(1)
@@ -49,10 +50,12 @@ class _StreamWaiter:
 
 class RpcClient:
     """Calls one peer. `limits` must match the peer's request socket (sockets.limits_for_kind):
-    a request with a frame over them is refused here, as the peer would drop it unread."""
+    a request with a frame over them is refused here, as the peer would drop it unread.
+    With the cluster `key` it speaks CURVE, and a peer without that key never answers."""
 
     def __init__(self, ctx: zmq.asyncio.Context, endpoint: str, sender: str = "client",
-                 sender_epoch: int = 0, name: str = "", limits: SocketLimits = CONTROL):
+                 sender_epoch: int = 0, name: str = "", limits: SocketLimits = CONTROL,
+                 key: ClusterKey | None = None):
         self.ctx = ctx
         self.endpoint = endpoint
         self.sender = sender
@@ -63,7 +66,7 @@ class RpcClient:
         self.bad_frames = 0
         self._pending: dict[int, tuple[asyncio.Future, int]] = {}  # id -> (future, epoch sent to)
         self.limits = limits
-        self._sock = make_socket(ctx, zmq.DEALER, limits)
+        self._sock = make_socket(ctx, zmq.DEALER, limits, key)
         self._sock.connect(endpoint)
         self._closed = False
         self._reader = asyncio.get_running_loop().create_task(self._read())

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .curve import ClusterKey
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
@@ -20,6 +22,7 @@ class BusConfig:
     peers: tuple[str, ...] = ()         # static peers: "host:rpc_port"
     heartbeat_interval: float = 0.5
     heartbeat_misses: int = 3           # a peer is dead after this many missed heartbeats
+    key: ClusterKey | None = None       # the cluster's CURVE key; None: plain TCP, as before
 
     def __post_init__(self):
         if not _NAME.match(self.cluster):

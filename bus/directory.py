@@ -16,7 +16,7 @@ from wire.messages.bus import Heartbeat, Welcome
 
 from .client import RpcClient
 from .config import BusConfig, parse_peer
-from .errors import BusError, ServiceNotFound
+from .errors import BusError, CallTimeout, ServiceNotFound
 from .liveness import LivenessTable, PeerEntry
 from .mdns import Browser, Candidate, open_zeroconf
 from .sockets import endpoint, make_socket
@@ -47,7 +47,7 @@ class Directory:
         self._zc = zeroconf
         self._own_zc = False
         self._browser: Browser | None = None
-        self._sub = make_socket(ctx, zmq.SUB)
+        self._sub = make_socket(ctx, zmq.SUB, key=config.key)
         for t in topics:
             self._sub.setsockopt(zmq.SUBSCRIBE, t)
         self._subscribed: set[str] = set()
@@ -126,7 +126,8 @@ class Directory:
 
     def explain(self) -> str:
         """Why nothing (or not everything) is seen, in words a person can act on."""
-        parts = [f"cluster {self.config.cluster!r}"]
+        parts = [f"cluster {self.config.cluster!r}"
+                 + (" (CURVE on: only holders of its key file answer)" if self.config.key else "")]
         if not self.config.mdns:
             parts.append("mDNS off")
         elif self._browser is not None:
@@ -144,6 +145,15 @@ class Directory:
         live = [e.name for e in self.live()]
         parts.append(f"live: {live or 'none'}")
         return "; ".join(parts)
+
+    def _curve_hint(self, e: Exception) -> str:
+        # A CURVE handshake that fails is silent on both sides: the caller only sees no answer.
+        if not isinstance(e, CallTimeout):
+            return ""
+        if self.config.key is not None:
+            return (": CURVE is on here, and a peer without this cluster's key file (or with "
+                    "another's) never answers")
+        return ": if its cluster uses CURVE keys, give the key file (--key-file or LLMBUS_KEY_FILE)"
 
     # ------------------------------------------------------------------ discovery
     def _on_candidate(self, c: Candidate) -> None:
@@ -181,12 +191,12 @@ class Directory:
     async def confirm(self, ep: str, source: str) -> PeerEntry | None:
         """Handshake with an endpoint; on success, subscribe to its heartbeats."""
         self._inflight.add(ep)
-        client = RpcClient(self.ctx, ep, sender=self.me, name=ep)
+        client = RpcClient(self.ctx, ep, sender=self.me, name=ep, key=self.config.key)
         try:
             w: Welcome = await client.handshake(self.config.cluster, timeout=1.0)
         except (BusError, wire.BadFrame) as e:
             self.counters["handshake_failures"] += 1
-            self.last_errors[ep] = f"handshake failed ({e})"
+            self.last_errors[ep] = f"handshake failed ({e}){self._curve_hint(e)}"
             return None
         finally:
             await client.close()

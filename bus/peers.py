@@ -51,7 +51,7 @@ class Peers:
             c = None
         if c is None:
             c = RpcClient(self.ctx, entry.rpc_endpoint, sender=self.me, sender_epoch=self.epoch,
-                          name=name, limits=limits)
+                          name=name, limits=limits, key=self.directory.config.key)
             self._clients[name] = c
         c.saw_epoch(entry.epoch)
         return c

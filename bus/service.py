@@ -38,10 +38,12 @@ import zmq.asyncio
 
 from wire.messages.bus import Event
 
+from . import zap
 from .bus_methods import BusMethods
 from .config import ServiceConfig
 from .directory import Directory
 from .dispatch import Handler, handler_table, handles, streams
+from .handshakes import RefusedHandshakes
 from .heartbeat import Heartbeats
 from .mdns import Advertiser, Candidate, open_zeroconf
 from .notify import Notifier
@@ -85,6 +87,8 @@ class Service(RequestLoop, Heartbeats, BusMethods):
         self._zc = None
         self._advertiser: Advertiser | None = None
         self._hb_seq = 0
+        self._admitted = False
+        self._refused: list[RefusedHandshakes] = []
 
     # ------------------------------------------------------------------ what subclasses add
     def info(self) -> dict[str, Any]:
@@ -131,11 +135,25 @@ class Service(RequestLoop, Heartbeats, BusMethods):
 
     async def start(self) -> None:
         bus = self.config.bus
-        self._router = make_socket(self.ctx, zmq.ROUTER, self._request_limits)
-        self._pub = make_socket(self.ctx, zmq.PUB, CONTROL)
-        self.rpc_port = bind(self._router, bus.host, self.config.rpc_port)
-        self.pub_port = bind(self._pub, bus.host, self.config.pub_port)
+        if bus.key is not None:
+            zap.admit(self.ctx, bus.key)   # before binding: no moment admits any client
+            self._admitted = True
+        self._router = make_socket(self.ctx, zmq.ROUTER, self._request_limits, bus.key)
+        self._pub = make_socket(self.ctx, zmq.PUB, CONTROL, bus.key)
+        try:
+            self.rpc_port = bind(self._router, bus.host, self.config.rpc_port)
+            self.pub_port = bind(self._pub, bus.host, self.config.pub_port)
+        except zmq.ZMQError:
+            # No shutdown follows a start that failed here: what it opened is closed now.
+            self._router.close(linger=0)
+            self._pub.close(linger=0)
+            self._release_zap()
+            raise
         loop = asyncio.get_running_loop()
+        self._refused = [RefusedHandshakes(s, f"{self.name} {what}", bus.key is not None,
+                                           self._say_refused)
+                         for s, what in ((self._router, "requests"), (self._pub, "events"))]
+        self._tasks += [loop.create_task(r.run()) for r in self._refused]
         self._tasks.append(loop.create_task(self._read_requests()))
         self.heartbeat_task = loop.create_task(self._heartbeat_loop())
         self._tasks.append(self.heartbeat_task)
@@ -182,10 +200,23 @@ class Service(RequestLoop, Heartbeats, BusMethods):
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for r in self._refused:
+            r.close()
         if self._zc is not None:
             await self._zc.async_close()
         self._router.close(linger=0)
         self._pub.close(linger=0)
+        self._release_zap()
+
+    def _release_zap(self) -> None:
+        if self._admitted:
+            self._admitted = False
+            zap.release(self.ctx, self.config.bus.key)
+
+    def _say_refused(self, text: str) -> None:
+        self.counters["handshakes_refused"] += 1
+        self.publish("service.warning", Event(topic="service.warning", service=self.name,
+                                              data={"handshake": text}))
 
     async def _advertise(self) -> None:
         try:

@@ -24,6 +24,8 @@ import zmq.asyncio
 
 from wire.limits import MAX_HEADER_BYTES, MAX_TENSOR_BYTES
 
+from .curve import ClusterKey, secure
+
 
 @dataclass(frozen=True)
 class SocketLimits:
@@ -65,10 +67,13 @@ def _apply(sock: zmq.Socket, limits: SocketLimits) -> None:
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, limits.reconnect_ivl_max_ms)
 
 
-def make_socket(ctx: zmq.asyncio.Context, kind: int,
-                limits: SocketLimits = DEFAULT_LIMITS) -> zmq.asyncio.Socket:
+def make_socket(ctx: zmq.asyncio.Context, kind: int, limits: SocketLimits = DEFAULT_LIMITS,
+                key: ClusterKey | None = None) -> zmq.asyncio.Socket:
+    """A socket with `limits`; with the cluster `key`, CURVE on (see curve.py)."""
     sock = ctx.socket(kind)
     _apply(sock, limits)
+    if key is not None:
+        secure(sock, key)
     if kind == zmq.ROUTER:
         # A send to a vanished caller fails (EHOSTUNREACH) instead of vanishing: a stream to a
         # client that went away stops at its next message, and frees what it held.

@@ -27,8 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"which model (default {DEFAULT_MODEL.name})")
     pull.add_argument("-v", "--verbose", action="store_true")
     pull.set_defaults(func=_pull)
-    from . import chat, generate, run, units, up
+    from . import chat, generate, keygen, run, units, up
     run.add_parser(sub, dict(os.environ))
+    keygen.add_parser(sub)
     up.add_parser(sub)
     units.add_parser(sub)
     generate.add_parser(sub)

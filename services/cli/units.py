@@ -4,6 +4,8 @@ its model, its shard instances, and the one cluster file every unit reads."""
 from __future__ import annotations
 
 import argparse
+import os
+import pwd
 import shlex
 import sys
 from pathlib import Path
@@ -26,6 +28,15 @@ def add_parser(sub) -> None:
     p.add_argument("--layers", action="append", default=[], metavar="A:B",
                    help="the layer range of each shard here (repeatable; default: the model cut "
                         "into --shards ranges, all here)")
+    p.add_argument("--placed", action="store_true",
+                   help="the --shards here get no --layers: the scheduler's placement gives each "
+                        "its range (instances HOST-0, HOST-1...: unique across machines)")
+    p.add_argument("--memory", default=None, metavar="SIZE",
+                   help="what each placed shard offers placement (e.g. 6G; implies --placed; "
+                        "default: the free RAM when it starts)")
+    p.add_argument("--key-file", type=Path, default=None,
+                   help="the cluster's CURVE key file (`llmbus keygen`), mode 0600, readable by "
+                        "--run-as: every unit then takes it (LLMBUS_KEY_FILE in cluster.env)")
     p.add_argument("--services", default="tokenizer,scheduler,gateway",
                    help="which of tokenizer, scheduler, gateway run here ('' for none)")
     p.add_argument("--cluster", default="default")
@@ -49,6 +60,43 @@ def main(args: argparse.Namespace) -> int:
     print(f"written to {unit_dir}; start with `{ctl} daemon-reload && {ctl} enable --now "
           f"llmbus.target`", file=sys.stderr)
     return 0
+
+
+def shard_instances(args: argparse.Namespace, model: Path) -> dict[str, str]:
+    """Each shard unit's instance -> its LLMBUS_ARGS: a range by hand, or a memory budget."""
+    if not (args.placed or args.memory):
+        return {str(a): f"--layers {a}:{b}" for a, b in shard_ranges(args, model)}
+    from services.shard.cli import parse_memory
+
+    from .run import default_name
+    if args.layers:
+        raise ValueError("--placed shards get their ranges from placement: leave out --layers")
+    if args.memory:
+        try:
+            parse_memory(args.memory)
+        except argparse.ArgumentTypeError as e:
+            raise ValueError(str(e)) from None
+    budget = f"--memory {args.memory}" if args.memory else ""
+    # shard-HOST-i: placed shards of several machines must not share a name on the bus.
+    return {default_name("shard", str(i)).removeprefix("shard-"): budget for i in range(args.shards)}
+
+
+def key_file(args: argparse.Namespace) -> str:
+    """The checked key file's absolute path, or "" without one."""
+    if args.key_file is None:
+        return ""
+    from bus.curve import read_key_file
+    path = args.key_file.resolve()
+    read_key_file(path)                  # KeyFileError (a ValueError) says what is wrong
+    if args.run_as and not args.user:
+        try:
+            uid = pwd.getpwnam(args.run_as).pw_uid
+        except KeyError:
+            raise ValueError(f"--run-as {args.run_as}: no such user") from None
+        if os.stat(path).st_uid != uid:
+            raise ValueError(f"{path} must belong to {args.run_as}, who runs the services and "
+                             f"alone may read it: `chown {args.run_as} {path}`")
+    return str(path)
 
 
 def shard_ranges(args: argparse.Namespace, model: Path) -> list[tuple[int, int]]:
@@ -86,10 +134,11 @@ def install(args: argparse.Namespace) -> list[Path]:
     unknown = set(services) - {"tokenizer", "scheduler", "gateway"}
     if unknown:
         raise ValueError(f"--services: unknown {sorted(unknown)}; of tokenizer, scheduler, gateway")
-    ranges = shard_ranges(args, model)
+    shards = shard_instances(args, model)
+    key_path = key_file(args)
     sandbox = f"User={args.run_as}" if args.run_as and not args.user else ""
     fill = {"@PYTHON@": sys.executable, "@CONF@": str(conf), "@SANDBOX@": sandbox}
-    wanted = [f"llmbus-{s}.service" for s in services] + [f"llmbus-shard@{a}.service" for a, _ in ranges]
+    wanted = [f"llmbus-{s}.service" for s in services] + [f"llmbus-shard@{i}.service" for i in shards]
     prefix.mkdir(parents=True, exist_ok=True)
     conf.mkdir(parents=True, exist_ok=True)
     written = []
@@ -100,8 +149,9 @@ def install(args: argparse.Namespace) -> list[Path]:
         (prefix / name).write_text(text)
         written.append(prefix / name)
     env = {"LLMBUS_CLUSTER": args.cluster, "LLMBUS_PEERS": ",".join(args.peer),
-           "LLMBUS_MODEL": str(model), "LLMBUS_HTTP": args.http}
+           "LLMBUS_MODEL": str(model), "LLMBUS_HTTP": args.http,
+           **({"LLMBUS_KEY_FILE": key_path} if key_path else {})}
     (conf / "cluster.env").write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
-    for a, b in ranges:
-        (conf / f"shard-{a}.env").write_text(f'LLMBUS_ARGS="--layers {a}:{b}"\n')
+    for instance, shard_args in shards.items():
+        (conf / f"shard-{instance}.env").write_text(f'LLMBUS_ARGS="{shard_args}"\n')
     return written

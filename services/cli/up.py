@@ -43,6 +43,8 @@ def add_parser(sub) -> None:
                    help="address of the gateway's HTTP API (OpenAI, Anthropic, Ollama)")
     p.add_argument("--api-key-file", type=Path, default=None,
                    help="file with the API key HTTP clients must send (default: $LLMBUS_API_KEY)")
+    from bus.cli_args import add_key_argument
+    add_key_argument(p, dict(os.environ))
     p.add_argument("--logs", type=Path, default=None,
                    help="folder for the services' logs (default: in the runtime folder)")
     p.add_argument("-d", "--detach", action="store_true",
@@ -81,6 +83,7 @@ def say(text: str) -> None:
 async def _up(args) -> int:
     import zmq.asyncio
 
+    from bus.cli_args import cluster_key
     from bus.config import BusConfig, ServiceConfig
     from services.health.children import ChildrenMode
     from services.health.cli import policy_config
@@ -93,6 +96,7 @@ async def _up(args) -> int:
     from .ranges import head_cost_in_layers, split_layers
     from .stacks import register, runtime_dir
 
+    key = cluster_key(args)        # a bad key file fails before anything starts
     model = (args.model or pull(quiet=False)).resolve()
     if not model.is_file():
         raise ValueError(f"no model file at {model}")
@@ -111,6 +115,8 @@ async def _up(args) -> int:
              "gateway-0": free_port(), **{f"shard-{a}": free_port() for a, _ in ranges}}
     peers = [f"127.0.0.1:{p}" for p in ports.values()]
     common = ["--cluster", cluster, "--no-mdns", *[a for p in peers for a in ("--peer", p)]]
+    if key is not None:
+        common += ["--key-file", str(args.key_file.resolve())]
     specs = {
         "tokenizer-0": ["run", "tokenizer", "--model", str(model)],
         **{f"shard-{a}": ["run", "shard", "--model", str(model), "--layers", f"{a}:{b}",
@@ -123,7 +129,7 @@ async def _up(args) -> int:
     }
     specs = {name: [*spec, "--name", name, "--rpc-port", str(ports[name]), *common]
              for name, spec in specs.items()}
-    bus = BusConfig(cluster=cluster, mdns=False, peers=tuple(peers))
+    bus = BusConfig(cluster=cluster, mdns=False, peers=tuple(peers), key=key)
     health = policy_config(args, bus.heartbeat_interval)   # bad values fail before anything starts
     kids = Children(log_dir=logs)
     stop = asyncio.Event()
@@ -153,12 +159,14 @@ async def _up(args) -> int:
         http = directory.get("gateway-0").info.get("http", "")
         stack_file = register(cluster, {"scheduler": f"127.0.0.1:{sched_port}", "http": http,
                                         "peers": peers,
+                                        **({"key_file": str(args.key_file.resolve())} if key else {}),
                                         "model": str(model), "shards": len(ranges),
                                         "logs": str(logs)})
         say(f"ready in {time.monotonic() - t0:.1f}s. Scheduler at {endpoint} (cluster {cluster}).")
         print(f"llmbus is up: HTTP API at {http} (OpenAI, Anthropic, Ollama); talk to it with "
               f"`llmbus chat`; inspect it with "
-              f"`LLMBUS_CLUSTER={cluster} LLMBUS_MDNS=0 LLMBUS_PEERS={','.join(peers)} busctl list`. "
+              f"`LLMBUS_CLUSTER={cluster} LLMBUS_MDNS=0 LLMBUS_PEERS={','.join(peers)} "
+              f"{f'LLMBUS_KEY_FILE={args.key_file.resolve()} ' if key else ''}busctl list`. "
               f"Ctrl-C stops it.", flush=True)
         watcher.watch()
         await stop.wait()

@@ -82,3 +82,64 @@ def test_every_command_line_is_one_llmbus_accepts(installed, model_path):
         args = build_parser().parse_args(argv[3:])     # exits (fails the test) on a bad option
         assert args.command == "run", name
     assert args.kind == "gateway"
+
+
+@pytest.fixture(scope="module")
+def placed(tmp_path_factory, model_path):
+    """A shard machine of a keyed cluster: two placed shards offering 1G each, and the key."""
+    root = tmp_path_factory.mktemp("placed")
+    key = root / "cluster.key"
+    assert main(["keygen", "--out", str(key)]) == 0
+    rc = main(["install-units", "--prefix", str(root / "units"), "--conf", str(root / "conf"),
+               "--model", str(model_path), "--services", "", "--shards", "2", "--memory", "1G",
+               "--key-file", str(key), "--cluster", "c1"])
+    assert rc == 0
+    return root
+
+
+def test_placed_shards_of_a_keyed_cluster_get_no_layers_and_every_unit_takes_the_key(placed,
+                                                                                       monkeypatch):
+    conf = env_of(placed / "conf" / "cluster.env")
+    assert conf["LLMBUS_KEY_FILE"] == str(placed / "cluster.key")
+    shard_envs = sorted((placed / "conf").glob("shard-*.env"))
+    assert len(shard_envs) == 2
+    instances = [p.stem.removeprefix("shard-") for p in shard_envs]
+    # Named after this host, so that placed shards of other machines never clash on the bus.
+    assert instances[0].endswith("-0") and instances[1].endswith("-1") and instances[0] != "0"
+    for p in shard_envs:
+        assert env_of(p) == {"LLMBUS_ARGS": "--memory 1G"}
+    target = (placed / "units" / "llmbus.target").read_text()
+    assert all(f"llmbus-shard@{i}.service" in target for i in instances)
+    # Every unit reads cluster.env, where LLMBUS_KEY_FILE is the default of --key-file.
+    for name in UNITS[:-1]:
+        text = (placed / "units" / name).read_text()
+        assert f"EnvironmentFile={placed / 'conf'}/cluster.env" in text.splitlines(), name
+    (exec_line,) = [line for line in (placed / "units" / "llmbus-shard@.service").read_text()
+                    .splitlines() if line.startswith("ExecStart=")]
+    line = exec_line.removeprefix("ExecStart=").replace("%i", instances[0])
+    line = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: {**conf, "LLMBUS_ARGS": "--memory 1G"}[
+        m.group(1) or m.group(2)], line)
+    monkeypatch.setenv("LLMBUS_KEY_FILE", conf["LLMBUS_KEY_FILE"])   # as systemd passes it
+    args = build_parser().parse_args(shlex.split(line)[3:])
+    assert args.layers is None and args.memory == 1 << 30 and args.key_file == placed / "cluster.key"
+
+
+def test_systemd_accepts_the_placed_shard_units(placed):
+    require(shutil.which("systemd-analyze") is not None, "systemd-analyze is not installed")
+    units = placed / "units"
+    (first, _) = sorted((placed / "conf").glob("shard-*.env"))
+    r = subprocess.run(["systemd-analyze", "verify", *[str(units / u) for u in UNITS],
+                        str(units / f"llmbus-shard@{first.stem.removeprefix('shard-')}.service")],
+                       capture_output=True, text=True, timeout=120)
+    ours = [line for line in (r.stdout + r.stderr).splitlines() if "llmbus" in line]
+    assert r.returncode == 0 and not ours, r.stdout + r.stderr
+
+
+def test_a_key_file_others_can_read_is_refused_before_any_unit_is_written(tmp_path, model_path, capsys):
+    key = tmp_path / "cluster.key"
+    assert main(["keygen", "--out", str(key)]) == 0
+    key.chmod(0o644)
+    rc = main(["install-units", "--prefix", str(tmp_path / "units"), "--conf", str(tmp_path / "conf"),
+               "--model", str(model_path), "--key-file", str(key)])
+    assert rc == 2 and "chmod 600" in capsys.readouterr().err
+    assert not (tmp_path / "units").exists()

@@ -40,6 +40,8 @@ def add_parser(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=None,
                    help="longest answer in tokens (default: until the model stops or the "
                         "context is full)")
+    from bus.cli_args import add_key_argument
+    add_key_argument(p, dict(os.environ))
     p.add_argument("--seed", type=int, default=None,
                    help="sampling seed: the same seed and question give the same answer "
                         "(default: a new one each answer)")
@@ -47,13 +49,20 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from bus.cli_args import cluster_key
+
     from .conversation import Conversation
     from .terminal import Session, interactive, one_shot
     options = ChatOptions(system=args.system, temperature=args.temperature, top_p=args.top_p,
                           top_k=args.top_k, min_p=args.min_p, max_tokens=args.max_tokens,
                           seed=args.seed)
+    try:
+        key = cluster_key(args)
+    except ValueError as e:
+        print(f"llmbus chat: {e}", file=sys.stderr)
+        return 2
     session = Session(Conversation(options), cluster=args.cluster, scheduler=args.scheduler,
-                      out=sys.stdout, err=sys.stderr)
+                      out=sys.stdout, err=sys.stderr, key=key)
     try:
         try:
             if args.question is not None:

@@ -19,6 +19,7 @@ import zmq.asyncio
 
 from bus.client import RpcClient
 from bus.config import BusConfig
+from bus.curve import ClusterKey
 from bus.directory import Directory
 from bus.errors import (BusError, CallTimeout, PeerDead, PeerRestarted, RemoteError,
                         ServiceNotFound)
@@ -56,8 +57,9 @@ class _Link:
 
 
 class ChatClient:
-    def __init__(self, ctx: zmq.asyncio.Context):
+    def __init__(self, ctx: zmq.asyncio.Context, key: ClusterKey | None = None):
         self.ctx = ctx
+        self.key = key                  # the cluster's CURVE key, if it has one
         self.me = f"chat-{os.getpid()}"
         self._link: _Link | None = None
         self._closing: set[asyncio.Task] = set()
@@ -134,19 +136,22 @@ class ChatClient:
         _, name, cluster = self._known
         directory = Directory(self.ctx, BusConfig(
             cluster=cluster, mdns=False, peers=(target.scheduler,),
-            heartbeat_interval=LOOK_EVERY, heartbeat_misses=DEAD_AFTER_MISSES), me=self.me)
+            heartbeat_interval=LOOK_EVERY, heartbeat_misses=DEAD_AFTER_MISSES, key=self.key),
+            me=self.me)
         self._link = _Link(name, directory, Peers(self.ctx, directory, me=self.me))
         await directory.start()
         return self._link
 
     async def _hello(self, target: Target) -> tuple[str, str]:
         """The scheduler's name and cluster, from who answers at its address."""
-        client = RpcClient(self.ctx, f"tcp://{target.scheduler}", sender=self.me)
+        client = RpcClient(self.ctx, f"tcp://{target.scheduler}", sender=self.me, key=self.key)
         try:
             w = await client.handshake(target.cluster or "any", HANDSHAKE_TIMEOUT)
         except BusError:
+            keyed = ("; CURVE is on here: does the stack use this key file?" if self.key else
+                     "; a stack with a CURVE key answers only with its --key-file")
             raise StackGone(f"nothing answers at {target.scheduler}: is `llmbus up` still "
-                            f"running? (start one with `llmbus up`)") from None
+                            f"running? (start one with `llmbus up`){keyed}") from None
         finally:
             await client.close()
         if w.kind != "scheduler":

@@ -13,11 +13,12 @@ from .errors import NoStack
 from .target import Target
 
 
-async def discover(ctx, cluster: str, interfaces: tuple[str, ...] = (), wait: float = 3.0) -> Target:
+async def discover(ctx, cluster: str, interfaces: tuple[str, ...] = (), wait: float = 3.0,
+                   key=None) -> Target:
     """The ready scheduler of `cluster` that mDNS finds on `interfaces` (() = every interface),
     confirmed by handshake; NoStack saying what discovery saw when there is none in `wait` s."""
     zc = open_zeroconf(interfaces, "")
-    directory = Directory(ctx, BusConfig(cluster=cluster, mdns_interfaces=interfaces),
+    directory = Directory(ctx, BusConfig(cluster=cluster, mdns_interfaces=interfaces, key=key),
                           me="llmbus-chat", zeroconf=zc)
     await directory.start()
     try:

@@ -19,6 +19,7 @@ class Target:
     model: str = ""
     shards: int = 0
     pid: int | None = None      # the `llmbus up` parent, when found through its stack file
+    key_file: str = ""          # the stack's CURVE key file, when `llmbus up --key-file` says so
 
     def describe(self) -> str:
         model = self.model.rsplit("/", 1)[-1] if self.model else "?"
@@ -44,4 +45,4 @@ def pick(stacks: list[dict], cluster: str | None = None, scheduler: str | None =
         raise NoStack(NO_STACK)
     s = stacks[0]
     return Target(scheduler=s["scheduler"], cluster=s["cluster"], model=s.get("model", ""),
-                  shards=int(s.get("shards", 0)), pid=s.get("pid"))
+                  shards=int(s.get("shards", 0)), pid=s.get("pid"), key_file=s.get("key_file", ""))

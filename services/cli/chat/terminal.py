@@ -11,8 +11,10 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import TextIO
 
+from bus.curve import ClusterKey, read_key_file
 from services.cli.stacks import running
 
 from .client import Answer, ChatClient
@@ -29,7 +31,8 @@ class Session:
     """The event loop, the bus context and the stack in use, for the life of one `llmbus chat`."""
 
     def __init__(self, conversation: Conversation, cluster: str | None = None,
-                 scheduler: str | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr):
+                 scheduler: str | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+                 key: ClusterKey | None = None):
         import zmq.asyncio
         self.conv = conversation
         self.cluster, self.scheduler = cluster, scheduler
@@ -38,7 +41,8 @@ class Session:
         self.out, self.err = out, err
         self.loop = asyncio.new_event_loop()
         self.ctx = zmq.asyncio.Context()
-        self.client = ChatClient(self.ctx)
+        self.key = key
+        self.client = ChatClient(self.ctx, key)
         self.target: Target | None = None
 
     def close(self) -> None:
@@ -57,7 +61,11 @@ class Session:
             if self.cluster is None:
                 raise
             # No stack of that cluster here: its scheduler may run on another machine.
-            target = self.loop.run_until_complete(discover(self.ctx, self.cluster, self.interfaces))
+            target = self.loop.run_until_complete(discover(self.ctx, self.cluster, self.interfaces,
+                                                               key=self.key))
+        if self.key is None:
+            # A stack that `llmbus up --key-file` started here says which file it uses.
+            self.client.key = read_key_file(Path(target.key_file)) if target.key_file else None
         if self.target is not None and target.scheduler != self.target.scheduler:
             self.say(f"[now talking to {target.describe()}]")
         self.target = target
