@@ -9,7 +9,7 @@ import signal
 from wire.messages.bus import Heartbeat
 
 from .policy import Action, HealthPolicy
-from .procstat import cpu_seconds
+from .procstat import sample
 
 
 class ChildrenMode:
@@ -35,8 +35,9 @@ class ChildrenMode:
         for name, p in list(self.kids.by_name.items()):
             if p.poll() is not None:
                 policy.exited(name, p.returncode, now)
-            elif (cpu := cpu_seconds(p.pid)) is not None:
-                policy.cpu(name, cpu, now)
+            elif (s := sample(p.pid)) is not None:
+                policy.cpu(name, s.cpu_s, now)
+                policy.stopped(name, s.stopped)
 
     def act(self, a: Action) -> None:
         p = self.kids.by_name[a.name]
