@@ -25,6 +25,10 @@ class ChildrenMode:
             self.kids.start(name, args)
         return list(self.specs)
 
+    def prepare_respawns(self) -> None:
+        """Warm a fork server, so that a respawned child skips the interpreter's imports."""
+        self.kids.fork_respawns()
+
     def stop_all(self) -> None:
         self.kids.stop(first=self.stop_first)
 
