@@ -40,15 +40,19 @@ def child_env() -> dict[str, str]:
 
 def forkable(args: list[str]) -> bool:
     """Whether the fork server can run `llmbus ARGS`: it loaded numpy with one BLAS thread."""
-    i = args.index("--blas-threads") if "--blas-threads" in args else -1
-    return i < 0 or args[i + 1:i + 2] == ["1"]
+    for i, a in enumerate(args):
+        if a == "--blas-threads":
+            return args[i + 1:i + 2] == ["1"]
+        if a.startswith("--blas-threads="):
+            return a == "--blas-threads=1"
+    return True
 
 
 @dataclass
 class Children:
     log_dir: Path | None = None
-    procs: list[subprocess.Popen] = field(default_factory=list)
-    by_name: dict[str, subprocess.Popen] = field(default_factory=dict)
+    procs: list[subprocess.Popen | Forked] = field(default_factory=list)
+    by_name: dict[str, subprocess.Popen | Forked] = field(default_factory=dict)
     specs: dict[str, list[str]] = field(default_factory=dict)
     forks: ForkServer | None = None     # warm starts for respawns, once fork_respawns() ran
 

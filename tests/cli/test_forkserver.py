@@ -72,6 +72,8 @@ def test_only_one_blas_thread_is_forkable():
     assert forkable(["run", "shard"])
     assert forkable(["run", "shard", "--blas-threads", "1"])
     assert not forkable(["run", "shard", "--blas-threads", "4"])
+    assert forkable(["run", "shard", "--blas-threads=1"])
+    assert not forkable(["run", "shard", "--blas-threads=2", "--threads", "1"])
 
 
 def test_once_the_server_ended_children_start_as_new_interpreters(tmp_path):
