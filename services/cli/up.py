@@ -3,9 +3,10 @@
 Runs the health watcher (services/health, `health-0` on the bus) in this process, in mode
 `children`: it starts a tokenizer, N shard runners over contiguous layer ranges, a scheduler and
 the HTTP gateway, each its own process that dies with this one, and once the stack is ready kills
-a child that stops heartbeating or stalls, starts again one that exits (with back-off), and gives
-up on one that keeps failing (`health.service_failed`); the scheduler carries its requests
-through. They find each other as static peers on loopback (no multicast needed). `llmbus chat`
+a child that stops heartbeating or stalls, starts again one that exits (with back-off; a
+respawn forks from a warm fork server, services/cli/forkserver.py, on the same RPC and PUB
+ports), and gives up on one that keeps failing (`health.service_failed`); the scheduler carries
+its requests through. They find each other as static peers on loopback (no multicast needed). `llmbus chat`
 finds the stack through a small file in the runtime folder.
 """
 
