@@ -19,7 +19,7 @@ from .config import BusConfig, parse_peer
 from .errors import BusError, CallTimeout, ServiceNotFound
 from .liveness import LivenessTable, PeerEntry
 from .mdns import Browser, Candidate, open_zeroconf
-from .sockets import endpoint, make_socket
+from .sockets import SUBSCRIPTIONS, endpoint, make_socket
 
 HEARTBEAT_TOPIC = b"bus.heartbeat"
 
@@ -47,7 +47,7 @@ class Directory:
         self._zc = zeroconf
         self._own_zc = False
         self._browser: Browser | None = None
-        self._sub = make_socket(ctx, zmq.SUB, key=config.key)
+        self._sub = make_socket(ctx, zmq.SUB, SUBSCRIPTIONS, key=config.key)
         for t in topics:
             self._sub.setsockopt(zmq.SUBSCRIBE, t)
         self._subscribed: set[str] = set()

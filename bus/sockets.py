@@ -46,6 +46,11 @@ class SocketLimits:
 
 CONTROL = SocketLimits()
 ACTIVATIONS = SocketLimits(sndhwm=64, rcvhwm=64, max_msg_size=64 << 20)
+# A directory's SUB socket stays connected to every peer's PUB address. A peer restarted on the
+# same port (`llmbus up` fixes them) is heard once the SUB reconnects, so it retries every
+# reconnect interval instead of backing off to seconds; a retry to a closed port costs one
+# refused connect.
+SUBSCRIPTIONS = SocketLimits(reconnect_ivl_max_ms=0)
 DEFAULT_LIMITS = CONTROL
 
 # The request socket of a service of this kind, and every client calling one, use these limits;

@@ -11,6 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .forked import Forked, ForkServer, ForkServerGone
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -31,22 +33,51 @@ def _die_with_parent() -> None:
         pass
 
 
+def child_env() -> dict[str, str]:
+    # One BLAS thread: a shard's kernels have their own pool (`llmbus run --blas-threads`).
+    return dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+
+
+def forkable(args: list[str]) -> bool:
+    """Whether the fork server can run `llmbus ARGS`: it loaded numpy with one BLAS thread."""
+    for i, a in enumerate(args):
+        if a == "--blas-threads":
+            return args[i + 1:i + 2] == ["1"]
+        if a.startswith("--blas-threads="):
+            return a == "--blas-threads=1"
+    return True
+
+
 @dataclass
 class Children:
     log_dir: Path | None = None
-    procs: list[subprocess.Popen] = field(default_factory=list)
-    by_name: dict[str, subprocess.Popen] = field(default_factory=dict)
+    procs: list[subprocess.Popen | Forked] = field(default_factory=list)
+    by_name: dict[str, subprocess.Popen | Forked] = field(default_factory=dict)
     specs: dict[str, list[str]] = field(default_factory=dict)
+    forks: ForkServer | None = None     # warm starts for respawns, once fork_respawns() ran
 
-    def start(self, name: str, args: list[str]) -> subprocess.Popen:
-        """Start `llmbus ARGS` as child `name` (again, if it ran before)."""
-        out = subprocess.DEVNULL
+    def start(self, name: str, args: list[str]) -> subprocess.Popen | Forked:
+        """Start `llmbus ARGS` as child `name` (again, if it ran before): forked by the warm
+        fork server where there is one, else a new interpreter."""
+        log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            out = open(self.log_dir / f"{name}.log", "ab")
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-        p = subprocess.Popen([sys.executable, "-m", "services.cli", *args], stdout=out,
-                             stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+            log = self.log_dir / f"{name}.log"
+        p = None
+        if self.forks is not None and forkable(args):
+            try:
+                p = self.forks.spawn(args, log)
+            except ForkServerGone:
+                p = None
+        if p is None:
+            out = open(log, "ab") if log is not None else subprocess.DEVNULL
+            try:
+                p = subprocess.Popen([sys.executable, "-m", "services.cli", *args], stdout=out,
+                                     stderr=subprocess.STDOUT, env=child_env(),
+                                     preexec_fn=_die_with_parent)
+            finally:
+                if log is not None:
+                    out.close()         # the child holds its own copy
         old = self.by_name.get(name)
         if old is not None:
             self.procs.remove(old)
@@ -55,7 +86,13 @@ class Children:
         self.specs[name] = list(args)
         return p
 
-    def respawn(self, name: str) -> subprocess.Popen:
+    def fork_respawns(self) -> None:
+        """Start the fork server (it warms up in the background; until then, and if it fails,
+        children start as new interpreters)."""
+        if self.forks is None and hasattr(os, "fork") and os.path.isdir("/proc/self/task"):
+            self.forks = ForkServer(child_env(), preexec_fn=_die_with_parent)
+
+    def respawn(self, name: str) -> subprocess.Popen | Forked:
         return self.start(name, self.specs[name])
 
     def dead(self) -> list[subprocess.Popen]:
@@ -86,3 +123,6 @@ class Children:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        if self.forks is not None:
+            self.forks.close()
+            self.forks = None

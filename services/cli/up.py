@@ -3,9 +3,10 @@
 Runs the health watcher (services/health, `health-0` on the bus) in this process, in mode
 `children`: it starts a tokenizer, N shard runners over contiguous layer ranges, a scheduler and
 the HTTP gateway, each its own process that dies with this one, and once the stack is ready kills
-a child that stops heartbeating or stalls, starts again one that exits (with back-off), and gives
-up on one that keeps failing (`health.service_failed`); the scheduler carries its requests
-through. They find each other as static peers on loopback (no multicast needed). `llmbus chat`
+a child that stops heartbeating or stalls, starts again one that exits (with back-off; a
+respawn forks from a warm fork server, services/cli/forkserver.py, on the same RPC and PUB
+ports), and gives up on one that keeps failing (`health.service_failed`); the scheduler carries
+its requests through. They find each other as static peers on loopback (no multicast needed). `llmbus chat`
 finds the stack through a small file in the runtime folder.
 """
 
@@ -113,6 +114,9 @@ async def _up(args) -> int:
     # (waiting out its handshake) must not hide the service that says why it is down.
     ports = {"health-0": free_port(), "tokenizer-0": free_port(), "scheduler-0": sched_port,
              "gateway-0": free_port(), **{f"shard-{a}": free_port() for a, _ in ranges}}
+    # Each child's PUB port is fixed too: a respawned child binds the address its subscribers
+    # are still connected to, so they hear its first heartbeats without a new handshake.
+    pub_ports = {name: free_port() for name in ports}
     peers = [f"127.0.0.1:{p}" for p in ports.values()]
     common = ["--cluster", cluster, "--no-mdns", *[a for p in peers for a in ("--peer", p)]]
     if key is not None:
@@ -127,7 +131,8 @@ async def _up(args) -> int:
         "gateway-0": ["run", "gateway", "--http", args.http]
         + (["--api-key-file", str(args.api_key_file.resolve())] if args.api_key_file else []),
     }
-    specs = {name: [*spec, "--name", name, "--rpc-port", str(ports[name]), *common]
+    specs = {name: [*spec, "--name", name, "--rpc-port", str(ports[name]),
+                    "--pub-port", str(pub_ports[name]), *common]
              for name, spec in specs.items()}
     bus = BusConfig(cluster=cluster, mdns=False, peers=tuple(peers), key=key)
     health = policy_config(args, bus.heartbeat_interval)   # bad values fail before anything starts
@@ -141,6 +146,7 @@ async def _up(args) -> int:
     # ready (a child failing while starting ends `llmbus up` with its log instead).
     watcher = HealthService(
         ServiceConfig(name="health-0", kind="health", bus=bus, rpc_port=ports["health-0"],
+                      pub_port=pub_ports["health-0"],
                       discover=True),
         ChildrenMode(kids, specs, stop_first=("gateway-0", "scheduler-0")),
         HealthServiceConfig(policy=health, watch_at_start=False), ctx=ctx)

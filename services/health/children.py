@@ -9,7 +9,7 @@ import signal
 from wire.messages.bus import Heartbeat
 
 from .policy import Action, HealthPolicy
-from .procstat import cpu_seconds
+from .procstat import sample
 
 
 class ChildrenMode:
@@ -25,6 +25,10 @@ class ChildrenMode:
             self.kids.start(name, args)
         return list(self.specs)
 
+    def prepare_respawns(self) -> None:
+        """Warm a fork server, so that a respawned child skips the interpreter's imports."""
+        self.kids.fork_respawns()
+
     def stop_all(self) -> None:
         self.kids.stop(first=self.stop_first)
 
@@ -35,8 +39,9 @@ class ChildrenMode:
         for name, p in list(self.kids.by_name.items()):
             if p.poll() is not None:
                 policy.exited(name, p.returncode, now)
-            elif (cpu := cpu_seconds(p.pid)) is not None:
-                policy.cpu(name, cpu, now)
+            elif (s := sample(p.pid)) is not None:
+                policy.cpu(name, s.cpu_s, now)
+                policy.stopped(name, s.stopped)
 
     def act(self, a: Action) -> None:
         p = self.kids.by_name[a.name]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 class HealthConfig:
     heartbeat_interval: float = 0.5
     heartbeat_misses: int = 3          # dead after this many missed heartbeats ...
+    stopped_misses: int = 1            # ... or this many while its process is stopped (SIGSTOP)
     stall_window: float = 10.0         # ... or with work and no progress for this long
     busy_grace: float = 10.0           # silent but burning CPU (a long native call) this long at most
     backoff_first: float = 0.5         # wait before the second respawn within the budget window
@@ -23,12 +24,16 @@ class HealthConfig:
                      "backoff_max", "budget_window"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
-        if self.heartbeat_misses < 1 or self.restart_budget < 1:
-            raise ValueError("heartbeat_misses and restart_budget must be >= 1")
+        if self.heartbeat_misses < 1 or self.restart_budget < 1 or self.stopped_misses < 1:
+            raise ValueError("heartbeat_misses, stopped_misses and restart_budget must be >= 1")
 
     @property
     def dead_after(self) -> float:
         return self.heartbeat_interval * self.heartbeat_misses
+
+    @property
+    def stopped_after(self) -> float:
+        return self.heartbeat_interval * self.stopped_misses
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class Watched:
     progress_at: float = 0.0
     cpu_s: float = 0.0
     cpu_moved_at: float = 0.0
+    stopped: bool = False     # its process was last seen stopped (state T or t in /proc)
     down_at: float = 0.0
     restarts: deque = field(default_factory=deque)   # when it was respawned, within the window
     total_restarts: int = 0
@@ -74,7 +80,7 @@ class HealthPolicy:
     def started(self, name: str, now: float) -> None:
         """A process for `name` was (re)started."""
         w = self.services.setdefault(name, Watched())
-        w.state, w.started_at, w.heard_at = "starting", now, None
+        w.state, w.started_at, w.heard_at, w.stopped = "starting", now, None, False
         w.progress_at = w.cpu_moved_at = now
 
     def heard(self, name: str, epoch: int, load: float, progress: int, now: float) -> None:
@@ -97,6 +103,13 @@ class HealthPolicy:
         if w is not None and seconds > w.cpu_s:
             w.cpu_s, w.cpu_moved_at = seconds, now
 
+    def stopped(self, name: str, stopped: bool) -> None:
+        """Whether the process is stopped now (SIGSTOP, a tracer): it can neither heartbeat nor
+        use CPU until continued, so its silence needs no second opinion."""
+        w = self.services.get(name)
+        if w is not None:
+            w.stopped = stopped
+
     def exited(self, name: str, status: int, now: float) -> None:
         """The process of `name` ended (by itself, or after a kill)."""
         w = self.services.get(name)
@@ -106,7 +119,7 @@ class HealthPolicy:
             w.last_error = f"exited with status {status}"
             self._events.append(Event("service_down", name, w.last_error))
         w.state, w.down_at = "down", now
-        w.cpu_s = 0.0
+        w.cpu_s, w.stopped = 0.0, False
 
     # ---- decisions ----------------------------------------------------------------------
     def decide(self, now: float) -> list[Action]:
@@ -141,6 +154,12 @@ class HealthPolicy:
 
     def _why_kill(self, w: Watched, now: float) -> str:
         cfg = self.config
+        if w.stopped:
+            # Seen stopped: silence is certain, not a late heartbeat; waiting out the full
+            # dead_after only delays its respawn.
+            silent = now - (w.heard_at if w.heard_at is not None else w.started_at)
+            if silent > cfg.stopped_after:
+                return f"stopped (SIGSTOP or a tracer) and no heartbeat for {silent:.1f} s"
         busy = now - w.cpu_moved_at <= cfg.dead_after    # its CPU time moved just now
         if w.heard_at is not None:
             silent = now - w.heard_at

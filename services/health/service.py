@@ -64,6 +64,7 @@ class HealthService(Service):
     def watch(self) -> None:
         """Begin acting on what the policy decides (heartbeats are heard from the start)."""
         if self._watching is None:
+            getattr(self.mode, "prepare_respawns", lambda: None)()   # children mode: warm starts
             self._watching = asyncio.get_running_loop().create_task(self._watch())
             self._tasks.append(self._watching)
 

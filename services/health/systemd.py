@@ -16,7 +16,7 @@ from collections.abc import Callable
 from wire.messages.bus import Heartbeat
 
 from .policy import Action, HealthPolicy
-from .procstat import cpu_seconds
+from .procstat import sample
 
 
 def commands(action: Action, unit: str) -> list[list[str]]:
@@ -50,12 +50,13 @@ class SystemdMode:
             w = policy.services.get(name)
             if w is None or w.state not in ("starting", "up", "killing"):
                 continue
-            cpu = cpu_seconds(pid)
-            if cpu is None:       # the process is gone (systemd may already be restarting it)
+            s = sample(pid)
+            if s is None:         # the process is gone (systemd may already be restarting it)
                 policy.exited(name, -1, now)
                 del self.pids[name]
             else:
-                policy.cpu(name, cpu, now)
+                policy.cpu(name, s.cpu_s, now)
+                policy.stopped(name, s.stopped)
 
     def act(self, a: Action) -> None:
         for argv in commands(a, self.units[a.name]):

@@ -50,6 +50,7 @@ class Watch:
         self.stack = stack
         self.heartbeats: dict[tuple[str, int], list[float]] = {}   # (name, epoch) -> times
         self.ready: dict[tuple[str, int], float] = {}   # (name, epoch) -> first heard ready
+        self.pids: dict[tuple[str, int], int] = {}      # (name, epoch) -> its process
         self.noticed: list[float] = []       # when a NOTICE counter moved
         self.recovered: list[float] = []     # when driver.recoveries moved (re-prefill began)
         self._ctx = zmq.asyncio.Context()
@@ -64,6 +65,7 @@ class Watch:
         hb = msg.body
         if isinstance(hb, Heartbeat):
             self.heartbeats.setdefault((hb.name, hb.epoch), []).append(time.monotonic())
+            self.pids[(hb.name, hb.epoch)] = hb.pid
             if hb.state == "ready":
                 self.ready.setdefault((hb.name, hb.epoch), time.monotonic())
 
@@ -111,6 +113,11 @@ class Watch:
         return min((times[0] for (n, e), times in self.heartbeats.items() if n == name and e > epoch),
                    default=None)
 
+    def started_after(self, name: str, epoch: int) -> float | None:
+        """When the process of the first later epoch of `name` was created (fork or exec)."""
+        later = sorted(e for (n, e) in self.pids if n == name and e > epoch)
+        return started_at(self.pids[(name, later[0])]) if later else None
+
     def ready_after(self, name: str, epoch: int) -> float | None:
         """When a later epoch of `name` was first heard ready."""
         return min((t for (n, e), t in self.ready.items() if n == name and e > epoch), default=None)
@@ -118,6 +125,19 @@ class Watch:
     async def pid_of(self, name: str) -> int:
         entry = self.directory.get(name)
         return (await call(entry.rpc_endpoint, Status(), timeout=2)).info["pid"]
+
+
+def started_at(pid: int) -> float | None:
+    """When process `pid` was created, on time.monotonic's clock (10 ms steps); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    ticks = int(stat[stat.rindex(b")") + 2:].split()[19])    # field 22: starttime, since boot
+    # /proc counts from boot on the clock that includes suspend; monotonic does not.
+    since_boot = time.clock_gettime(time.CLOCK_BOOTTIME) - time.monotonic()
+    return ticks / os.sysconf("SC_CLK_TCK") - since_boot
 
 
 async def gone_at(pid: int, every: float = 0.01) -> float:

@@ -86,9 +86,10 @@ async def kill(watch: Watch, flow: Flow, victim: str) -> str:
     # flow before it has heard the new process ready or seen the recovery counter move.
     ready = watch.ready_after(victim, epoch)
     refill = watch.recovered_after(t0)
-    return (f"SIGKILL {victim}: noticed after {noticed - t0:.2f} s, new process ready after "
-            f"{since(ready, t0)}, re-prefill from {since(refill, t0)}, tokens again after "
-            f"{flowing - t0:.2f} s")
+    started = watch.started_after(victim, epoch)
+    return (f"SIGKILL {victim}: noticed after {noticed - t0:.2f} s, new process started after "
+            f"{since(started, t0)}, ready after {since(ready, t0)}, re-prefill from "
+            f"{since(refill, t0)}, tokens again after {flowing - t0:.2f} s")
 
 
 def since(t: float | None, t0: float) -> str:
@@ -115,6 +116,8 @@ async def stop(watch: Watch, flow: Flow, victim: str) -> str:
     back = await until(lambda: watch.first_heartbeat_after(victim, epoch), 30,
                        what=f"a new {victim} heartbeating")
     flowing = await until(lambda: flow.first_after(back), 60, what="tokens after the respawn")
-    return (f"SIGSTOP {victim}: killed {killed - last:.2f} s after its last heartbeat "
-            f"({killed - t0:.2f} s after SIGSTOP), new process heard "
-            f"{back - last:.2f} s after it, tokens again {flowing - t0:.2f} s after SIGSTOP")
+    started = watch.started_after(victim, epoch)
+    return (f"SIGSTOP {victim}: after its last heartbeat: killed {killed - last:.2f} s, new "
+            f"process started {since(started, last)}, heard {back - last:.2f} s "
+            f"(killed {killed - t0:.2f} s after SIGSTOP), tokens again {flowing - t0:.2f} s "
+            f"after SIGSTOP")

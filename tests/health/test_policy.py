@@ -123,3 +123,37 @@ def test_config_is_checked():
         HealthConfig(heartbeat_interval=0)
     with pytest.raises(ValueError):
         HealthConfig(restart_budget=0)
+
+
+def test_a_stopped_process_is_killed_once_it_misses_one_heartbeat():
+    p = up()                                          # heard at 0.0; SIGSTOP at 0.2
+    p.stopped("shard-0", True)
+    assert p.decide(0.5) == []                        # its next heartbeat is not late yet
+    (kill,) = p.decide(0.51)
+    assert kill.kind == "kill" and "stopped" in kill.reason
+    p.exited("shard-0", -9, 0.6)
+    assert kinds(p.decide(0.6)) == [("respawn", "shard-0")]
+    p.started("shard-0", 0.6)                         # a new process: not stopped
+    assert p.decide(0.6 + 1.0) == []
+
+
+def test_a_stopped_process_continued_before_it_missed_a_heartbeat_is_left_alone():
+    p = up()
+    p.stopped("shard-0", True)
+    assert p.decide(0.4) == []
+    p.stopped("shard-0", False)                       # SIGCONT: the ordinary rule again
+    assert p.decide(1.4) == []
+    assert kinds(p.decide(1.51)) == [("kill", "shard-0")]
+
+
+def test_a_process_stopped_while_starting_counts_its_silence_from_its_start():
+    p = HealthPolicy(CFG)
+    p.started("shard-0", 10.0)
+    assert p.decide(12.0) == []                       # starting, not stopped: never silent
+    p.stopped("shard-0", True)
+    assert kinds(p.decide(12.0)) == [("kill", "shard-0")]
+
+
+def test_stopped_misses_is_checked():
+    with pytest.raises(ValueError):
+        HealthConfig(stopped_misses=0)

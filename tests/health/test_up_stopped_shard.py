@@ -1,6 +1,6 @@
 """`llmbus up` runs its children under the health watcher: a shard that is SIGSTOPped (its
-heartbeats stop, its CPU time does not move) is killed and respawned within about 2 s of its last
-heartbeat, and a greedy request in flight completes with exactly its undisturbed text."""
+heartbeats stop, /proc shows it stopped) is killed once it misses a heartbeat and respawned,
+and a greedy request in flight completes with exactly its undisturbed text."""
 
 from __future__ import annotations
 
@@ -65,6 +65,7 @@ async def test_a_stopped_shard_is_killed_and_respawned_and_the_request_is_carrie
     res = await asyncio.wait_for(answer, 120)
     assert res.token_ids == alone.token_ids and res.text == alone.text
     out = stack.drain_output()
-    assert f"service_down: {last}: no heartbeat" in out and "CPU time not moving" in out
+    # /proc shows it stopped: killed on its first missed heartbeat, not after three.
+    assert f"service_down: {last}: stopped (SIGSTOP or a tracer) and no heartbeat for" in out, out
     # The time is printed, not asserted: on a shared 2-core machine a process start alone can take
     # seconds (tests/health/test_chaos.py prints the watcher's detection and recovery figures).
