@@ -23,11 +23,12 @@ class StackFailed(RuntimeError):
 
 
 class LocalStack:
-    """`llmbus up --shards N` under this process; use as a context manager."""
+    """`llmbus up --shards N [--replicas R]` under this process; use as a context manager."""
 
     def __init__(self, shards: int, *, model: Path | None = None, pages: int | None = None,
-                 max_queue: int | None = None, start_timeout: float = 180.0):
+                 max_queue: int | None = None, start_timeout: float = 180.0, replicas: int = 1):
         self.shards = shards
+        self.replicas = replicas     # shard processes per range: one pipeline each
         self.model = model
         self.pages = pages
         self.max_queue = max_queue
@@ -68,6 +69,8 @@ class LocalStack:
             cmd += ["--pages", str(self.pages)]
         if self.max_queue is not None:
             cmd += ["--max-queue", str(self.max_queue)]
+        if self.replicas != 1:
+            cmd += ["--replicas", str(self.replicas)]
         env = {**os.environ, "LLMBUS_RUNTIME_DIR": str(self.runtime)}
         t0 = time.monotonic()
         with open(self._stderr_path, "wb") as err:
