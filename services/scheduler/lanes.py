@@ -42,6 +42,7 @@ class Lanes:
         self.breakers = breakers
         self._clock = clock
         self.lanes: list[Lane] = []
+        self._shown: dict[str, tuple] = {}   # what `changes` last reported of each lane
 
     def __iter__(self) -> Iterator[Lane]:
         return iter(list(self.lanes))
@@ -213,8 +214,20 @@ class Lanes:
             s = lane.policy.stats()
             entry = {"name": lane.name, "shards": lane.shards if lane.chain is not None else [],
                      "in_rotation": lane in rotation, "running": int(s["running"]),
-                     "waiting": int(s["waiting"]), **self.breakers.info(lane.name, now)}
+                     "waiting": int(s["waiting"]), "moved_out": int(s.get("moved_out", 0)),
+                     **self.breakers.info(lane.name, now)}
             if lane.chain is None:
                 entry["why"] = f"no pipeline: {lane.shards} is not whole"
             out.append(entry)
+        return out
+
+    def changes(self) -> list[dict]:
+        """The `info` entries of the lanes that came or left (in or out of rotation, breaker
+        state, pipeline whole or not, sequences moved out) since the last call: bus events."""
+        out = []
+        for entry in self.info():
+            key = (entry["in_rotation"], entry["state"], bool(entry["shards"]), entry["moved_out"])
+            if self._shown.get(entry["name"]) != key:
+                self._shown[entry["name"]] = key
+                out.append(entry)
         return out

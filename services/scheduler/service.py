@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from bus.config import ServiceConfig
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, ServiceError, ServiceNotFound
 from bus.service import Service, handles, streams
+from wire.messages.bus import Event
 from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Generate, Started, Stats,
                                      StatsRequest, Tokens)
 from wire.messages.sampling import SamplingParams
@@ -42,6 +43,8 @@ from .sequence import Request
 from .streams import RequestStream, StreamEvent
 
 log = logging.getLogger("llmbus.scheduler")
+
+PIPELINE_TOPIC = "scheduler.pipeline"   # a pipeline came, left rotation, or handed work over
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,9 @@ class SchedulerService(Service):
             try:
                 self.lanes.refresh()
                 self.lanes.rebalance()
+                for entry in self.lanes.changes():   # `busctl monitor` shows them
+                    self.publish(PIPELINE_TOPIC, Event(topic=PIPELINE_TOPIC, service=self.name,
+                                                       data=entry))
             except Exception:  # a bug here must not stop the watch
                 log.exception("looking at the pipelines failed")
                 self.counters["lane_errors"] += 1

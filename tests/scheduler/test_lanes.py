@@ -103,11 +103,15 @@ def test_failures_take_a_lane_out_and_move_its_work_and_after_the_cool_down_it_g
     clock = ManualClock(0.0)
     lanes = lanes_of(Bus(), clock, failures=2, window_s=10, cooldown_s=5)
     p0, p1 = lanes.lanes
+    assert [e["name"] for e in lanes.changes()] == ["p0", "p1"] and lanes.changes() == []
     lanes.submit(req("r0"))
     lanes.submit(req("r1", first=40))
     lanes.observe(p1, None, "peer dead")
     lanes.observe(p1, None, "peer dead")
     assert lanes.rebalance() == 1 and p0.policy.load == 2
+    (event,) = lanes.changes()               # what the bus hears, once
+    assert event["name"] == "p1" and not event["in_rotation"] and event["moved_out"] == 1
+    assert lanes.changes() == []
     lanes.submit(req("r2", first=70))
     assert p0.policy.load == 3               # out of rotation: nothing new for p1
     info = {i["name"]: i for i in lanes.info()}

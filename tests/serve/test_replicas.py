@@ -10,7 +10,10 @@ import asyncio
 import signal
 
 import pytest
+import zmq.asyncio
 
+from bus.config import BusConfig
+from bus.directory import Directory
 from wire.messages.bus import Status
 from wire.messages.scheduler import Generate, StatsRequest
 
@@ -58,6 +61,15 @@ async def test_killing_a_replica_under_load_loses_nothing_and_the_survivor_serve
     first = (await call(stack.endpoint, Status())).info["pipeline"]
     ranges = [(await _status(stack, name)).info["layers"] for name in first]
     assert len(ranges) == 2
+    # What a `busctl monitor scheduler.pipeline` would print.
+    watch = Directory(zmq.asyncio.Context.instance(),
+                      BusConfig(cluster=stack.info["cluster"], mdns=False,
+                                peers=(stack.info["scheduler"],)), me="test-watch")
+    events: list = []
+    watch.subscribe(b"scheduler.pipeline")
+    watch.on_event.append(lambda topic, msg: topic == b"scheduler.pipeline"
+                          and events.append(msg.body.data))
+    await watch.start()
     procs = Procs()
     try:
         replicas = [procs.start(cli("run", "shard", "--name", f"replica-{i}", "--cluster",
@@ -81,8 +93,11 @@ async def test_killing_a_replica_under_load_loses_nothing_and_the_survivor_serve
         after = await stats(stack)
         await wait_for(lambda: _gone(stack, "p1"), timeout=30, every=0.2)
         status = await call(stack.endpoint, Status())
+        await wait_for(lambda: any(e["name"] == "p1" and not e["in_rotation"] for e in events),
+                       timeout=10)
     finally:
         procs.stop_all()
+        await watch.stop()
     assert before["pipelines.p1.running"] > 0 and before["pipelines.p1.batches_done"] > 0
     for i, (want, have) in enumerate(zip(undisturbed, got)):
         assert have.text == want.text and have.token_ids == want.token_ids, f"request {i}"
@@ -97,6 +112,9 @@ async def test_killing_a_replica_under_load_loses_nothing_and_the_survivor_serve
     lanes = {p["name"]: p for p in status.info["pipelines"]}
     assert lanes["p0"]["in_rotation"] and lanes["p0"]["shards"] == first
     assert not lanes["p1"]["in_rotation"] and "replica-1" in lanes["p1"]["why"]
+    # The bus heard p1 come into rotation with its shards, and leave it.
+    assert any(e["name"] == "p1" and e["in_rotation"] and e["shards"] == ["replica-0", "replica-1"]
+               for e in events)
 
 
 async def _status(stack, name: str):
