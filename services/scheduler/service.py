@@ -80,8 +80,9 @@ class SchedulerService(Service):
         self.sched = sched or SchedulerServiceConfig()
         self.model = self.sched.model
         self.lanes: Lanes | None = None     # the pipelines: a policy and a driver each
-        self._ctx_len = 0
-        self._vocab = None
+        self._ctx_len = 0                   # context of every pipeline's requests
+        self._tok_info = None               # the tokenizer's InfoReply: vocabulary, EOS ids
+        self._arrivals = itertools.count()  # shared by the lanes' policies (order of arrival)
         self.requests: dict[str, RequestStream] = {}
         self.token_bytes: list[bytes] = []
         self.failed_ranges = FailedRanges()
@@ -111,13 +112,10 @@ class SchedulerService(Service):
                              idle_timeout=self.sched.batch_timeout)
         self._tasks.append(asyncio.get_running_loop().create_task(self.placer.run()))
         chain = await self._wait_for(self._first_chain, "a whole shard pipeline")
-        sizes = {s.page_size for s in chain}
-        if len(sizes) != 1:
-            raise ValueError(f"shards disagree on the KV page size: {sorted(sizes)}")
-        pool = min(s.num_pages for s in chain) * sizes.pop()
+        # Every pipeline takes the first one's context (a request may move to another).
+        pool = min(s.num_pages * s.page_size for s in chain)
         self._ctx_len = min(c for c in (self.sched.context_length, info.context_length, pool) if c > 0)
-        self._vocab = info
-        self._arrivals = itertools.count()
+        self._tok_info = info
         lanes = Lanes(self._assign, self._make_lane, Breakers(), time.monotonic)
         lanes.refresh()
         self.lanes = lanes
@@ -131,7 +129,7 @@ class SchedulerService(Service):
         if len(sizes) != 1:
             raise ValueError(f"shards disagree on the KV page size: {sorted(sizes)}")
         page_size, num_pages = sizes.pop(), min(s.num_pages for s in chain)
-        info = self._vocab
+        info = self._tok_info
         policy = Scheduler(SchedulerConfig(
             num_pages=num_pages, page_size=page_size,
             context_length=min(self._ctx_len, num_pages * page_size),
