@@ -114,6 +114,9 @@ def bench_stack(shards: int, args, tok, prompts: dict, gateway: bool = False,
     with LocalStack(shards, model=args.model, pages=args.pages,
                     max_queue=max(256, 2 * max(args.concurrency)), replicas=replicas) as stack:
         print(f"# {engine}: up in {stack.ready_s:.1f}s at {stack.scheduler}", flush=True)
+        if replicas > 1:   # the stack is up with its first pipeline; the others join as they load
+            waited = wait_pipelines(stack.scheduler, replicas)
+            print(f"# {engine}: {replicas} pipelines after {waited:.1f}s more", flush=True)
         cpu = CpuMeter(stack_services(stack.pid))
         warm = make_prompts(tok, 2, Workload(max_tokens=8, requests_per_client=1), salt=-1)
         asyncio.run(run_level(stack.scheduler, warm, 2, Workload(max_tokens=8)))
@@ -140,6 +143,19 @@ def bench_stack(shards: int, args, tok, prompts: dict, gateway: bool = False,
                 results[f"gateway {shards}-shard"][c] = gateway_level(stack, model, prompts[c], c,
                                                                       args, cpu)
     return results
+
+
+def wait_pipelines(endpoint: str, n: int, timeout: float = 180.0) -> float:
+    """Seconds until the scheduler runs `n` pipelines; raises StackFailed past `timeout`."""
+    from bench.serve_client import scheduler_stats
+    from bench.serve_stack import StackFailed
+
+    t0 = time.monotonic()
+    while asyncio.run(scheduler_stats(endpoint)).get("pipelines", 1) < n:
+        if time.monotonic() - t0 > timeout:
+            raise StackFailed(f"the scheduler did not run {n} pipelines within {timeout:.0f}s")
+        time.sleep(0.5)
+    return time.monotonic() - t0
 
 
 def _first_error(timings) -> None:

@@ -78,6 +78,8 @@ async def test_killing_a_replica_under_load_loses_nothing_and_the_survivor_serve
                                     "--pages", "256", "--threads", "1", "--layers", f"{a}:{b}"))
                     for i, (port, (a, b)) in enumerate(zip(ports, ranges))]
         await wait_for(lambda: _pipelines(stack, 2), timeout=120, every=0.2)
+        # replica-0 hands batches on to replica-1 only once it sees it live.
+        await wait_for(lambda: _sees(ports[0], "replica-1"), timeout=30, every=0.2)
         seen = [0] * 8
 
         def count(i):
@@ -129,6 +131,10 @@ def _peers(stack, ports: list[int], mine: int) -> list[str]:
     """The stack's services and the other replica: static peers (tests run without mDNS)."""
     addrs = [*stack.info["peers"], *(f"127.0.0.1:{p}" for p in ports if p != mine)]
     return [a for addr in addrs for a in ("--peer", addr)]
+
+
+async def _sees(port: int, whom: str) -> bool:
+    return whom in (await call(f"tcp://127.0.0.1:{port}", Status())).info["peers"]
 
 
 async def _gone(stack, lane: str) -> bool:
