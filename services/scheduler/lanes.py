@@ -29,6 +29,7 @@ class Lane:
     driver: Driver | None = None
     chain: list[Stage] | None = None           # its pipeline now; None while it has none
     shards: list[str] = field(default_factory=list)   # the shards it last had: kept if live
+    gap_since: float | None = None             # since when it has had no pipeline
 
 
 class Lanes:
@@ -36,11 +37,14 @@ class Lanes:
 
     def __init__(self, assign: Callable[[list[list[str]]], list[list[Stage] | None] | None],
                  make_lane: Callable[[str, list[Stage]], Lane], breakers: Breakers,
-                 clock: Callable[[], float]):
+                 clock: Callable[[], float], lost_after_s: float = 5.0):
         self._assign = assign         # (shards of each lane) -> a chain or None each; None: pause
         self._make_lane = make_lane   # (name, its first chain) -> a Lane with its driver running
         self.breakers = breakers
         self._clock = clock
+        # A shard that misses a few heartbeats (a loaded machine) comes back with its KV intact:
+        # only a pipeline gone this long hands its sequences over (a re-prefill elsewhere).
+        self.lost_after_s = lost_after_s
         self.lanes: list[Lane] = []
         self._shown: dict[str, tuple] = {}   # what `changes` last reported of each lane
 
@@ -53,13 +57,18 @@ class Lanes:
         """Give each lane its pipeline now, and a new lane to each further whole chain."""
         got = self._assign([lane.shards for lane in self.lanes])
         if got is None:    # a new placement is switching in: no lane runs a batch until it serves
-            for lane in self.lanes:
-                lane.chain = None
-            return
+            got = [None] * len(self.lanes)
+        now = self._clock()
         for lane, chain in zip(self.lanes, got):
+            if (lane.chain is None) != (chain is None):
+                log.info("pipeline %s: %s", lane.name, "no pipeline" if chain is None else
+                         f"over {[s.name for s in chain]}")
             lane.chain = chain
             if chain is not None:
                 lane.shards = [s.name for s in chain]
+                lane.gap_since = None
+            elif lane.gap_since is None:
+                lane.gap_since = now
         for chain in got[len(self.lanes):]:
             lane = self._make_lane(f"p{len(self.lanes)}", chain)
             lane.chain, lane.shards = chain, [s.name for s in chain]
@@ -105,8 +114,9 @@ class Lanes:
                         self.breakers.why(lane.name))
 
     def _lost(self, lane: Lane, now: float) -> bool:
-        return lane.chain is None or (self.breakers.state(lane.name, now) == OPEN
-                                      and not self.breakers.slow(lane.name))
+        if lane.chain is None:
+            return lane.gap_since is not None and now - lane.gap_since >= self.lost_after_s
+        return self.breakers.state(lane.name, now) == OPEN and not self.breakers.slow(lane.name)
 
     def _in_rotation(self, now: float) -> list[Lane]:
         """Lanes with a pipeline whose breaker is closed, or half-open with no work (a probe)."""
@@ -120,7 +130,8 @@ class Lanes:
 
     def _why_out(self, lane: Lane, now: float) -> str:
         if lane.chain is None:
-            return "its pipeline has a gap (a shard of it is not ready)"
+            return (f"its pipeline has had a gap for {now - lane.gap_since:.1f} s "
+                    f"(a shard of {lane.shards} is not ready)")
         return self.breakers.why(lane.name) or self.breakers.state(lane.name, now)
 
     # ---- requests -------------------------------------------------------------------------

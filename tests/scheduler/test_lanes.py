@@ -63,6 +63,9 @@ def test_a_lost_pipeline_hands_its_sequences_to_the_survivor_and_no_answer_chang
     assert all(len(g) == 3 for g in generated.values())
     del bus.whole["p1"]                      # b1 died: p1 has no pipeline now
     lanes.refresh()
+    clock.t += 4.9                           # a shard late with its heartbeats comes back
+    assert lanes.rebalance() == 0            # with its KV: nothing moves yet
+    clock.t += 0.1
     assert lanes.rebalance() == 2
     assert not p1.policy.has_work() and p0.policy.load == 4
     fed: dict[str, list[int]] = {rid: [] for rid in on_p1}
@@ -86,6 +89,20 @@ def test_a_lost_pipeline_hands_its_sequences_to_the_survivor_and_no_answer_chang
     assert info["p0"]["in_rotation"]
 
 
+def test_a_pipeline_back_within_the_grace_keeps_its_sequences():
+    bus, clock = Bus(), ManualClock()
+    lanes = lanes_of(bus, clock)
+    lanes.submit(req("r0"))
+    lanes.submit(req("r1", first=40))
+    del bus.whole["p1"]
+    lanes.refresh()
+    clock.t += 4.0
+    bus.whole["p1"] = CHAINS["p1"]
+    lanes.refresh()
+    clock.t += 10.0
+    assert lanes.rebalance() == 0 and lanes.lanes[1].policy.load == 1
+
+
 def test_a_lone_pipeline_that_breaks_keeps_its_sequences_and_waits():
     bus, clock = Bus(), ManualClock()
     del bus.whole["p1"]
@@ -94,6 +111,7 @@ def test_a_lone_pipeline_that_breaks_keeps_its_sequences_and_waits():
     step(lanes.lanes[0].policy)
     bus.whole.clear()
     lanes.refresh()
+    clock.t += 60.0
     assert lanes.rebalance() == 0 and lanes.lanes[0].policy.load == 1
     lanes.submit(req("r1", first=40))        # it waits there, as on a single pipeline
     assert lanes.lanes[0].policy.load == 2
