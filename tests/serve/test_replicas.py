@@ -29,7 +29,7 @@ ASKS = ["Name three rivers.", "What is a lighthouse?", "Tell me about trains.",
 
 def request(i: int) -> Generate:
     return Generate(messages=[{"role": "user", "content": ASKS[i]}], temperature=0.0,
-                    max_tokens=40, request_id=f"ask-{i}")
+                    max_tokens=32, request_id=f"ask-{i}")
 
 
 @pytest.fixture(scope="module")
