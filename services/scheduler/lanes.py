@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from .breaker import OPEN, Breakers
+from .breaker import CLOSED, HALF_OPEN, OPEN, Breakers
 from .driver import Driver
 from .pipeline import Stage
 from .policy import Scheduler
@@ -123,8 +123,8 @@ class Lanes:
         out = []
         for lane in self.lanes:
             state = self.breakers.state(lane.name, now)
-            if lane.chain is not None and (state == "closed" or
-                                           (state == "half_open" and not lane.policy.has_work())):
+            if lane.chain is not None and (state == CLOSED or
+                                           (state == HALF_OPEN and not lane.policy.has_work())):
                 out.append(lane)
         return out
 
