@@ -13,6 +13,10 @@ targets of issue 12. Each row says how much CPU the bench's clients and the serv
 With --curve it measures instead what ZeroMQ CURVE costs: a plain and a keyed stack of the first
 --shards-list count, up side by side and driven in turns (bench/serve_curve.py).
 
+`--replicas 1,2` measures each shard count with one and with two processes per range (two
+pipelines on this machine's cores) and prints the throughput of two pipelines over one, per
+concurrency, side by side in the same run.
+
 Run from the repository root:
     OPENBLAS_NUM_THREADS=1 python3 -m bench.serve            # a few minutes
     OPENBLAS_NUM_THREADS=1 python3 -m bench.serve --quick    # a smoke run
@@ -51,6 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shards-list", type=_ints, default=[3, 1],
                     help="shard-process counts to measure, one stack each (default 3,1)")
+    ap.add_argument("--replicas", type=_ints, default=[1],
+                    help="shard processes per range to measure, one stack each (e.g. 1,2: one "
+                         "pipeline, then two side by side; default 1)")
     ap.add_argument("--concurrency", type=_ints, default=[1, 8, 32],
                     help="closed-loop client counts (default 1,8,32)")
     ap.add_argument("--max-tokens", type=int, default=None, help="tokens per request (default 32)")
@@ -110,8 +117,13 @@ def row(engine: str, s: Summary, notes: str = "") -> str:
             f"{s.itl_p99 * ms:5.0f}ms {s.mean_prompt:6.0f} {s.mean_completion:5.1f}  {notes}")
 
 
+def engine_name(shards: int, replicas: int = 1) -> str:
+    return f"llmbus {shards}-shard" + (f" x{replicas}" if replicas > 1 else "")
+
+
 def bench_stack(shards: int, args, tok, prompts: dict, gateway: bool = False,
-                engine_steps: dict[int, float] | None = None) -> dict[str, dict[int, Summary]]:
+                engine_steps: dict[int, float] | None = None,
+                replicas: int = 1) -> dict[str, dict[int, Summary]]:
     """One stack's rows: on the bus, and (gateway) through its HTTP gateway right after each
     level, on the same stack, so that the two are measured side by side; `engine_steps[c]`, when
     given, gets the shards' own compute per decode-only batch at that level (ms; engine_step_ms)."""
@@ -119,11 +131,14 @@ def bench_stack(shards: int, args, tok, prompts: dict, gateway: bool = False,
     from bench.serve_cpu import CpuMeter, stack_services
     from bench.serve_stack import LocalStack
 
-    engine = f"llmbus {shards}-shard"
+    engine = engine_name(shards, replicas)
     results: dict[str, dict[int, Summary]] = {engine: {}}
     with LocalStack(shards, model=args.model, pages=args.pages,
-                    max_queue=max(256, 2 * max(args.concurrency))) as stack:
+                    max_queue=max(256, 2 * max(args.concurrency)), replicas=replicas) as stack:
         print(f"# {engine}: up in {stack.ready_s:.1f}s at {stack.scheduler}", flush=True)
+        if replicas > 1:   # the stack is up with its first pipeline; the others join as they load
+            waited = wait_pipelines(stack.scheduler, replicas)
+            print(f"# {engine}: {replicas} pipelines after {waited:.1f}s more", flush=True)
         cpu = CpuMeter(stack_services(stack.pid))
         warm = make_prompts(tok, 2, Workload(max_tokens=8, requests_per_client=1), salt=-1)
         asyncio.run(run_level(stack.scheduler, warm, 2, Workload(max_tokens=8)))
@@ -150,6 +165,19 @@ def bench_stack(shards: int, args, tok, prompts: dict, gateway: bool = False,
                 results[f"gateway {shards}-shard"][c] = gateway_level(stack, model, prompts[c], c,
                                                                       args, cpu)
     return results
+
+
+def wait_pipelines(endpoint: str, n: int, timeout: float = 180.0) -> float:
+    """Seconds until the scheduler runs `n` pipelines; raises StackFailed past `timeout`."""
+    from bench.serve_client import scheduler_stats
+    from bench.serve_stack import StackFailed
+
+    t0 = time.monotonic()
+    while asyncio.run(scheduler_stats(endpoint)).get("pipelines", 1) < n:
+        if time.monotonic() - t0 > timeout:
+            raise StackFailed(f"the scheduler did not run {n} pipelines within {timeout:.0f}s")
+        time.sleep(0.5)
+    return time.monotonic() - t0
 
 
 def _first_error(timings) -> None:
@@ -301,6 +329,23 @@ HOP_ALLOWANCE_MS = 1.0       # ... plus this per hop between shards
 ITL_P99_TARGET_S = 0.300     # issue 15: inter-token latency p99 at C=8
 
 
+def replica_gain(results: dict[str, dict[int, Summary]], args) -> list[str]:
+    """Throughput of R pipelines (R processes per range) over one, per concurrency: measured
+    side by side in this run, on the same prompts."""
+    out = []
+    for n in args.shards_list:
+        one = results.get(engine_name(n), {})
+        for r in args.replicas:
+            many = results.get(engine_name(n, r), {})
+            if r == 1 or not one or not many:
+                continue
+            ratios = [f"C={c}: {many[c].tokens_per_s:.1f} / {one[c].tokens_per_s:.1f} tok/s = "
+                      f"{many[c].tokens_per_s / one[c].tokens_per_s:.2f}x"
+                      for c in args.concurrency if c in one and c in many and one[c].tokens_per_s]
+            out.append(f"{n}-shard, {r} pipelines over 1: " + "; ".join(ratios))
+    return out
+
+
 def engine_step_ms(delta: dict[str, float]) -> float | None:
     """The shards' own compute (forward and sampling, summed over the pipeline) per batch that
     held only decodes, from a `scheduler.stats` delta; None when no such batch ran."""
@@ -376,17 +421,19 @@ def main(argv=None) -> int:
     failed = False
     engine_steps: dict[str, dict[int, float]] = {}
     for i, n in enumerate(args.shards_list):
-        try:
-            results.update(bench_stack(n, args, tok, prompts,
-                                       gateway=i == 0 and not args.no_gateway,
-                                       engine_steps=engine_steps.setdefault(f"llmbus {n}-shard", {})))
-        except StackFailed as e:
-            print(f"error: the {n}-shard stack failed: {e}", file=sys.stderr, flush=True)
-            failed = True
+        for r in args.replicas:
+            try:
+                results.update(bench_stack(
+                    n, args, tok, prompts, gateway=i == 0 and r == 1 and not args.no_gateway,
+                    engine_steps=engine_steps.setdefault(engine_name(n, r), {}), replicas=r))
+            except StackFailed as e:
+                print(f"error: the {engine_name(n, r)} stack failed: {e}", file=sys.stderr,
+                      flush=True)
+                failed = True
     if not args.no_llamacpp and _llamacpp_importable():
         results["llama.cpp"] = bench_llamacpp(args, prompts, tok.eot_ids)
     print()
-    for line in (verdict(results, args) + gateway_cost(results, args)
+    for line in (verdict(results, args) + replica_gain(results, args) + gateway_cost(results, args)
                  + stack_cost_verdict(results, engine_steps, args)):
         print(line)
     print(f"# load average at end: {load()}; took {time.monotonic() - t0:.0f}s")

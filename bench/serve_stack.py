@@ -23,13 +23,14 @@ class StackFailed(RuntimeError):
 
 
 class LocalStack:
-    """`llmbus up --shards N` under this process; use as a context manager."""
+    """`llmbus up --shards N [--replicas R]` under this process; use as a context manager."""
 
     def __init__(self, shards: int, *, model: Path | None = None, pages: int | None = None,
                  max_queue: int | None = None, start_timeout: float = 180.0,
-                 key_file: Path | None = None):
+                 key_file: Path | None = None, replicas: int = 1):
         self.shards = shards
         self.key_file = key_file          # the cluster's CURVE key: every link of the stack keyed
+        self.replicas = replicas          # shard processes per range: one pipeline each
         self.model = model
         self.pages = pages
         self.max_queue = max_queue
@@ -72,6 +73,8 @@ class LocalStack:
             cmd += ["--max-queue", str(self.max_queue)]
         if self.key_file is not None:
             cmd += ["--key-file", str(self.key_file)]
+        if self.replicas != 1:
+            cmd += ["--replicas", str(self.replicas)]
         env = {**os.environ, "LLMBUS_RUNTIME_DIR": str(self.runtime)}
         t0 = time.monotonic()
         with open(self._stderr_path, "wb") as err:

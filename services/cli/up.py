@@ -28,6 +28,9 @@ def add_parser(sub) -> None:
     p.add_argument("--shards", type=int, default=2, help="shard processes to cut the model into")
     p.add_argument("--codec", default="fp16", choices=("fp32", "fp16", "int8"),
                    help="codec of activations between shards")
+    p.add_argument("--replicas", type=positive, default=1,
+                   help="shard processes per range: each whole set is one more pipeline the "
+                        "scheduler runs (more throughput; a lost replica's requests move on)")
     p.add_argument("--pages", type=int, default=1024, help="KV pages per shard (16 tokens each)")
     p.add_argument("--threads", type=positive, default=None,
                    help="native kernel threads per shard (default: this process's cores divided among the shards)")
@@ -77,6 +80,11 @@ def main(args: argparse.Namespace) -> int:
         return 2
 
 
+def _shard_name(start: int, replica: int) -> str:
+    """shard-13 for the first process of layers from 13, shard-13-r1 for its first replica."""
+    return f"shard-{start}" + (f"-r{replica}" if replica else "")
+
+
 def say(text: str) -> None:
     print(f"[llmbus up] {text}", file=sys.stderr, flush=True)
 
@@ -105,7 +113,7 @@ async def _up(args) -> int:
     arch = meta.get("general.architecture", "?")
     n_layers = int(meta.get(f"{arch}.block_count", 0))
     ranges = split_layers(n_layers, args.shards, head_cost_in_layers(meta))
-    threads = args.threads or default_threads(len(ranges))
+    threads = args.threads or default_threads(len(ranges) * args.replicas)
     inflight = args.inflight or max(1, min(len(ranges) + 1, (os.cpu_count() or 2) // 2))
     cluster = args.cluster or private_cluster()
     logs = args.logs or runtime_dir() / "logs" / cluster
@@ -113,7 +121,8 @@ async def _up(args) -> int:
     # The watcher first: a directory confirms static peers one by one, and one that is down
     # (waiting out its handshake) must not hide the service that says why it is down.
     ports = {"health-0": free_port(), "tokenizer-0": free_port(), "scheduler-0": sched_port,
-             "gateway-0": free_port(), **{f"shard-{a}": free_port() for a, _ in ranges}}
+             "gateway-0": free_port(), **{_shard_name(a, r): free_port() for a, _ in ranges
+                                          for r in range(args.replicas)}}
     # Each child's PUB port is fixed too: a respawned child binds the address its subscribers
     # are still connected to, so they hear its first heartbeats without a new handshake.
     pub_ports = {name: free_port() for name in ports}
@@ -123,9 +132,10 @@ async def _up(args) -> int:
         common += ["--key-file", str(args.key_file.resolve())]
     specs = {
         "tokenizer-0": ["run", "tokenizer", "--model", str(model)],
-        **{f"shard-{a}": ["run", "shard", "--model", str(model), "--layers", f"{a}:{b}",
-                          "--codec", args.codec, "--pages", str(args.pages), "--threads", str(threads)]
-            for a, b in ranges},
+        **{_shard_name(a, r): ["run", "shard", "--model", str(model), "--layers", f"{a}:{b}",
+                               "--codec", args.codec, "--pages", str(args.pages),
+                               "--threads", str(threads)]
+            for a, b in ranges for r in range(args.replicas)},
         "scheduler-0": ["run", "scheduler", "--max-queue", str(args.max_queue),
                         "--inflight", str(inflight), "--max-batch-tokens", str(args.max_batch_tokens)],
         "gateway-0": ["run", "gateway", "--http", args.http]
@@ -157,7 +167,9 @@ async def _up(args) -> int:
         await watcher.start()
         directory = watcher.directory
         say(f"starting {len(specs)} services: model {model.name}, {len(ranges)} shards "
-            f"{[f'{a}:{b}' for a, b in ranges]} of {threads} thread(s) each, {inflight} micro-batch(es) in flight, "
+            f"{[f'{a}:{b}' for a, b in ranges]}"
+            + (f" x {args.replicas} replicas (one pipeline each)" if args.replicas > 1 else "")
+            + f" of {threads} thread(s) each, {inflight} micro-batch(es) in flight, "
             f"logs in {logs}")
         if not await _wait_ready(directory, kids, stop, logs):
             return 0 if stop.is_set() else 1

@@ -16,7 +16,9 @@ Pure (no sockets, no asyncio, no arrays): the service shell owns the I/O and dri
         ...
     # then schedule() again. Client went away: sched.cancel(rid). A shard restarted:
     # sched.reset_for_recovery() (every sequence re-prefills; none fails for it). The pipeline
-    # gone past the driver's time budget: sched.fail_all(reason).
+    # gone past the driver's time budget: sched.fail_all(reason). Replica pipelines have a
+    # policy each; one whose pipeline is lost hands its sequences over: for seq in
+    # sched.evacuate(): other.adopt(seq) (re-prefilled there from prompt + generated tokens).
 """
 
 from .admission import Admission, check_sampling

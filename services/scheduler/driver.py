@@ -61,7 +61,8 @@ class Driver:
                  batch_timeout: float = 120.0, *, backoff: tuple[float, float] = (0.5, 5.0),
                  poll_s: float = 0.2, clock: Callable[[], float] = time.monotonic,
                  unserved_budget_s: float = 300.0,
-                 describe_gap: Callable[[], str] = lambda: "the shard pipeline has a gap"):
+                 describe_gap: Callable[[], str] = lambda: "the shard pipeline has a gap",
+                 on_batch: Callable[[float | None, str], None] = lambda seconds, error: None):
         self.policy = policy
         self.requests = requests
         self._call = call            # async (shard name, Forward, timeout) -> ForwardReply
@@ -71,6 +72,9 @@ class Driver:
         self._clock = clock
         self.unserved_budget_s = unserved_budget_s
         self._describe_gap = describe_gap   # which layers have no shard, for the failure reason
+        # Told of each batch's end: (decode step seconds or None, "") when served, (None, the
+        # error) when the pipeline failed it: what a circuit breaker counts.
+        self._on_batch = on_batch
         self._first_backoff, self._max_backoff = backoff
         self.wake = asyncio.Event()
         self.counters: Counter[str] = Counter()
@@ -267,6 +271,7 @@ class Driver:
             self._kv_sig = sig if sig is not None else self._seen
         self.counters["batches_done"] += 1
         self.counters["rows_failed"] += len(failures)
+        self._on_batch(seconds if plan.num_tokens == len(plan.chunks) else None, "")
         # The next batch is planned and sent before the streams hear of this one: a token waits
         # for the pipeline, so the pipeline gets the event loop first (a failed step retries on
         # the wake-up this batch's end sets).
@@ -286,6 +291,7 @@ class Driver:
             self._deliver_all(self.policy.refuse_batch(
                 plan.batch_id, f"the pipeline refused this request: {e}"))
             return
+        self._on_batch(None, str(e) or type(e).__name__)
         self._failed, self.retry_at = sig, self._clock() + self.backoff
         self.backoff = min(self.backoff * 2, self._max_backoff)
         self._last_error = str(e)

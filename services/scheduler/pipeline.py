@@ -16,23 +16,35 @@ class Stage:
     page_size: int
 
 
-def find_chain(entries: Iterable, model: str, prefer: Sequence[str] = ()) -> list[Stage] | None:
-    """Ready shards of `model` whose layer ranges run from 0 to the model's last layer, in order.
-
-    Where two shards hold the same range, the one named in `prefer` (the chain in use) stays, so
-    that a replica appearing does not look like a change of pipeline. None if there is a gap.
-    """
-    by_start: dict[int, list[Stage]] = {}
-    n_layers = None
+def ready_stages(entries: Iterable, model: str) -> tuple[list[Stage], int | None]:
+    """The ready shards of `model` as stages, and the model's layer count (None: none ready)."""
+    stages, n_layers = [], None
     for e in entries:
         info = e.info
         layers = info.get("layers")
         if e.state != "ready" or info.get("model") != model or not layers or len(layers) != 2:
             continue
         n_layers = info.get("n_layers", n_layers)
-        by_start.setdefault(int(layers[0]), []).append(Stage(
-            e.name, e.epoch, int(layers[0]), int(layers[1]), int(info.get("num_pages", 0)),
-            int(info.get("page_size", 0))))
+        stages.append(Stage(e.name, e.epoch, int(layers[0]), int(layers[1]),
+                            int(info.get("num_pages", 0)), int(info.get("page_size", 0))))
+    return stages, n_layers
+
+
+def find_chain(entries: Iterable, model: str, prefer: Sequence[str] = ()) -> list[Stage] | None:
+    """Ready shards of `model` whose layer ranges run from 0 to the model's last layer, in order.
+
+    Where two shards hold the same range, the one named in `prefer` (the chain in use) stays, so
+    that a replica appearing does not look like a change of pipeline. None if there is a gap.
+    """
+    return chain_of(*ready_stages(entries, model), prefer)
+
+
+def chain_of(stages: Iterable[Stage], n_layers: int | None,
+             prefer: Sequence[str] = ()) -> list[Stage] | None:
+    """`find_chain` over stages already picked out."""
+    by_start: dict[int, list[Stage]] = {}
+    for s in stages:
+        by_start.setdefault(s.start, []).append(s)
     if n_layers is None:
         return None
     chain, at = [], 0

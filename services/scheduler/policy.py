@@ -4,7 +4,7 @@ import bisect
 import itertools
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from .admission import Admission, validate
 from services.tokenizer.stream import IncrementalDecoder
@@ -24,7 +24,8 @@ from .throughput import Throughput
 class Scheduler:
     """Admission, priorities, continuous batching, KV pages and stop rules of every request."""
 
-    def __init__(self, config: SchedulerConfig, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, config: SchedulerConfig, clock: Callable[[], float] = time.monotonic,
+                 arrivals: Iterator[int] | None = None):
         self.config = config
         self.clock = clock
         self.kv = KVManager(self.config.num_pages, self.config.page_size)
@@ -33,7 +34,9 @@ class Scheduler:
         self._running: dict[str, Sequence] = {}       # hold KV pages
         self._inflight: dict[int, dict[str, SeqChunk]] = {}
         self._batch_ids = itertools.count(1)
-        self._arrivals = itertools.count()
+        # Shared by the policies of replica pipelines: a sequence moved from one to another keeps
+        # its place in the order of arrival.
+        self._arrivals = arrivals if arrivals is not None else itertools.count()
         self._throughput = Throughput(self.config.throughput_window_s)
         self._step_cost = StepCost(self.config.pace_window)
         self._counts: Counter[str] = Counter()
@@ -230,6 +233,33 @@ class Scheduler:
         self.kv.drop_cache()
         self._counts["recoveries"] += 1
 
+    def evacuate(self) -> list[Sequence]:
+        """This pipeline is lost for good: hand over every unfinished sequence (each to be
+        re-prefilled from prompt + generated tokens wherever it is adopted) and forget them."""
+        self._inflight.clear()
+        moved = list(self._seqs.values())
+        for seq in moved:
+            if seq.status is Status.RUNNING:
+                self._requeue_after_loss(seq)
+        self._waiting.clear()
+        self._seqs.clear()
+        self.kv.drop_cache()
+        self._counts["moved_out"] += len(moved)
+        return moved
+
+    def adopt(self, seq: Sequence) -> None:
+        """Take over a sequence another pipeline's policy evacuated: it is prefilled again here
+        (at the pace of recoveries if it held KV there). The queue's cap does not apply: it was
+        admitted already."""
+        if seq.request_id in self._seqs:
+            raise DuplicateRequest(f"request {seq.request_id!r} is already running")
+        seq.num_computed = seq.num_cached = 0
+        seq.pages, seq.page_keys = [], []
+        seq.busy_batch, seq.status = None, Status.WAITING
+        self._seqs[seq.request_id] = seq
+        self._enqueue(seq)
+        self._counts["moved_in"] += 1
+
     def fail_all(self, reason: str) -> list[Output]:
         """End every unfinished request as failed with `reason` (its pipeline is not coming back)."""
         self._inflight.clear()
@@ -249,6 +279,11 @@ class Scheduler:
     def history(self, request_id: str) -> list[int]:
         """Every token the sequence has seen, prompt then generated: what penalties count."""
         return list(self._seqs[request_id].tokens)
+
+    @property
+    def load(self) -> int:
+        """Unfinished requests: what spreading requests over replica pipelines compares."""
+        return len(self._seqs)
 
     def has_work(self) -> bool:
         return bool(self._seqs)

@@ -3,13 +3,15 @@ and streams each request's tokens back to its caller.
 
 At start it finds a tokenizer and a whole shard pipeline of one model on the bus, takes the
 vocabulary's bytes (so that it decodes text itself) and the KV page geometry of the shards,
-and builds the pure policy (`Scheduler`) over them. `Driver` runs the policy; this file holds
+and builds the pure policy (`Scheduler`) over them. `Driver` runs the policy; replicas of the
+ranges make further pipelines, each with its own policy and driver (`lanes.py`); this file holds
 the bus handlers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from bus.config import ServiceConfig
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, ServiceError, ServiceNotFound
 from bus.service import Service, handles, streams
+from wire.messages.bus import Event
 from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Generate, Started, Stats,
                                      StatsRequest, Tokens)
 from wire.messages.sampling import SamplingParams
@@ -26,17 +29,22 @@ from wire.messages.tokenizer import Encode, InfoRequest, Render, VocabRequest
 
 from .admission import check_sampling
 from .config import SchedulerConfig
+from .breaker import Breakers
 from .driver import Driver
 from .errors import BadRequest, QueueFull
 from .failed_ranges import FAILED_TOPIC, FailedRanges
 from .hops import HopStats
-from .pipeline import explain_missing, find_chain, find_gap
+from .lanes import Lane, Lanes
+from .pipeline import Stage, explain_missing, find_gap
+from .pipelines import assign_pipelines
 from .placer import Placer
 from .policy import Scheduler
 from .sequence import Request
 from .streams import RequestStream, StreamEvent
 
 log = logging.getLogger("llmbus.scheduler")
+
+PIPELINE_TOPIC = "scheduler.pipeline"   # a pipeline came, left rotation, or handed work over
 
 
 @dataclass(frozen=True)
@@ -71,8 +79,10 @@ class SchedulerService(Service):
         super().__init__(config, ctx)
         self.sched = sched or SchedulerServiceConfig()
         self.model = self.sched.model
-        self.policy: Scheduler | None = None
-        self.driver: Driver | None = None
+        self.lanes: Lanes | None = None     # the pipelines: a policy and a driver each
+        self._ctx_len = 0                   # context of every pipeline's requests
+        self._tok_info = None               # the tokenizer's InfoReply: vocabulary, EOS ids
+        self._arrivals = itertools.count()  # shared by the lanes' policies (order of arrival)
         self.requests: dict[str, RequestStream] = {}
         self.token_bytes: list[bytes] = []
         self.failed_ranges = FailedRanges()
@@ -96,45 +106,81 @@ class SchedulerService(Service):
             self.token_bytes.extend(page.token_bytes)
         # Shards without --layers wait for a range: the placer gives them one from here on.
         self.placer = Placer(self.directory, self._forward, lambda: self.model,
-                             idle=lambda: self.policy is None or not self.policy.inflight,
-                             wake=lambda: self.driver is not None and self.driver.wake.set(),
-                             served=lambda: self.driver.counters["batches_done"] if self.driver else 0,
+                             idle=lambda: self.lanes is None or self.lanes.idle(),
+                             wake=lambda: self.lanes is not None and self.lanes.wake(),
+                             served=self._batches_done,
                              idle_timeout=self.sched.batch_timeout)
         self._tasks.append(asyncio.get_running_loop().create_task(self.placer.run()))
-        chain = await self._wait_for(self._chain, "a whole shard pipeline")
+        chain = await self._wait_for(self._first_chain, "a whole shard pipeline")
+        # Every pipeline takes the first one's context (a request may move to another).
+        pool = min(s.num_pages * s.page_size for s in chain)
+        self._ctx_len = min(c for c in (self.sched.context_length, info.context_length, pool) if c > 0)
+        self._tok_info = info
+        lanes = Lanes(self._assign, self._make_lane, Breakers(), time.monotonic)
+        lanes.refresh()
+        self.lanes = lanes
+        self._tasks.append(asyncio.get_running_loop().create_task(self._watch_lanes()))
+        log.info("serving %s over %s (context %d)", self.model,
+                 [lane.shards for lane in lanes], self._ctx_len)
+
+    def _make_lane(self, name: str, chain: list[Stage]) -> Lane:
+        """A policy over this pipeline's KV pages and a driver running it."""
         sizes = {s.page_size for s in chain}
         if len(sizes) != 1:
             raise ValueError(f"shards disagree on the KV page size: {sorted(sizes)}")
         page_size, num_pages = sizes.pop(), min(s.num_pages for s in chain)
-        pool = num_pages * page_size
-        ctx = min(c for c in (self.sched.context_length, info.context_length, pool) if c > 0)
-        self.policy = Scheduler(SchedulerConfig(
-            num_pages=num_pages, page_size=page_size, context_length=ctx,
+        info = self._tok_info
+        policy = Scheduler(SchedulerConfig(
+            num_pages=num_pages, page_size=page_size,
+            context_length=min(self._ctx_len, num_pages * page_size),
             max_batch_tokens=self.sched.max_batch_tokens, max_batch_seqs=self.sched.max_batch_seqs,
             max_inflight=self.sched.max_inflight or len(chain) + 1, max_queue=self.sched.max_queue,
             max_refill_tokens=self.sched.max_refill_tokens,
             vocab_size=info.vocab_size, eos_ids=frozenset(info.eot_ids),
             pace_step_s=self.sched.pace_step_s, pace_max_wait_s=self.sched.pace_max_wait_s,
-            token_bytes=tuple(self.token_bytes)))
-        self.driver = Driver(self.policy, self.requests, self._forward, self._chain,
+            token_bytes=tuple(self.token_bytes)), arrivals=self._arrivals)
+        lane = Lane(name, policy)
+        lane.driver = Driver(policy, self.requests, self._forward,
+                             lambda: self.lanes.chain_of(lane) if self.lanes else chain,
                              self.sched.batch_timeout, unserved_budget_s=self.sched.unserved_budget_s,
-                             describe_gap=self._describe_gap)
-        self.driver.pipeline = chain
-        self._tasks.append(asyncio.get_running_loop().create_task(self.driver.run()))
-        log.info("serving %s over %s (%d pages of %d tokens, context %d)", self.model,
-                 [s.name for s in chain], num_pages, page_size, ctx)
+                             describe_gap=self._describe_gap,
+                             on_batch=lambda step_s, error: self.lanes and self.lanes.observe(
+                                 lane, step_s, error))
+        lane.driver.pipeline = chain
+        self._tasks.append(asyncio.get_running_loop().create_task(lane.driver.run()))
+        log.info("pipeline %s: %d pages of %d tokens", name, num_pages, page_size)
+        return lane
+
+    async def _watch_lanes(self) -> None:
+        """Lanes that lost their pipeline hand their sequences over; new replicas become lanes."""
+        while True:
+            await asyncio.sleep(0.2)
+            try:
+                self.lanes.refresh()
+                self.lanes.rebalance()
+                for entry in self.lanes.changes():   # `busctl monitor` shows them
+                    self.publish(PIPELINE_TOPIC, Event(topic=PIPELINE_TOPIC, service=self.name,
+                                                       data=entry))
+            except Exception:  # a bug here must not stop the watch
+                log.exception("looking at the pipelines failed")
+                self.counters["lane_errors"] += 1
+
+    def _batches_done(self) -> int:
+        if self.lanes is None:
+            return 0
+        return sum(lane.driver.counters["batches_done"] for lane in self.lanes if lane.driver)
 
     async def on_stop(self) -> None:
         # Past the drain timeout: what is still running ends with a reason, not a silent close.
-        if self.policy is not None:
-            for rid in list(self.requests):
-                out = self.policy.fail(rid, "the scheduler stopped before this request finished")
-                if out is not None:
-                    self.requests[rid].deliver(StreamEvent(out))
+        if self.lanes is not None:
+            for out in self.lanes.fail_all("the scheduler stopped before this request finished"):
+                if (stream := self.requests.get(out.request_id)) is not None:
+                    stream.deliver(StreamEvent(out))
             if self._inflight:
                 await asyncio.wait(self._inflight, timeout=1.0)
-        if self.driver is not None:
-            await self.driver.stop()
+            for lane in self.lanes:
+                if lane.driver is not None:
+                    await lane.driver.stop()
 
     async def _wait_for(self, find, what: str):
         waited = 0.0
@@ -154,11 +200,15 @@ class SchedulerService(Service):
         shards = self.directory.of_kind("shard")
         return self.placer.stages_allowed(shards) if self.placer is not None else shards
 
-    def _chain(self):
+    def _assign(self, current: list[list[str]]):
+        """The pipelines now (lanes.py), None while a new placement is switching in."""
         if self.placer is not None and self.placer.paused:
             return None    # a new placement is switching in: no batch until it serves
-        prefer = self.driver.pipeline if self.driver is not None else ()
-        return find_chain(self._shards(), self.model, [s.name for s in prefer])
+        return assign_pipelines(self._shards(), self.model, current)
+
+    def _first_chain(self):
+        got = self._assign([])
+        return got[0] if got else None
 
     def _describe_gap(self) -> str:
         gap = find_gap(self._shards(), self.model)
@@ -185,12 +235,13 @@ class SchedulerService(Service):
         extra = {"placement": self.placer.info()} if self.placer is not None else {}
         if self.directory is not None and (clashes := self.directory.clashes()):
             extra["name_clashes"] = {n: list(eps) for n, eps in clashes.items()}
-        if self.policy is None:
+        if self.lanes is None:
             return {"model": self.model, **extra}
-        s = self.policy.stats()
+        s = self.lanes.policy_stats()
         keep = ("waiting", "running", "inflight_batches", "pages_total", "pages_used", "page_use",
                 "pages_cached", "prefix_hit_rate", "tokens_per_s")
-        return {"model": self.model, "pipeline": [st.name for st in self.driver.pipeline],
+        return {"model": self.model, "pipeline": self.lanes.first_pipeline(),
+                "pipelines": self.lanes.info(),
                 **{k: round(float(s[k]), 4) for k in keep}, **extra}
 
     def _on_health_event(self, topic: bytes, msg) -> None:
@@ -207,17 +258,16 @@ class SchedulerService(Service):
             self._fail_if_unservable()
 
     def _fail_if_unservable(self) -> None:
-        if self.policy is None:
+        if self.lanes is None:
             return
         why = self.failed_ranges.why(self.directory.live(), self.model)
         if why is None:
             return
         log.error("failing every request: %s", why)
-        for out in self.policy.fail_all(why):
+        for out in self.lanes.fail_all(why):
             if (stream := self.requests.get(out.request_id)) is not None:
                 stream.deliver(StreamEvent(out))
-        if self.driver is not None:
-            self.driver.wake.set()
+        self.lanes.wake()
 
     # ------------------------------------------------------------------ requests
     @streams(Generate)
@@ -225,7 +275,7 @@ class SchedulerService(Service):
         req: Generate = msg.body
         if (why := self.failed_ranges.why(self.directory.live(), self.model)) is not None:
             raise ServiceError("range_failed", why)
-        if self.policy is None:
+        if self.lanes is None:
             raise ServiceError("starting", "the scheduler is still finding its pipeline",
                                retry_after=1.0)
         arrived = asyncio.get_running_loop().time()
@@ -242,16 +292,15 @@ class SchedulerService(Service):
         deadline = (None if req.deadline_s is None else
                     max(req.deadline_s - (asyncio.get_running_loop().time() - arrived), 1e-3))
         stream = RequestStream(rid, len(prompt), params)
-        max_tokens = req.max_tokens if req.max_tokens is not None else self.policy.config.context_length
+        max_tokens = req.max_tokens if req.max_tokens is not None else self.lanes.context_length
         try:
-            terms = self.policy.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
+            terms = self.lanes.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
                                                tuple(req.stop), params.seed, deadline))
         except QueueFull as e:
             raise ServiceError("queue_full", str(e), retry_after=round(e.retry_after, 1)) from None
         except BadRequest as e:
             raise ServiceError(e.reason, e.detail) from None
         self.requests[rid] = stream
-        self.driver.wake.set()
         try:
             yield Started(request_id=rid, prompt_tokens=len(prompt), max_tokens=terms.max_tokens,
                           seed=params.seed, note=terms.note if req.max_tokens is not None else "")
@@ -278,9 +327,9 @@ class SchedulerService(Service):
                     return
         finally:
             # The caller left (or cancelled): end the request now and free its pages.
-            if self.policy.is_tracked(rid):
-                self.policy.cancel(rid)
-                self.driver.wake.set()
+            if (lane := self.lanes.lane_of(rid)) is not None:
+                lane.policy.cancel(rid)
+                lane.driver.wake.set()
             self.requests.pop(rid, None)
 
     async def _prompt_ids(self, req: Generate) -> list[int]:
@@ -308,23 +357,23 @@ class SchedulerService(Service):
     @handles(CancelRequest)
     async def cancel(self, msg) -> Cancelled:
         rid = msg.body.request_id
-        found = self.policy is not None and self.policy.is_tracked(rid)
-        if found:
-            out = self.policy.cancel(rid)
+        lane = self.lanes.lane_of(rid) if self.lanes is not None else None
+        if lane is not None:
+            out = lane.policy.cancel(rid)
             stream = self.requests.get(rid)
             if stream is not None and out is not None:
                 stream.deliver(StreamEvent(out))
-            self.driver.wake.set()
-        return Cancelled(request_id=rid, found=found)
+            lane.driver.wake.set()
+        return Cancelled(request_id=rid, found=lane is not None)
 
     @handles(StatsRequest)
     async def stats(self, msg) -> Stats:
-        if self.policy is None:
+        if self.lanes is None:
             raise ServiceError("starting", "the scheduler is still finding its pipeline",
                                retry_after=1.0)
-        s = {k: float(v) for k, v in self.policy.stats().items()}
-        s.update({f"driver.{k}": float(v) for k, v in self.driver.counters.items()})
-        s.update({f"driver.{k}": round(float(v), 3) for k, v in self.driver.timing.items()})
+        s = self.lanes.policy_stats()
+        s.update(self.lanes.driver_stats())
+        s.update(self.lanes.lane_stats())
         s.update(self.hops.stats())
-        return Stats(stats=s, pipeline=[st.name for st in self.driver.pipeline])
+        return Stats(stats=s, pipeline=self.lanes.first_pipeline())
 

@@ -5,6 +5,8 @@ that stale entry expires, not after the unserved budget."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import zmq.asyncio
 
@@ -13,7 +15,9 @@ from bus.config import ServiceConfig
 from bus.directory import Directory
 from bus.liveness import PeerEntry
 from services.scheduler import Scheduler
+from services.scheduler.breaker import Breakers
 from services.scheduler.failed_ranges import FAILED_TOPIC
+from services.scheduler.lanes import Lane, Lanes
 from services.scheduler.service import SchedulerService
 from wire.messages.health import ServiceEvent
 
@@ -41,19 +45,20 @@ def ctx():
 
 
 def scheduler_with_one_request(ctx) -> SchedulerService:
-    """A scheduler service as on_start leaves it (a directory, a policy), with one request."""
+    """A scheduler service as on_start leaves it (a directory, one lane's policy), with one request."""
     config = ServiceConfig(name="scheduler-0", kind="scheduler", discover=True)
     s = SchedulerService(config, ctx=ctx)
     s.directory = Directory(ctx, config.bus, me=config.name)
     s.model = "M"
-    s.policy = Scheduler(small())
-    s.policy.submit(req("r1"))
-    assert s.policy.is_tracked("r1")
+    s.lanes = Lanes(lambda current: [None] * len(current), None, Breakers(), time.monotonic)
+    s.lanes.lanes.append(Lane("p0", Scheduler(small())))
+    s.lanes.submit(req("r1"))
+    assert s.lanes.is_tracked("r1")
     return s
 
 
 def ended(s: SchedulerService) -> bool:
-    return not s.policy.is_tracked("r1")
+    return not s.lanes.is_tracked("r1")
 
 
 def test_the_event_before_the_stale_entry_expires_ends_the_requests_when_it_does(ctx):
