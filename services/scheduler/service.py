@@ -144,12 +144,20 @@ class SchedulerService(Service):
                              lambda: self.lanes.chain_of(lane) if self.lanes else chain,
                              self.sched.batch_timeout, unserved_budget_s=self.sched.unserved_budget_s,
                              describe_gap=self._describe_gap,
-                             on_batch=lambda step_s, error: self.lanes and self.lanes.observe(
-                                 lane, step_s, error))
+                             on_batch=lambda step_s, error: self._batch_ended(lane, step_s, error))
         lane.driver.pipeline = chain
         self._tasks.append(asyncio.get_running_loop().create_task(lane.driver.run()))
         log.info("pipeline %s: %d pages of %d tokens", name, num_pages, page_size)
         return lane
+
+    def _batch_ended(self, lane: Lane, step_s: float | None, error: str) -> None:
+        """A served batch is progress even when it gives no token (a long prompt's prefill
+        chunks): the health watcher's stall rule must not take a scheduler waiting on shards
+        through a long prefill for a hung one."""
+        if not error:
+            self.progress += 1
+        if self.lanes is not None:
+            self.lanes.observe(lane, step_s, error)
 
     async def _watch_lanes(self) -> None:
         """Lanes that lost their pipeline hand their sequences over; new replicas become lanes."""

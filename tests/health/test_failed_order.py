@@ -89,3 +89,15 @@ def test_an_expiry_with_nothing_given_up_ends_nothing(ctx):
     s.directory.table.observe(shard("shard-0", 0, 15), s.directory._now())
     s._on_peer_expired(shard("shard-15", 15, 30))
     assert not ended(s)
+
+
+def test_a_served_batch_is_progress_for_the_stall_rule_even_without_a_token(ctx):
+    # A long prompt's prefill chunks give no token for many batches; the watcher's stall rule
+    # (services/health/policy.py) reads `progress` and must see the scheduler working.
+    s = scheduler_with_one_request(ctx)
+    lane = s.lanes.lanes[0]
+    s._batch_ended(lane, 0.05, "")
+    s._batch_ended(lane, None, "")
+    assert s.progress == 2
+    s._batch_ended(lane, None, "peer_dead: shard-0")
+    assert s.progress == 2
