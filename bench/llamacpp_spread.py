@@ -1,13 +1,13 @@
-"""How far llama.cpp lands from its own Gemma 3 270M reference when it changes only how it adds up.
+"""How far llama.cpp lands from its own Gemma 3 270M reference when it changes only how it computes.
 
     python3 -m bench.llamacpp_spread        # needs llama-cpp-python and `llmbus pull gemma3-270m-q4_k_m`
 
 Teacher-forced along tests/data/gemma3-270m-q4_k_m.llamacpp.json's items, llama.cpp runs the same
-Q4_K_M file again under context settings that leave the model's arithmetic alone: as the reference
+Q4_K_M file again under context settings that leave the model alone: as the reference
 was made (a check: 0 apart), the greedy tokens prefilled in one batch with the prompt, flash attention
 off (F16 KV), flash attention off with an F32 KV cache. It prints max / mean |logit - reference| over
-the reference's top-5 ids: the spread any engine that does not reproduce ggml's summation order bit
-for bit must expect (tests/serve/test_gemma3_270m.py's TOP5_MAX).
+the reference's top-5 ids: the spread any engine that does not reproduce ggml's arithmetic bit for
+bit must expect (tests/serve/test_gemma3_270m.py's TOP5_MAX).
 """
 
 from __future__ import annotations
