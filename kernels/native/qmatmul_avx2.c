@@ -9,6 +9,9 @@
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
+#ifndef PREFETCH
+#define PREFETCH 8192   /* bytes ahead in the weight stream */
+#endif
 
 INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -73,9 +76,72 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
         for (int c = 0; c < C; c++) out0[r * N + c] = hsum8(acc[r][c]) + (R > 1 ? lane[c * 4 + r] : side[r][c]);
 }
 
+/* The 8 low 16-bit words of the 32-bit words at p + i * stride (i < 8): scales of 8 weight rows' blocks. */
+INLINE __m128i gather_u16(const uint8_t *p, int64_t stride) {
+    __m128i lo = _mm_cvtsi32_si128((int)lb_u32(p)), hi = _mm_cvtsi32_si128((int)lb_u32(p + 4 * stride));
+    lo = _mm_insert_epi32(lo, (int)lb_u32(p + stride), 1), hi = _mm_insert_epi32(hi, (int)lb_u32(p + 5 * stride), 1);
+    lo = _mm_insert_epi32(lo, (int)lb_u32(p + 2 * stride), 2), hi = _mm_insert_epi32(hi, (int)lb_u32(p + 6 * stride), 2);
+    lo = _mm_insert_epi32(lo, (int)lb_u32(p + 3 * stride), 3), hi = _mm_insert_epi32(hi, (int)lb_u32(p + 7 * stride), 3);
+    return _mm_packus_epi32(_mm_and_si128(lo, _mm_set1_epi32(0xffff)), _mm_and_si128(hi, _mm_set1_epi32(0xffff)));
+}
+
+/* tile(kind, 1, 8, ...) with the same float operations per output in the same order (so the same bits),
+ * for one activation row: a decode step's matmul. Per block the 8 rows' scales are converted in one
+ * vector and d_w * d_x formed for all 8 at once; q4_1's minimum sums m_w * side_x in 8 lanes, one a row. */
+INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes, float *out0) {
+    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind);
+    const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+    const __m256i shift = _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0);
+    const int8_t *row = a->q + t0 * nbp * QK;
+    const float *dxs = a->d + t0 * nbp, *sxs = a->side + t0 * nbp;
+    __m256 acc[8], sides = _mm256_setzero_ps();
+    float prod[8] __attribute__((aligned(32)));
+    for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w0 + b * bb;
+        /* The 8 rows' bytes are contiguous (8 * row_bytes), but each row is only a few cache lines long:
+         * too short a stream for the hardware prefetcher. Ask for the bytes PREFETCH ahead of the tile's
+         * pace through them (8 block lengths a block). */
+        const char *ahead = (const char *)w0 + PREFETCH + b * 8 * bb;
+        for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+        const __m256 dx = _mm256_broadcast_ss(dxs + b);
+        /* through memory: a broadcast load per row costs no shuffle, and keeps the 8 accumulators in registers */
+        _mm256_store_ps(prod, _mm256_mul_ps(_mm256_cvtph_ps(gather_u16(p, row_bytes)), dx));
+        if (kind == LB_Q4_1)
+            sides = _mm256_add_ps(sides, _mm256_mul_ps(_mm256_cvtph_ps(gather_u16(p + 2, row_bytes)),
+                                                       _mm256_broadcast_ss(sxs + b)));
+        __m256i x;
+        if (kind == LB_Q8_0)
+            x = _mm256_loadu_si256((const __m256i *)(row + b * QK));
+        else
+            x = _mm256_loadu2_m128i((const __m128i *)(row + lb_act_index(kind, b, 16)),
+                                    (const __m128i *)(row + lb_act_index(kind, b, 0)));
+        for (int c = 0; c < 8; c++) {
+            const uint8_t *q = p + c * row_bytes + (kind == LB_Q4_1 ? 4 : 2);
+            __m256i u, p16;
+            if (kind == LB_Q8_0) {
+                u = _mm256_loadu_si256((const __m256i *)q);
+            } else {       /* low nibbles in the low half, high nibbles (shifted down 4) in the high half */
+                u = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q));
+                u = _mm256_and_si256(_mm256_srlv_epi32(u, shift), mask);
+                if (kind == LB_Q4_0) u = _mm256_sub_epi8(u, eight);
+            }
+            p16 = kind == LB_Q4_1 ? _mm256_maddubs_epi16(u, x)
+                                  : _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(x, u));
+            const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+            acc[c] = _mm256_fmadd_ps(s, _mm256_broadcast_ss(prod + c), acc[c]);
+        }
+    }
+    float side[8];
+    _mm256_storeu_ps(side, sides);
+    for (int c = 0; c < 8; c++) out0[c] = hsum8(acc[c]) + (kind == LB_Q4_1 ? side[c] : 0.0f);
+}
+
 INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) {
     const int64_t row_bytes = a->nb * lb_block_bytes(kind);
     int64_t n = 0;
+    if (R == 1)
+        for (; n + 8 <= N; n += 8) tile8(kind, a, t0, w + n * row_bytes, row_bytes, out0 + n);
     for (; n + C <= N; n += C) tile(kind, R, C, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
     for (; n < N; n++) tile(kind, R, 1, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
 }
