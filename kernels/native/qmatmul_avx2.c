@@ -158,6 +158,48 @@ ROWS_ALL(2)
 ROWS_ALL(3)
 ROWS_ALL(8)
 
+/* lb_act_round_generic with 8 lanes: the same IEEE operations (cvtps2dq rounds ties to even like
+ * nearbyintf; vcvtps2ph like lb_to_f16), so the same bits. Only what this path's kernels read (q, d,
+ * side; lb_act_init transposes side): the AVX-512 kernels' per-lane copies are left unfilled. */
+TGT void lb_act_round_avx2(lb_act *a, const float *x) {
+    const __m256 big = _mm256_set1_ps(3.4028235e38f), sign = _mm256_set1_ps(-0.0f);
+    const __m256i order = _mm256_set_epi32(7, 3, 6, 2, 5, 1, 4, 0);
+    for (int64_t t = 0; t < a->T; t++) {
+        int8_t *q = a->q + t * a->nbp * QK;
+        float *d = a->d + t * a->nbp, *side = a->side + t * a->nbp;
+        for (int64_t b = 0; b < a->nb; b++) {
+            const float *xb = x + t * a->K + b * QK;
+            __m256 v[4], m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+            for (int i = 0; i < 4; i++) {
+                v[i] = _mm256_loadu_ps(xb + 8 * i);
+                const __m256 av = _mm256_andnot_ps(sign, v[i]);
+                bad = _mm256_or_ps(bad, _mm256_cmp_ps(av, big, _CMP_NLE_UQ));
+                m = _mm256_max_ps(m, av);
+            }
+            if (_mm256_movemask_ps(bad)) {
+                d[b] = side[b] = __builtin_nanf("");       /* NaN or inf in the block: quants stay 0 */
+                continue;
+            }
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+            const float dd = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            __m256i qi[4];
+            for (int i = 0; i < 4; i++) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+            const __m256i bytes = _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])), order);
+            _mm_storeu_si128((__m128i *)(q + lb_act_index(a->kind, b, 0)), _mm256_castsi256_si128(bytes));
+            _mm_storeu_si128((__m128i *)(q + lb_act_index(a->kind, b, 16)), _mm256_extracti128_si256(bytes, 1));
+            const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+            d[b] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
+            side[b] = d[b] * (float)_mm_cvtsi128_si32(s4);
+        }
+    }
+}
+
 TGT void lb_qmatmul_avx2(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out) {
     for (int64_t t = 0; t < a->T; t += 4) {
         const int R = a->T - t < 4 ? (int)(a->T - t) : 4;
