@@ -76,18 +76,18 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
         for (int c = 0; c < C; c++) out0[r * N + c] = hsum8(acc[r][c]) + (R > 1 ? lane[c * 4 + r] : side[r][c]);
 }
 
-/* The 8 low 16-bit words of the 32-bit words at p + i * stride (i < 8): scales of 8 weight rows' blocks. */
-INLINE __m128i gather_u16(const uint8_t *p, int64_t stride) {
-    __m128i lo = _mm_cvtsi32_si128((int)lb_u32(p)), hi = _mm_cvtsi32_si128((int)lb_u32(p + 4 * stride));
-    lo = _mm_insert_epi32(lo, (int)lb_u32(p + stride), 1), hi = _mm_insert_epi32(hi, (int)lb_u32(p + 5 * stride), 1);
-    lo = _mm_insert_epi32(lo, (int)lb_u32(p + 2 * stride), 2), hi = _mm_insert_epi32(hi, (int)lb_u32(p + 6 * stride), 2);
-    lo = _mm_insert_epi32(lo, (int)lb_u32(p + 3 * stride), 3), hi = _mm_insert_epi32(hi, (int)lb_u32(p + 7 * stride), 3);
-    return _mm_packus_epi32(_mm_and_si128(lo, _mm_set1_epi32(0xffff)), _mm_and_si128(hi, _mm_set1_epi32(0xffff)));
+/* The 32-bit words at p + i * stride for i < 8: rows 0..3 in *lo, 4..7 in *hi. */
+INLINE void gather_u32(const uint8_t *p, int64_t stride, __m128i *lo, __m128i *hi) {
+    __m128i l = _mm_cvtsi32_si128((int)lb_u32(p)), h = _mm_cvtsi32_si128((int)lb_u32(p + 4 * stride));
+    l = _mm_insert_epi32(l, (int)lb_u32(p + stride), 1), h = _mm_insert_epi32(h, (int)lb_u32(p + 5 * stride), 1);
+    l = _mm_insert_epi32(l, (int)lb_u32(p + 2 * stride), 2), h = _mm_insert_epi32(h, (int)lb_u32(p + 6 * stride), 2);
+    l = _mm_insert_epi32(l, (int)lb_u32(p + 3 * stride), 3), h = _mm_insert_epi32(h, (int)lb_u32(p + 7 * stride), 3);
+    *lo = l, *hi = h;
 }
 
 /* tile(kind, 1, 8, ...) with the same float operations per output in the same order (so the same bits),
- * for one activation row: a decode step's matmul. Per block the 8 rows' scales are converted in one
- * vector and d_w * d_x formed for all 8 at once; q4_1's minimum sums m_w * side_x in 8 lanes, one a row. */
+ * for one activation row: a decode step's matmul. Per block the 8 rows' scales are read in one 32-bit
+ * load a row and converted in one vector and d_w * d_x formed for all 8 at once; q4_1's minimum sums m_w * side_x in 8 lanes, one a row. */
 INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes, float *out0) {
     const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind);
     const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
@@ -106,10 +106,15 @@ INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int6
         for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
         const __m256 dx = _mm256_broadcast_ss(dxs + b);
         /* through memory: a broadcast load per row costs no shuffle, and keeps the 8 accumulators in registers */
-        _mm256_store_ps(prod, _mm256_mul_ps(_mm256_cvtph_ps(gather_u16(p, row_bytes)), dx));
-        if (kind == LB_Q4_1)
-            sides = _mm256_add_ps(sides, _mm256_mul_ps(_mm256_cvtph_ps(gather_u16(p + 2, row_bytes)),
-                                                       _mm256_broadcast_ss(sxs + b)));
+        __m128i lo, hi;                   /* each 32-bit word: a row's d (low half) and q4_1's m (high half) */
+        gather_u32(p, row_bytes, &lo, &hi);
+        const __m128i low16 = _mm_set1_epi32(0xffff);
+        const __m128i dw = _mm_packus_epi32(_mm_and_si128(lo, low16), _mm_and_si128(hi, low16));
+        _mm256_store_ps(prod, _mm256_mul_ps(_mm256_cvtph_ps(dw), dx));
+        if (kind == LB_Q4_1) {
+            const __m128i mw = _mm_packus_epi32(_mm_srli_epi32(lo, 16), _mm_srli_epi32(hi, 16));
+            sides = _mm256_add_ps(sides, _mm256_mul_ps(_mm256_cvtph_ps(mw), _mm256_broadcast_ss(sxs + b)));
+        }
         __m256i x;
         if (kind == LB_Q8_0)
             x = _mm256_loadu_si256((const __m256i *)(row + b * QK));
