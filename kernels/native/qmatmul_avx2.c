@@ -1,7 +1,8 @@
 /* AVX2 path (no VNNI): one block at a time in 256-bit registers. vpmaddubsw multiplies unsigned by signed
  * bytes into 16-bit pairs and vpmaddwd sums them to 8 int32 lanes, exactly: q4_1's nibbles go in as they
  * are (at most 15); q4_0's nibble - 8 and q8_0's quants go in as |q| against x with q's sign, as ggml
- * does. Up to 4 rows of activations share each weight block; 2 weight rows go together. */
+ * does. Up to 4 rows of activations share each weight block; 2 weight rows go together, 8 for a single
+ * row of activations (a decode step), whose kernel is otherwise bound by converting each block's scales. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
