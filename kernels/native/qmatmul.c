@@ -31,7 +31,7 @@ int lb_set_isa(int isa) {
     switch (isa) {
 #if defined(__x86_64__)
     case LB_ISA_AVX512: chosen = lb_qmatmul_avx512; chosen_round = lb_act_round_avx512; break;
-    case LB_ISA_AVX2: chosen = lb_qmatmul_avx2; chosen_round = lb_act_round_generic; break;
+    case LB_ISA_AVX2: chosen = lb_qmatmul_avx2; chosen_round = lb_act_round_avx2; break;
 #endif
     default: isa = LB_ISA_GENERIC; chosen = lb_qmatmul_generic; chosen_round = lb_act_round_generic; break;
     }

@@ -1,7 +1,8 @@
 /* AVX2 path (no VNNI): one block at a time in 256-bit registers. vpmaddubsw multiplies unsigned by signed
  * bytes into 16-bit pairs and vpmaddwd sums them to 8 int32 lanes, exactly: q4_1's nibbles go in as they
  * are (at most 15); q4_0's nibble - 8 and q8_0's quants go in as |q| against x with q's sign, as ggml
- * does. Up to 4 rows of activations share each weight block; 2 weight rows go together. */
+ * does. Up to 4 rows of activations share each weight block; 2 weight rows go together, 8 for a single
+ * row of activations (a decode step), whose kernel is otherwise bound by converting each block's scales. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -9,6 +10,9 @@
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
+#ifndef PREFETCH
+#define PREFETCH 8192   /* bytes ahead in the weight stream */
+#endif
 
 INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -73,9 +77,77 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
         for (int c = 0; c < C; c++) out0[r * N + c] = hsum8(acc[r][c]) + (R > 1 ? lane[c * 4 + r] : side[r][c]);
 }
 
+/* The 32-bit words at p + i * stride for i < 8: rows 0..3 in *lo, 4..7 in *hi. */
+INLINE void gather_u32(const uint8_t *p, int64_t stride, __m128i *lo, __m128i *hi) {
+    __m128i l = _mm_cvtsi32_si128((int)lb_u32(p)), h = _mm_cvtsi32_si128((int)lb_u32(p + 4 * stride));
+    l = _mm_insert_epi32(l, (int)lb_u32(p + stride), 1), h = _mm_insert_epi32(h, (int)lb_u32(p + 5 * stride), 1);
+    l = _mm_insert_epi32(l, (int)lb_u32(p + 2 * stride), 2), h = _mm_insert_epi32(h, (int)lb_u32(p + 6 * stride), 2);
+    l = _mm_insert_epi32(l, (int)lb_u32(p + 3 * stride), 3), h = _mm_insert_epi32(h, (int)lb_u32(p + 7 * stride), 3);
+    *lo = l, *hi = h;
+}
+
+/* tile(kind, 1, 8, ...) with the same float operations per output in the same order (so the same bits),
+ * for one activation row: a decode step's matmul. Per block the 8 rows' scales are read in one 32-bit
+ * load a row and converted in one vector and d_w * d_x formed for all 8 at once; q4_1's minimum sums m_w * side_x in 8 lanes, one a row. */
+INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes, float *out0) {
+    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind);
+    const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+    const __m256i shift = _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0);
+    const int8_t *row = a->q + t0 * nbp * QK;
+    const float *dxs = a->d + t0 * nbp, *sxs = a->side + t0 * nbp;
+    __m256 acc[8], sides = _mm256_setzero_ps();
+    float prod[8] __attribute__((aligned(32)));
+    for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w0 + b * bb;
+        /* The 8 rows' bytes are contiguous (8 * row_bytes), but each row is only a few cache lines long:
+         * too short a stream for the hardware prefetcher. Ask for the bytes PREFETCH ahead of the tile's
+         * pace through them (8 block lengths a block). */
+        const char *ahead = (const char *)w0 + PREFETCH + b * 8 * bb;
+        for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+        const __m256 dx = _mm256_broadcast_ss(dxs + b);
+        /* through memory: a broadcast load per row costs no shuffle, and keeps the 8 accumulators in registers */
+        __m128i lo, hi;                   /* each 32-bit word: a row's d (low half) and q4_1's m (high half) */
+        gather_u32(p, row_bytes, &lo, &hi);
+        const __m128i low16 = _mm_set1_epi32(0xffff);
+        const __m128i dw = _mm_packus_epi32(_mm_and_si128(lo, low16), _mm_and_si128(hi, low16));
+        _mm256_store_ps(prod, _mm256_mul_ps(_mm256_cvtph_ps(dw), dx));
+        if (kind == LB_Q4_1) {
+            const __m128i mw = _mm_packus_epi32(_mm_srli_epi32(lo, 16), _mm_srli_epi32(hi, 16));
+            sides = _mm256_add_ps(sides, _mm256_mul_ps(_mm256_cvtph_ps(mw), _mm256_broadcast_ss(sxs + b)));
+        }
+        __m256i x;
+        if (kind == LB_Q8_0)
+            x = _mm256_loadu_si256((const __m256i *)(row + b * QK));
+        else
+            x = _mm256_loadu2_m128i((const __m128i *)(row + lb_act_index(kind, b, 16)),
+                                    (const __m128i *)(row + lb_act_index(kind, b, 0)));
+        for (int c = 0; c < 8; c++) {
+            const uint8_t *q = p + c * row_bytes + (kind == LB_Q4_1 ? 4 : 2);
+            __m256i u, p16;
+            if (kind == LB_Q8_0) {
+                u = _mm256_loadu_si256((const __m256i *)q);
+            } else {       /* low nibbles in the low half, high nibbles (shifted down 4) in the high half */
+                u = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q));
+                u = _mm256_and_si256(_mm256_srlv_epi32(u, shift), mask);
+                if (kind == LB_Q4_0) u = _mm256_sub_epi8(u, eight);
+            }
+            p16 = kind == LB_Q4_1 ? _mm256_maddubs_epi16(u, x)
+                                  : _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(x, u));
+            const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+            acc[c] = _mm256_fmadd_ps(s, _mm256_broadcast_ss(prod + c), acc[c]);
+        }
+    }
+    float side[8];
+    _mm256_storeu_ps(side, sides);
+    for (int c = 0; c < 8; c++) out0[c] = hsum8(acc[c]) + (kind == LB_Q4_1 ? side[c] : 0.0f);
+}
+
 INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) {
     const int64_t row_bytes = a->nb * lb_block_bytes(kind);
     int64_t n = 0;
+    if (R == 1)
+        for (; n + 8 <= N; n += 8) tile8(kind, a, t0, w + n * row_bytes, row_bytes, out0 + n);
     for (; n + C <= N; n += C) tile(kind, R, C, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
     for (; n < N; n++) tile(kind, R, 1, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
 }
@@ -91,6 +163,48 @@ INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
 ROWS_ALL(2)
 ROWS_ALL(3)
 ROWS_ALL(8)
+
+/* lb_act_round_generic with 8 lanes: the same IEEE operations (cvtps2dq rounds ties to even like
+ * nearbyintf; vcvtps2ph like lb_to_f16), so the same bits. Only what this path's kernels read (q, d,
+ * side; lb_act_init transposes side): the AVX-512 kernels' per-lane copies are left unfilled. */
+TGT void lb_act_round_avx2(lb_act *a, const float *x) {
+    const __m256 big = _mm256_set1_ps(3.4028235e38f), sign = _mm256_set1_ps(-0.0f);
+    const __m256i order = _mm256_set_epi32(7, 3, 6, 2, 5, 1, 4, 0);
+    for (int64_t t = 0; t < a->T; t++) {
+        int8_t *q = a->q + t * a->nbp * QK;
+        float *d = a->d + t * a->nbp, *side = a->side + t * a->nbp;
+        for (int64_t b = 0; b < a->nb; b++) {
+            const float *xb = x + t * a->K + b * QK;
+            __m256 v[4], m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+            for (int i = 0; i < 4; i++) {
+                v[i] = _mm256_loadu_ps(xb + 8 * i);
+                const __m256 av = _mm256_andnot_ps(sign, v[i]);
+                bad = _mm256_or_ps(bad, _mm256_cmp_ps(av, big, _CMP_NLE_UQ));
+                m = _mm256_max_ps(m, av);
+            }
+            if (_mm256_movemask_ps(bad)) {
+                d[b] = side[b] = __builtin_nanf("");       /* NaN or inf in the block: quants stay 0 */
+                continue;
+            }
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+            const float dd = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            __m256i qi[4];
+            for (int i = 0; i < 4; i++) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+            const __m256i bytes = _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])), order);
+            _mm_storeu_si128((__m128i *)(q + lb_act_index(a->kind, b, 0)), _mm256_castsi256_si128(bytes));
+            _mm_storeu_si128((__m128i *)(q + lb_act_index(a->kind, b, 16)), _mm256_extracti128_si256(bytes, 1));
+            const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+            d[b] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
+            side[b] = d[b] * (float)_mm_cvtsi128_si32(s4);
+        }
+    }
+}
 
 TGT void lb_qmatmul_avx2(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out) {
     for (int64_t t = 0; t < a->T; t += 4) {

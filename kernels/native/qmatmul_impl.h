@@ -33,6 +33,7 @@ typedef struct {
 typedef void (*lb_rounder)(lb_act *a, const float *x);
 void lb_act_round_generic(lb_act *a, const float *x);
 #if defined(__x86_64__)
+void lb_act_round_avx2(lb_act *a, const float *x);     /* leaves dxe, sxe and corr unfilled */
 void lb_act_round_avx512(lb_act *a, const float *x);
 #endif
 int lb_act_init(lb_act *a, int kind, const float *x, int64_t T, int64_t K, lb_rounder round);   /* LB_OK, LB_ENOMEM */

@@ -134,9 +134,16 @@ class NativeLayers:
         pages = np.ascontiguousarray(plan.write_pages, np.int64)
         slots = np.ascontiguousarray(plan.write_slots, np.int64)
         table, lens = np.ascontiguousarray(plan.decode_table, np.int32), plan.decode_lens
-        tables = {id(cs): tuple(np.ascontiguousarray(a, F32) for a in cs) for cs in rope}   # kept alive here
-        rope_args = [(t, c.n_heads, c.n_kv_heads, c.head_dim, 2 * cos.shape[1], _addr(cos), _addr(sin),
-                      _addr(pages), _addr(slots)) for cos, sin in (tables[id(cs)] for cs in rope)]
+        # Layers share a few RoPE tables: each one's arguments are built once (an address costs ~1 us).
+        tables, rope_args, where = [], [], (_addr(pages), _addr(slots))
+        by_table: dict[int, tuple] = {}
+        for cs in rope:
+            if id(cs) not in by_table:
+                cos, sin = (np.ascontiguousarray(a, F32) for a in cs)
+                tables.append((cs, cos, sin))                               # kept alive here
+                by_table[id(cs)] = (t, c.n_heads, c.n_kv_heads, c.head_dim, 2 * cos.shape[1], _addr(cos),
+                                    _addr(sin), *where)
+            rope_args.append(by_table[id(cs)])
         if plan.decode_rows.shape[0] != t or plan.prefills:
             raise ValueError("the native layers take plans whose rows all attend alone "
                              "(plan_attention(rows_alone=True))")
