@@ -20,6 +20,23 @@ INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
+/* Block b of one activation row, in the byte order the weights' quants come in (q4 kinds: low
+ * nibbles' 16 activations, then the high nibbles'). */
+INLINE __m256i act_block(int kind, const int8_t *row, int64_t b) {
+    if (kind == LB_Q8_0)
+        return _mm256_loadu_si256((const __m256i *)(row + b * QK));
+    return _mm256_loadu2_m128i((const __m128i *)(row + lb_act_index(kind, b, 16)),
+                               (const __m128i *)(row + lb_act_index(kind, b, 0)));
+}
+
+/* A block's exact integer dot product of quants u and activations x, in 8 float lanes: q4_1's
+ * nibbles (unsigned) as they are, signed quants as |u| against x with u's sign. */
+INLINE __m256 block_dot(int kind, __m256i u, __m256i x, __m256i ones) {
+    const __m256i p16 = kind == LB_Q4_1 ? _mm256_maddubs_epi16(u, x)
+                                        : _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(x, u));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+}
+
 /* out[r, c] for r < R rows of the activations from t0 and c < C weight rows from w0. Per block and
  * (r, c): the block's exact integer sum in 8 lanes, acc += p * (d_w * d_x); q4_1's minimum sums
  * m_w * side_x over the blocks in order beside it, added after the lanes. For R > 1 those sums run
@@ -51,17 +68,9 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
         for (int r = 0; r < R; r++) {
             const int8_t *row = a->q + (t0 + r) * nbp * QK;
             const __m256 dx = _mm256_broadcast_ss(a->d + (t0 + r) * nbp + b);
-            __m256i x;
-            if (kind == LB_Q8_0)
-                x = _mm256_loadu_si256((const __m256i *)(row + b * QK));
-            else
-                x = _mm256_loadu2_m128i((const __m128i *)(row + lb_act_index(kind, b, 16)),
-                                        (const __m128i *)(row + lb_act_index(kind, b, 0)));
+            const __m256i x = act_block(kind, row, b);
             for (int c = 0; c < C; c++) {
-                __m256i p16 = kind == LB_Q4_1
-                    ? _mm256_maddubs_epi16(u[c], x)
-                    : _mm256_maddubs_epi16(_mm256_sign_epi8(u[c], u[c]), _mm256_sign_epi8(x, u[c]));
-                __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                const __m256 p = block_dot(kind, u[c], x, ones);
                 acc[r][c] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw[c], dx), acc[r][c]);
                 if (kind == LB_Q4_1 && R == 1) side[r][c] += sw[c] * a->side[(t0 + r) * nbp + b];
             }
@@ -116,15 +125,10 @@ INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int6
             const __m128i mw = _mm_packus_epi32(_mm_srli_epi32(lo, 16), _mm_srli_epi32(hi, 16));
             sides = _mm256_add_ps(sides, _mm256_mul_ps(_mm256_cvtph_ps(mw), _mm256_broadcast_ss(sxs + b)));
         }
-        __m256i x;
-        if (kind == LB_Q8_0)
-            x = _mm256_loadu_si256((const __m256i *)(row + b * QK));
-        else
-            x = _mm256_loadu2_m128i((const __m128i *)(row + lb_act_index(kind, b, 16)),
-                                    (const __m128i *)(row + lb_act_index(kind, b, 0)));
+        const __m256i x = act_block(kind, row, b);
         for (int c = 0; c < 8; c++) {
             const uint8_t *q = p + c * row_bytes + (kind == LB_Q4_1 ? 4 : 2);
-            __m256i u, p16;
+            __m256i u;
             if (kind == LB_Q8_0) {
                 u = _mm256_loadu_si256((const __m256i *)q);
             } else {       /* low nibbles in the low half, high nibbles (shifted down 4) in the high half */
@@ -132,10 +136,7 @@ INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int6
                 u = _mm256_and_si256(_mm256_srlv_epi32(u, shift), mask);
                 if (kind == LB_Q4_0) u = _mm256_sub_epi8(u, eight);
             }
-            p16 = kind == LB_Q4_1 ? _mm256_maddubs_epi16(u, x)
-                                  : _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(x, u));
-            const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-            acc[c] = _mm256_fmadd_ps(s, _mm256_broadcast_ss(prod + c), acc[c]);
+            acc[c] = _mm256_fmadd_ps(block_dot(kind, u, x, ones), _mm256_broadcast_ss(prod + c), acc[c]);
         }
     }
     float side[8];
