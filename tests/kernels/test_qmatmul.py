@@ -12,6 +12,8 @@ from kernels.qact import round_act
 from kernels.qmatrix import QUANT_KINDS, BadQuantShape, QMatrix, from_gguf
 from tests.conftest import require
 
+from .invariance import assert_batch_invariant
+
 TS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64)
 SHAPES = ((37, 32), (37, 576), (576, 576), (960, 1536))       # (N, K): N off every tile size
 NATIVE_ISAS = ("generic", "avx2", "avx512")
@@ -84,10 +86,7 @@ def test_a_row_gives_the_same_bits_alone_and_in_any_batch(isa, kind):
     rng = np.random.default_rng(8)
     w = random_qmatrix(rng, kind, 45, 576)
     x = rng.standard_normal((83, 576)).astype(np.float32)                # a long prompt too
-    full = qm.qmatmul(x, w)
-    for t in (0, 3, 4, 22, 82):
-        for lo in (0, t // 2, t):
-            np.testing.assert_array_equal(qm.qmatmul(x[lo:t + 1], w)[t - lo], full[t])
+    assert_batch_invariant(x, w, (0, 3, 4, 22, 82))
 
 
 def test_activations_round_as_llama_cpp_rounds_them():
