@@ -14,15 +14,15 @@ from bus import zap
 from bus.client import RpcClient
 from bus.config import BusConfig, ServiceConfig
 from bus.curve import new_key
-from bus.directory import HEARTBEAT_TOPIC, Directory
+from bus.directory import Directory
 from bus.errors import CallTimeout
 from bus.handshakes import reason
-from bus.sockets import make_socket
 from services.echo.service import EchoService
-from wire.messages.bus import Echo, Heartbeat
+from wire.messages.bus import Echo
 
 from tests.conftest import require
 from ..waiting import until
+from .curve_heard import heartbeats_heard
 from .serving import running
 
 
@@ -89,30 +89,9 @@ async def test_only_a_holder_of_the_cluster_key_is_answered_and_the_service_says
 
 
 async def test_only_a_holder_of_the_key_hears_heartbeats(keyed):
-    ctx = zmq.asyncio.Context.instance()
-    heard = {}
-    subs = {}
-    for who, key in (("member", KEY), ("plain", None), ("other", OTHER)):
-        s = subs[who] = make_socket(ctx, zmq.SUB, key=key)
-        s.setsockopt(zmq.SUBSCRIBE, HEARTBEAT_TOPIC)
-        s.connect(f"tcp://127.0.0.1:{keyed.pub_port}")
-        heard[who] = 0
-
-    async def drain():
-        for who, s in subs.items():
-            while await s.poll(0):
-                frames = await s.recv_multipart(copy=False)
-                assert isinstance(wire.decode(frames[1:]).body, Heartbeat)
-                heard[who] += 1
-        return heard["member"] >= 5
-
-    try:
-        # Five heartbeats reached the member: the others were connected all that time.
-        await until(drain, timeout=10, what="five heartbeats heard by the keyed SUB")
-        assert heard["plain"] == 0 and heard["other"] == 0, heard
-    finally:
-        for s in subs.values():
-            s.close(linger=0)
+    heard = await heartbeats_heard(f"tcp://127.0.0.1:{keyed.pub_port}", KEY,
+                                   {"plain": None, "other": OTHER}, enough=5, timeout=10)
+    assert heard["plain"] == 0 and heard["other"] == 0, heard
 
 
 async def test_a_directory_confirms_a_keyed_service_only_with_the_key(keyed):
