@@ -66,6 +66,11 @@ class Stack:
         self._reader.join(5)
         return rc
 
+    def close(self) -> None:
+        """Stop the stack, which must end cleanly (exit 0); its output says why when it did not."""
+        rc = self.stop()
+        assert rc == 0, self.drain_output()
+
 
 @dataclass
 class Result:
