@@ -53,8 +53,8 @@ class Lanes:
 
     # ---- pipelines ------------------------------------------------------------------------
 
-    def refresh(self) -> None:
-        """Give each lane its pipeline now, and a new lane to each further whole chain."""
+    def refresh(self, grow: bool = True) -> None:
+        """Give each lane its pipeline now and, with `grow`, a new lane to each further whole chain."""
         got = self._assign([lane.shards for lane in self.lanes])
         if got is None:    # a new placement is switching in: no lane runs a batch until it serves
             got = [None] * len(self.lanes)
@@ -69,15 +69,16 @@ class Lanes:
                 lane.gap_since = None
             elif lane.gap_since is None:
                 lane.gap_since = now
-        for chain in got[len(self.lanes):]:
+        for chain in got[len(self.lanes):] if grow else ():
             lane = self._make_lane(f"p{len(self.lanes)}", chain)
             lane.chain, lane.shards = chain, [s.name for s in chain]
             self.lanes.append(lane)
             log.info("pipeline %s over %s", lane.name, lane.shards)
 
     def chain_of(self, lane: Lane) -> list[Stage] | None:
-        """A lane driver's view of its pipeline (looked at afresh)."""
-        self.refresh()
+        """A lane driver's view of its pipeline (looked at afresh). New lanes are not made from
+        here, inside a driver's step, but by the service's watch of the lanes."""
+        self.refresh(grow=False)
         return lane.chain
 
     def rebalance(self) -> int:
