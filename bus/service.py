@@ -49,7 +49,7 @@ from .mdns import Advertiser, Candidate, open_zeroconf
 from .notify import Notifier
 from .peers import Peers
 from .requests import RequestLoop
-from .sockets import CONTROL, SocketLimits, bind, limits_for_kind, make_socket
+from .sockets import CONTROL, BindError, SocketLimits, bind, limits_for_kind, make_socket
 
 __all__ = ["Handler", "Service", "handles", "streams"]
 
@@ -143,7 +143,7 @@ class Service(RequestLoop, Heartbeats, BusMethods):
         try:
             self.rpc_port = bind(self._router, bus.host, self.config.rpc_port)
             self.pub_port = bind(self._pub, bus.host, self.config.pub_port)
-        except zmq.ZMQError:
+        except BindError:
             # No shutdown follows a start that failed here: what it opened is closed now.
             self._router.close(linger=0)
             self._pub.close(linger=0)

@@ -17,6 +17,7 @@ max_msg_size, and the reader drains them as they come.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import zmq
@@ -86,11 +87,20 @@ def make_socket(ctx: zmq.asyncio.Context, kind: int, limits: SocketLimits = DEFA
     return sock
 
 
+class BindError(OSError):
+    """A socket could not take its address: the port is in use, or the host is not this machine's."""
+
+
 def bind(sock: zmq.Socket, host: str, port: int) -> int:
-    """Bind to host:port (port 0 picks a free one) and return the port actually bound."""
-    if port == 0:
-        return sock.bind_to_random_port(f"tcp://{host}", min_port=20000, max_port=60000, max_tries=200)
-    sock.bind(f"tcp://{host}:{port}")
+    """Bind to host:port (port 0 picks a free one) and return the port actually bound; BindError
+    (an OSError, which `llmbus run` reports in one line) when the address cannot be had."""
+    try:
+        if port == 0:
+            return sock.bind_to_random_port(f"tcp://{host}", min_port=20000, max_port=60000, max_tries=200)
+        sock.bind(f"tcp://{host}:{port}")
+    except zmq.ZMQError as e:
+        where = f"tcp://{host}:{port}" if port else f"a free port of tcp://{host}"
+        raise BindError(e.errno, f"cannot bind {where}: {os.strerror(e.errno)}") from e
     return port
 
 

@@ -17,6 +17,7 @@ from bus.curve import new_key
 from bus.directory import Directory
 from bus.errors import CallTimeout
 from bus.handshakes import reason
+from bus.sockets import BindError
 from services.echo.service import EchoService
 from wire.messages.bus import Echo
 
@@ -154,7 +155,7 @@ async def test_a_keyed_service_that_cannot_bind_leaves_no_zap_handler_behind(key
     ctx = zmq.asyncio.Context.instance()
     clash = EchoService(ServiceConfig(name="clash", kind="echo", rpc_port=keyed.rpc_port,
                                       bus=BusConfig(cluster="curve", mdns=False, key=OTHER)), ctx=ctx)
-    with pytest.raises(zmq.ZMQError):
+    with pytest.raises(BindError, match="cannot bind"):
         await clash.start()
     # The failed start took back its key: only the running service's is admitted.
     assert zap.admitted(ctx) == (KEY.public,)
