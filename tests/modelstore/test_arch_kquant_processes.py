@@ -98,13 +98,16 @@ async def test_three_shard_processes_follow_llama_cpp_in_every_mix(name, built, 
             infos = [drive.directory.get(n).info for n in drive.names]
             assert [i["layers"] for i in infos] == [list(r) for r in thirds(n_layers)]
             assert {(i["codec"], i["weights"]) for i in infos} == {(CODEC, weight_format("cpu", "auto"))}
-        logits = await asyncio.gather(*(d.token_by_token(tokens) for d in drivers.values()))
-        hops = await asyncio.gather(*(d.step(tokens[:1], 0) for d in drivers.values()))
+        replies = await asyncio.gather(*(d.token_by_token(tokens) for d in drivers.values()))
     failed = []
-    for mix, got_logits, hop, drive in zip(MIXES, logits, hops, drivers.values()):
-        assert got_logits.dtype == np.float32 and got_logits.shape == (len(tokens), VOCAB)
-        assert set(hop.hop_ms) == set(drive.names)          # computed in all three processes
-        got = parity(got_logits, arch_reference["files"][f"{name}/{mix}"]["top5"])
+    for mix, steps, drive in zip(MIXES, replies, drivers.values()):
+        logits = np.stack([r.logits.array()[0] for r in steps])      # (positions, vocab)
+        assert logits.dtype == np.float32 and logits.shape == (len(tokens), VOCAB)
+        # Every step ran in all three processes, its activations crossing both hops in fp16:
+        # one token's hidden state, 2 bytes a value.
+        assert all(set(r.hop_ms) == set(drive.names) for r in steps)
+        assert {r.hop_bytes[n] for r in steps for n in drive.names[1:]} == {KSPECS[name].d_model * 2}
+        got = parity(logits, arch_reference["files"][f"{name}/{mix}"]["top5"])
         print(f"\n{name} {mix} 3 shard processes ({CODEC} hops) vs llama.cpp: {got}")
         if not (got.sure >= 5 and got.holds()):
             failed.append(f"{mix}: {got}")

@@ -53,11 +53,10 @@ class Driver:
             out.append(await self.step([tok], len(prompt) + i, return_logits=True))
         return out
 
-    async def token_by_token(self, tokens: list[int]) -> np.ndarray:
-        """Logits (len(tokens), vocab) float32 from the last shard: token i fed alone at position
-        i, after the ones before it (the decode path, reading the KV the earlier steps wrote)."""
-        out = [(await self.step([t], i, return_logits=True)).logits.array()[0] for i, t in enumerate(tokens)]
-        return np.stack(out)
+    async def token_by_token(self, tokens: list[int]) -> list:
+        """Replies, with logits, to token i fed alone at position i after the ones before it:
+        teacher forcing on the decode path, each step reading the KV the earlier ones wrote."""
+        return [await self.step([t], i, return_logits=True) for i, t in enumerate(tokens)]
 
 
 async def shards_ready(d: Directory, names, timeout: float = 240.0):
