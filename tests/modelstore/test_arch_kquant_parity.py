@@ -3,36 +3,15 @@ of tests/modelstore/kquant_gguf.py, teacher-forced against llama.cpp's logits on
 (tests/data/arch-kquant.llamacpp.json, made by `python -m tests.modelstore.make_kquant_reference
 --arch`), in one process and across 3 shards, with the bounds the default model meets."""
 
-import json
 from pathlib import Path
 
 import pytest
 from gguf import GGMLQuantizationType as QT
 from gguf import GGUFReader
 
-from tests.engine.arch_gguf import KSPECS, write
+from tests.engine.arch_gguf import KSPECS
 from tests.modelstore.kquant_gguf import MIXES
 from tests.modelstore.kquant_run import parity, teacher_forced
-from tests.modelstore.make_kquant_reference import ARCH_OUT, sha256
-
-REFERENCE = json.loads(ARCH_OUT.read_text())
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory, model_path):
-    """(arch, mix) -> its GGUF, written once for the module after checking it is byte for byte the
-    file llama.cpp read."""
-    tmp, files = tmp_path_factory.mktemp("arch-kquant"), {}
-
-    def get(name: str, mix: str) -> Path:
-        if (name, mix) not in files:
-            path = write(tmp / f"{name}-{mix}.gguf", name, model_path, mix)
-            assert sha256(path) == REFERENCE["files"][f"{name}/{mix}"]["sha256"], (
-                f"{name} {mix}: the recipe no longer gives the file the references were made from: run "
-                "python -m tests.modelstore.make_kquant_reference --arch where llama-cpp-python is installed")
-            files[name, mix] = path
-        return files[name, mix]
-    return get
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +23,11 @@ def cache(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("shards", [1, 3])
 @pytest.mark.parametrize("mix", MIXES)
 @pytest.mark.parametrize("name", sorted(KSPECS))
-def test_teacher_forced_logits_follow_llama_cpp(name, mix, shards, built, cache):
+def test_teacher_forced_logits_follow_llama_cpp(name, mix, shards, built, cache, arch_reference):
     n = KSPECS[name].n_layers
     splits = () if shards == 1 else (n // 3, 2 * n // 3)
-    ref = REFERENCE["files"][f"{name}/{mix}"]["top5"]
-    got = parity(teacher_forced(built(name, mix), REFERENCE["tokens"], splits, root=cache), ref)
+    ref = arch_reference["files"][f"{name}/{mix}"]["top5"]
+    got = parity(teacher_forced(built(name, mix), arch_reference["tokens"], splits, root=cache), ref)
     print(f"\n{name} {mix} {shards} shard(s) vs llama.cpp: {got}")
     assert got.sure >= 5 and got.holds(), f"{name} {mix}, {shards} shard(s): {got}"
 

@@ -23,6 +23,7 @@ from wire.messages.sampling import SamplingParams
 from wire.messages.shard import Forward, RouteStage
 
 from ..bus.procs import Procs, cli, unique_cluster
+from .driver import Driver, shards_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -44,42 +45,6 @@ def start_pipeline(procs: Procs, model: Path, cluster: str, codec: str) -> dict:
     return out
 
 
-class Driver:
-    """Plays the scheduler: one sequence at a time, pages 0.. in order, along the shards live now."""
-
-    def __init__(self, peers: Peers, directory: Directory):
-        self.peers, self.directory = peers, directory
-        self.batch_id = 0
-
-    def route(self) -> list[RouteStage]:
-        return [RouteStage(name, self.directory.get(name).epoch) for name in NAMES]
-
-    async def step(self, ids, start, *, first_layer=0, sampling=None, table=None, rows=None,
-                   route=None, **kw):
-        """One chunk of one sequence; `rows` overrides its one sampling row (e.g. [] for none)."""
-        self.batch_id += 1
-        n = len(ids)
-        pages = (start + n + PAGE - 1) // PAGE
-        table = np.arange(pages, dtype=np.int32)[None, :] if table is None else table
-        body = Forward(batch_id=self.batch_id, first_layer=first_layer,
-                       positions=wire.Tensor(np.arange(start, start + n, dtype=np.int32)),
-                       query_lens=wire.Tensor(np.array([n], np.int32)),
-                       page_table=wire.Tensor(table),
-                       tokens=wire.Tensor(np.asarray(ids, np.int32)),
-                       sampling=[sampling or SamplingParams(temperature=0.0)] if rows is None else rows,
-                       steps=[0] if rows is None else [0] * len(rows),
-                       route=self.route() if route is None else route, **kw)
-        return await self.peers.call(body.route[0].name, body, timeout=60)
-
-    async def teacher_forced(self, chat, steps):
-        """Logits after the prompt and after each of the first `steps` reference tokens."""
-        prompt, greedy = chat["prompt_ids"], chat["greedy_ids"][:steps]
-        out = [await self.step(prompt, 0, return_logits=True)]
-        for i, tok in enumerate(greedy[:-1]):
-            out.append(await self.step([tok], len(prompt) + i, return_logits=True))
-        return out
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def pipeline(model_path):
     procs = Procs()
@@ -89,21 +54,11 @@ async def pipeline(model_path):
     d = Directory(ctx, BusConfig(cluster=cluster, mdns_interfaces=("127.0.0.1",)), me="test")
     await d.start()
     peers = Peers(ctx, d, me="test")
-    await _ready(d, 3)
-    yield procs, shards, d, Driver(peers, d), cluster
+    await shards_ready(d, NAMES)
+    yield procs, shards, d, Driver(peers, d, NAMES, PAGE), cluster
     await peers.close()
     await d.stop()
     procs.stop_all()
-
-
-async def _ready(d: Directory, n: int, timeout: float = 240.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready = [e for e in d.of_kind("shard") if e.state == "ready" and "model" in e.info]
-        if len(ready) == n:
-            return ready
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"shards not ready: {d.explain()}")
 
 
 @pytest.fixture(scope="module")
@@ -286,8 +241,8 @@ async def test_int8_and_fp16_hops_agree_with_fp32_on_the_reference(model_path, l
             d = Directory(ctx, BusConfig(cluster=cluster, mdns_interfaces=("127.0.0.1",)), me="t")
             await d.start()
             peers = Peers(ctx, d, me="t")
-            await _ready(d, 3)
-            drive = Driver(peers, d)
+            await shards_ready(d, NAMES)
+            drive = Driver(peers, d, NAMES, PAGE)
             agree = total = 0
             worst = 0.0
             for chat in REFERENCE["chats"][:2]:

@@ -1,0 +1,71 @@
+"""A test's stand-in for the scheduler: Forward messages along a pipeline of real shard processes,
+found on the bus by name (tests/shard/test_shard_processes.py, test_arch_processes.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+import wire
+from bus.directory import Directory
+from bus.peers import Peers
+from wire.messages.sampling import SamplingParams
+from wire.messages.shard import Forward, RouteStage
+
+
+class Driver:
+    """Plays the scheduler: one sequence at a time, pages 0.. in order, along the shards `names`
+    (in layer order) as they are live now."""
+
+    def __init__(self, peers: Peers, directory: Directory, names: list[str], page_size: int):
+        self.peers, self.directory = peers, directory
+        self.names, self.page_size = list(names), page_size
+        self.batch_id = 0
+
+    def route(self) -> list[RouteStage]:
+        return [RouteStage(name, self.directory.get(name).epoch) for name in self.names]
+
+    async def step(self, ids, start, *, first_layer=0, sampling=None, table=None, rows=None,
+                   route=None, **kw):
+        """One chunk of one sequence; `rows` overrides its one sampling row (e.g. [] for none)."""
+        self.batch_id += 1
+        n = len(ids)
+        pages = (start + n + self.page_size - 1) // self.page_size
+        table = np.arange(pages, dtype=np.int32)[None, :] if table is None else table
+        body = Forward(batch_id=self.batch_id, first_layer=first_layer,
+                       positions=wire.Tensor(np.arange(start, start + n, dtype=np.int32)),
+                       query_lens=wire.Tensor(np.array([n], np.int32)),
+                       page_table=wire.Tensor(table),
+                       tokens=wire.Tensor(np.asarray(ids, np.int32)),
+                       sampling=[sampling or SamplingParams(temperature=0.0)] if rows is None else rows,
+                       steps=[0] if rows is None else [0] * len(rows),
+                       route=self.route() if route is None else route, **kw)
+        return await self.peers.call(body.route[0].name, body, timeout=60)
+
+    async def teacher_forced(self, chat, steps):
+        """Replies (with logits) after the prompt and after each of the first `steps` reference
+        tokens of a reference chat."""
+        prompt, greedy = chat["prompt_ids"], chat["greedy_ids"][:steps]
+        out = [await self.step(prompt, 0, return_logits=True)]
+        for i, tok in enumerate(greedy[:-1]):
+            out.append(await self.step([tok], len(prompt) + i, return_logits=True))
+        return out
+
+    async def token_by_token(self, tokens: list[int]) -> list:
+        """Replies, with logits, to token i fed alone at position i after the ones before it:
+        teacher forcing on the decode path, each step reading the KV the earlier ones wrote."""
+        return [await self.step([t], i, return_logits=True) for i, t in enumerate(tokens)]
+
+
+async def shards_ready(d: Directory, names, timeout: float = 240.0):
+    """The entries of the shards `names` once each is ready with its model loaded."""
+    names = set(names)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready = [e for e in d.of_kind("shard") if e.name in names and e.state == "ready" and "model" in e.info]
+        if len(ready) == len(names):
+            return ready
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"shards {sorted(names)} not ready: {d.explain()}")
