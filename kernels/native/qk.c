@@ -56,26 +56,27 @@ void lb_act_k_free(lb_act_k *a) {
     a->mem = NULL;
 }
 
-int lb_qk_matmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
-    const int64_t per_block = lb_is_qk(kind) ? QKK : QK;
-    if (T < 0 || N < 0 || K <= 0 || K % per_block) return LB_ESHAPE;
-    if (T == 0 || N == 0) return LB_OK;
-    const int isa = lb_chosen_isa();
-    lb_act_k ak = {0};
-    lb_act a5 = {0};
-    if (lb_is_qk(kind) ? lb_act_k_init(&ak, x, T, K) != LB_OK
-                       : lb_act_init(&a5, kind, x, T, K, lb_chosen_rounder()) != LB_OK)
-        return LB_ENOMEM;
+int lb_qk_round(int kind, const float *x, int64_t T, int64_t K, lb_qk_act *a) {
+    if (lb_is_qk(kind)) return lb_act_k_init(&a->ak, x, T, K);
+    return lb_act_init(&a->a5, kind, x, T, K, lb_chosen_rounder());
+}
+
+void lb_qk_multiply(int kind, const lb_qk_act *a, const uint8_t *w, int64_t N, float *out) {
+    const lb_act_k *ak = lb_is_qk(kind) ? &a->ak : NULL;
+    const lb_act *a5 = lb_is_qk(kind) ? NULL : &a->a5;
 #if defined(__x86_64__)
     /* AVX-512 machines run the AVX2 code for these kinds: no AVX-512 path of theirs yet. */
-    if (isa >= LB_ISA_AVX2) lb_qk_matmul_avx2(kind, &ak, &a5, w, N, out);
-    else
+    if (lb_chosen_isa() >= LB_ISA_AVX2) {
+        lb_qk_matmul_avx2(kind, ak, a5, w, N, out);
+        return;
+    }
 #endif
-        lb_qk_matmul_generic(kind, &ak, &a5, w, N, out);
-    (void)isa;
-    if (lb_is_qk(kind)) lb_act_k_free(&ak);
-    else lb_act_free(&a5);
-    return LB_OK;
+    lb_qk_matmul_generic(kind, ak, a5, w, N, out);
+}
+
+void lb_qk_free(int kind, lb_qk_act *a) {
+    if (lb_is_qk(kind)) lb_act_k_free(&a->ak);
+    else lb_act_free(&a->a5);
 }
 
 int lb_round_act_k(const float *x, int64_t T, int64_t K, int8_t *q, float *d) {
