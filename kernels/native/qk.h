@@ -35,6 +35,17 @@ typedef struct {
     void *mem;
 } lb_act_k;
 
+/* One block of 256 x into q[256], d and bsums[16] (qk.c's round_block_k is the definition). */
+typedef void (*lb_k_rounder)(const float *x, int8_t *q, float *d, int16_t *bsums);
+#if defined(__x86_64__)
+void lb_round_block_k_avx2(const float *x, int8_t *q, float *d, int16_t *bsums);
+#endif
+
+static inline void lb_zero_block_k(int8_t *q, int16_t *bsums) {
+    memset(q, 0, QKK);
+    memset(bsums, 0, 16 * sizeof(int16_t));
+}
+
 int lb_act_k_init(lb_act_k *a, const float *x, int64_t T, int64_t K);   /* LB_OK, LB_ENOMEM */
 void lb_act_k_free(lb_act_k *a);
 

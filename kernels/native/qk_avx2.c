@@ -140,6 +140,60 @@ INLINE void rows_q5(int kind, int R, const lb_act *a, int64_t t0, const uint8_t 
     }
 }
 
+/* round_block_k (qk.c) with 8 lanes: the same IEEE operations in every lane (vcvtps2dq rounds ties to
+ * even like nearbyintf under the default rounding mode), the first element of largest |x| found by
+ * comparing each with the maximum, so the same bits. */
+TGT void lb_round_block_k_avx2(const float *x, int8_t *q, float *d, int16_t *bsums) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(3.4028235e38f);
+    __m256 v[32], m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int i = 0; i < 32; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        const __m256 av = _mm256_andnot_ps(sign, v[i]);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(av, big, _CMP_NLE_UQ));      /* NaN or inf */
+        m = _mm256_max_ps(m, av);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const int finite = !_mm256_movemask_ps(bad);
+    float max = 0.0f;
+    if (finite && amax != 0.0f) {
+        const __m256 am = _mm256_set1_ps(amax);
+        for (int i = 0;; i++) {
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, v[i]), am, _CMP_EQ_OQ));
+            if (hit) {
+                max = x[8 * i + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
+    }
+    const float iscale = finite && amax != 0.0f ? -127.0f / max : __builtin_inff();
+    if (!(__builtin_fabsf(iscale) <= 3.4028235e38f)) {
+        lb_zero_block_k(q, bsums);
+        *d = finite ? 0.0f : __builtin_nanf("");
+        return;
+    }
+    const __m256 is = _mm256_set1_ps(iscale);
+    const __m256i top = _mm256_set1_epi32(127), order = _mm256_set_epi32(7, 3, 6, 2, 5, 1, 4, 0);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    __m256i s[8];                   /* s[c] lanes 0..3: 16-group 2c's partial sums, 4..7: group 2c + 1's */
+    for (int c = 0; c < 8; c++) {
+        __m256i qi[4];
+        for (int i = 0; i < 4; i++) qi[i] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(is, v[4 * c + i])), top);
+        const __m256i bytes = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])), order);
+        _mm256_storeu_si256((__m256i *)(q + 32 * c), bytes);
+        s[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, bytes), ones16);
+    }
+    for (int h = 0; h < 2; h++) {   /* groups 8h .. 8h+7: hadds leave evens in the low half, odds in the high */
+        const __m256i e = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4 * h], s[4 * h + 1]),
+                                            _mm256_hadd_epi32(s[4 * h + 2], s[4 * h + 3]));
+        const __m128i lo = _mm256_castsi256_si128(e), hi = _mm256_extracti128_si256(e, 1);
+        _mm_storeu_si128((__m128i *)(bsums + 8 * h), _mm_packs_epi32(_mm_unpacklo_epi32(lo, hi), _mm_unpackhi_epi32(lo, hi)));
+    }
+    *d = 1.0f / iscale;
+}
+
 /* One instantiation per (kind, R): the row count is known to the compiler. */
 #define ROW_FN(KIND, FN, ACT, R) \
     static TGT void FN##_##KIND##_##R(const ACT *a, int64_t t, const uint8_t *w, int64_t N, float *o) { FN(KIND, R, a, t, w, N, o); }
