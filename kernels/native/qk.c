@@ -64,7 +64,7 @@ void lb_act_k_free(lb_act_k *a) {
 
 int lb_qk_round(int kind, const float *x, int64_t T, int64_t K, lb_qk_act *a) {
     if (lb_is_qk(kind)) return lb_act_k_init(&a->ak, x, T, K);
-    return lb_act_init(&a->a5, kind, x, T, K, lb_chosen_rounder());
+    return lb_act_init(&a->a5, LB_Q8_0, x, T, K, lb_chosen_rounder());    /* Q8_0's order: the elements' own */
 }
 
 void lb_qk_multiply(int kind, const lb_qk_act *a, const uint8_t *w, int64_t N, float *out) {

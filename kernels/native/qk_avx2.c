@@ -3,8 +3,8 @@
  * 2 * 63 * 127, exact) and vpmaddwd applies each group's scale into 32-bit lanes. A K block's
  * integers are summed across lanes before any float is touched, so each output is the same float
  * operations in the same order as qk_generic.c: the same bits. Q6_K's -32 comes back as
- * -32 * scale . bsums. Q5_0/Q5_1 follow qmatmul_avx2.c's Q4_0/Q4_1 (per-lane float sums), the fifth
- * bit spread from qh to bytes. Up to 16 rows of x (K kinds; 4 for Q5) share each unpacked weight block, so
+ * -32 * scale . bsums. Q5_0/Q5_1 sum per-lane floats as qmatmul_avx2.c's Q4_1 does (see q5_tile), the
+ * fifth bit spread from qh to bytes. Up to 16 rows of x (K kinds; 8 for Q5) share each unpacked weight block, so
  * a batch of 16 streams the weights once. */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -105,39 +105,97 @@ INLINE void rows_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t
     }
 }
 
-INLINE void rows_q5(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
-    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_qk_block_bytes(kind), head = kind == LB_Q5_1 ? 4 : 2;
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(0x10);
+/* Q5_0 and Q5_1 as one kind: the unsigned 5-bit quants u (0..31) meet x's quants in vpmaddubsw, and
+ * the rest of a block is a side term sw * side_x (side_x = d_x * sum(q_x), exact): Q5_1's minimum
+ * (sw = m), Q5_0's -16 (sw = -16 d_w, exact). Per (row, weight row): acc's 8 lanes += the block's
+ * integer lane sums * (d_w * d_x) over the blocks in order, side += sw * side_x likewise, out =
+ * hsum(acc) + side. Each tile below does those operations, so a row's bits do not depend on its tile. */
+
+/* A block's 32 quants, unsigned, in element order (x is rounded in that order for these kinds). */
+INLINE __m256i q5_quants(const uint8_t *p, int head) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(0x10);
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bits = _mm256_set1_epi64x(0x8040201008040201LL);
-    for (int64_t n = 0; n < N; n++) {
-        __m256 acc[4];
-        float side[4];
-        for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), side[r] = 0.0f;
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *p = w + (n * nb + b) * bb;
-            const __m128i qs = _mm_loadu_si128((const __m128i *)(p + head + 4));
-            __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), m4);
-            __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)lb_u32(p + head)), spread);
-            h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits);      /* byte i: 0xff where bit i of qh */
-            u = _mm256_or_si256(u, _mm256_and_si256(h, b16));
-            if (kind == LB_Q5_0) u = _mm256_sub_epi8(u, b16);            /* signed: |q| against x's sign below */
-            const float dw = _cvtsh_ss(lb_u16(p)), mw = kind == LB_Q5_1 ? _cvtsh_ss(lb_u16(p + 2)) : 0.0f;
-            const __m256i au = kind == LB_Q5_0 ? _mm256_sign_epi8(u, u) : u;
-            for (int r = 0; r < R; r++) {
-                const int8_t *row = a->q + (t0 + r) * nbp * QK;
-                const float dx = a->d[(t0 + r) * nbp + b], sx = a->side[(t0 + r) * nbp + b];
-                __m256i x = _mm256_loadu2_m128i((const __m128i *)(row + lb_act_index(kind, b, 16)),
-                                                (const __m128i *)(row + lb_act_index(kind, b, 0)));
-                if (kind == LB_Q5_0) x = _mm256_sign_epi8(x, u);
-                const __m256 prod = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(au, x), ones));
-                acc[r] = _mm256_fmadd_ps(prod, _mm256_set1_ps(dw * dx), acc[r]);
-                if (kind == LB_Q5_1) side[r] += mw * sx;
-            }
-        }
-        for (int r = 0; r < R; r++) out[r * N + n] = hsum_f32(acc[r]) + side[r];
+    const __m128i qs = _mm_loadu_si128((const __m128i *)(p + head + 4));
+    const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), m4);
+    __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)lb_u32(p + head)), spread);
+    h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits);          /* byte i: 0xff where bit i of qh */
+    return _mm256_or_si256(u, _mm256_and_si256(h, b16));
+}
+
+INLINE __m256 q5_dot(__m256i u, const int8_t *x) {
+    const __m256i p16 = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)x));   /* |pair| <= 2 * 31 * 127 */
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* sw of the 8 blocks at p + c * stride as a vector: Q5_1's m, Q5_0's -16 d; *dw: their d. */
+INLINE __m256 q5_scales8(int kind, const uint8_t *p, int64_t stride, __m256 *dw) {
+    __m128i d = _mm_setzero_si128(), m = _mm_setzero_si128();
+    for (int c = 0; c < 8; c++) {
+        d = _mm_insert_epi16(d, lb_u16(p + c * stride), c);
+        if (kind == LB_Q5_1) m = _mm_insert_epi16(m, lb_u16(p + c * stride + 2), c);
     }
+    *dw = _mm256_cvtph_ps(d);
+    return kind == LB_Q5_1 ? _mm256_cvtph_ps(m) : _mm256_mul_ps(*dw, _mm256_set1_ps(-16.0f));
+}
+
+/* One row of x (a decode step) against 8 weight rows: x's block loaded once for the 8, their scales
+ * converted in one vector. */
+INLINE void q5_tile8(int kind, const lb_act *a, int64_t t, const uint8_t *w0, int64_t row_bytes, float *out0) {
+    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_qk_block_bytes(kind), head = kind == LB_Q5_1 ? 4 : 2;
+    const int8_t *row = a->q + t * nbp * QK;
+    const float *dxs = a->d + t * nbp, *sxs = a->side + t * nbp;
+    __m256 acc[8], sides = _mm256_setzero_ps();
+    float prod[8] __attribute__((aligned(32)));
+    for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w0 + b * bb;
+        /* each weight row is a few cache lines: too short a stream for the hardware prefetcher */
+        const char *ahead = (const char *)w0 + 8192 + b * 8 * bb;
+        for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+        __m256 dw;
+        const __m256 sw = q5_scales8(kind, p, row_bytes, &dw);
+        _mm256_store_ps(prod, _mm256_mul_ps(dw, _mm256_broadcast_ss(dxs + b)));
+        sides = _mm256_add_ps(sides, _mm256_mul_ps(sw, _mm256_broadcast_ss(sxs + b)));
+        for (int c = 0; c < 8; c++)
+            acc[c] = _mm256_fmadd_ps(q5_dot(q5_quants(p + c * row_bytes, head), row + b * QK),
+                                     _mm256_broadcast_ss(prod + c), acc[c]);
+    }
+    float side[8];
+    _mm256_storeu_ps(side, sides);
+    for (int c = 0; c < 8; c++) out0[c] = hsum_f32(acc[c]) + side[c];
+}
+
+/* R rows of x from t0 against one weight row: its block unpacked once for the R. */
+INLINE void q5_tile(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w, float *out0, int64_t N) {
+    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_qk_block_bytes(kind), head = kind == LB_Q5_1 ? 4 : 2, ts = a->T + 8;
+    __m256 acc[8], sides = _mm256_setzero_ps();
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + b * bb;
+        const __m256i u = q5_quants(p, head);
+        const float dw = _cvtsh_ss(lb_u16(p)), sw = kind == LB_Q5_1 ? _cvtsh_ss(lb_u16(p + 2)) : -16.0f * dw;
+        const __m256 dwv = _mm256_set1_ps(dw);
+        for (int r = 0; r < R; r++) {
+            const int64_t i = (t0 + r) * nbp + b;
+            acc[r] = _mm256_fmadd_ps(q5_dot(u, a->q + i * QK), _mm256_mul_ps(dwv, _mm256_broadcast_ss(a->d + i)), acc[r]);
+        }
+        /* rows t0 .. t0+7 of side_t at once (padded past T), lane r */
+        sides = _mm256_add_ps(sides, _mm256_mul_ps(_mm256_set1_ps(sw), _mm256_loadu_ps(a->side_t + b * ts + t0)));
+    }
+    float side[8];
+    _mm256_storeu_ps(side, sides);
+    for (int r = 0; r < R; r++) out0[r * N] = hsum_f32(acc[r]) + side[r];
+}
+
+/* nn weight rows from w against R rows of x from t0, into out (rows N apart). */
+INLINE void rows_q5(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t nn, int64_t N, float *out) {
+    const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind);
+    int64_t n = 0;
+    if (R == 1)
+        for (; n + 8 <= nn; n += 8) q5_tile8(kind, a, t0, w + n * row_bytes, row_bytes, out + n);
+    for (; n < nn; n++) q5_tile(kind, R, a, t0, w + n * row_bytes, out + n, N);
 }
 
 /* round_block_k (qk.c) with 8 lanes: the same IEEE operations in every lane (vcvtps2dq rounds ties to
@@ -197,10 +255,13 @@ TGT void lb_round_block_k_avx2(const float *x, int8_t *q, float *d, int16_t *bsu
 /* One instantiation per (kind, R): the row count is known to the compiler. */
 #define ROW_FN(KIND, FN, ACT, R) \
     static TGT void FN##_##KIND##_##R(const ACT *a, int64_t t, const uint8_t *w, int64_t N, float *o) { FN(KIND, R, a, t, w, N, o); }
-#define ROWS_Q5(KIND) ROW_FN(KIND, rows_q5, lb_act, 1) ROW_FN(KIND, rows_q5, lb_act, 2) ROW_FN(KIND, rows_q5, lb_act, 3) \
-    ROW_FN(KIND, rows_q5, lb_act, 4) \
-    static void (*const rows_q5_##KIND[5])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = { \
-        0, rows_q5_##KIND##_1, rows_q5_##KIND##_2, rows_q5_##KIND##_3, rows_q5_##KIND##_4};
+#define Q5_FN(KIND, R) static TGT void rows_q5_##KIND##_##R(const lb_act *a, int64_t t, const uint8_t *w, int64_t nn, \
+                                                          int64_t N, float *o) { rows_q5(KIND, R, a, t, w, nn, N, o); }
+#define ROWS_Q5(KIND) Q5_FN(KIND, 1) Q5_FN(KIND, 2) Q5_FN(KIND, 3) Q5_FN(KIND, 4) Q5_FN(KIND, 5) Q5_FN(KIND, 6) \
+    Q5_FN(KIND, 7) Q5_FN(KIND, 8) \
+    static void (*const rows_q5_##KIND[9])(const lb_act *, int64_t, const uint8_t *, int64_t, int64_t, float *) = { \
+        0, rows_q5_##KIND##_1, rows_q5_##KIND##_2, rows_q5_##KIND##_3, rows_q5_##KIND##_4, rows_q5_##KIND##_5, \
+        rows_q5_##KIND##_6, rows_q5_##KIND##_7, rows_q5_##KIND##_8};
 #define ROWS_K(KIND) ROW_FN(KIND, rows_k, lb_act_k, 1) ROW_FN(KIND, rows_k, lb_act_k, 2) \
     ROW_FN(KIND, rows_k, lb_act_k, 3) ROW_FN(KIND, rows_k, lb_act_k, 4) ROW_FN(KIND, rows_k, lb_act_k, 8) \
     ROW_FN(KIND, rows_k, lb_act_k, 16) \
@@ -216,9 +277,14 @@ ROWS_Q5(7)
 
 TGT void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const uint8_t *w, int64_t N, float *out) {
     if (!lb_is_qk(kind)) {
-        for (int64_t t = 0; t < a5->T; t += 4) {
-            const int R = a5->T - t < 4 ? (int)(a5->T - t) : 4;
-            (kind == LB_Q5_0 ? rows_q5_6 : rows_q5_7)[R](a5, t, w, N, out + t * N);
+        /* a few weight rows at a time (in L1) against every group of 8 rows of x: the weights stream once */
+        const int64_t row_bytes = a5->nb * lb_qk_block_bytes(kind), step = a5->T == 1 ? N : 16;
+        for (int64_t n = 0; n < N; n += step) {
+            const int64_t nn = N - n < step ? N - n : step;
+            for (int64_t t = 0; t < a5->T; t += 8) {
+                const int R = a5->T - t < 8 ? (int)(a5->T - t) : 8;
+                (kind == LB_Q5_0 ? rows_q5_6 : rows_q5_7)[R](a5, t, w + n * row_bytes, nn, N, out + t * N + n);
+            }
         }
         return;
     }
