@@ -27,12 +27,31 @@ INLINE float hsum_f32(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
+/* Both integer sums of a K block at once: *sa = sum of a's lanes, *sb = b's (exact in any order). */
+INLINE void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
+    const __m256i h = _mm256_hadd_epi32(a, b);                 /* per half: a01 a23 b01 b23 */
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    s = _mm_hadd_epi32(s, s);                                  /* A B A B */
+    *sa = _mm_cvtsi128_si32(s);
+    *sb = _mm_extract_epi32(s, 1);
+}
+
 /* One K weight block as 8 chunks of 32 unsigned quants in x's order, a 16-bit scale vector per chunk
  * (two 16-groups: low and high 128 bits), Q6_K's 16 scales widened, the mins per 16-group. */
 typedef struct {
     __m256i u[8], sc[8], sc16, mn16;
     float d, dmin;
 } kblock;
+
+/* Q4_K/Q5_K's 12 scale bytes as lb_k4_scales reads them, four at a time in 32-bit words:
+ * bytes sc[0..7] then mn[0..7]. */
+INLINE __m128i k4_scales(const uint8_t *s) {
+    const uint32_t a0 = lb_u32(s), a1 = lb_u32(s + 4), a2 = lb_u32(s + 8), low6 = 0x3f3f3f3fu, top2 = 0x03030303u;
+    const uint32_t sc03 = a0 & low6, mn03 = a1 & low6;
+    const uint32_t sc47 = (a2 & 0x0f0f0f0fu) | (((a0 >> 6) & top2) << 4);
+    const uint32_t mn47 = ((a2 >> 4) & 0x0f0f0f0fu) | (((a1 >> 6) & top2) << 4);
+    return _mm_set_epi32((int)mn47, (int)mn03, (int)sc47, (int)sc03);
+}
 
 INLINE void unpack_k(int kind, const uint8_t *blk, kblock *k) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -49,16 +68,27 @@ INLINE void unpack_k(int kind, const uint8_t *blk, kblock *k) {
             k->u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
         }
-        const int8_t *s = (const int8_t *)(blk + 192);
-        for (int c = 0; c < 8; c++)
-            k->sc[c] = _mm256_set_m128i(_mm_set1_epi16(s[2 * c + 1]), _mm_set1_epi16(s[2 * c]));
-        k->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
+        /* the 16 int8 scales as int16, 8 in each of two vectors (both halves alike); chunk c takes
+         * scale 2c into its low half and 2c + 1 into its high half with one byte shuffle */
+        const __m128i s8 = _mm_loadu_si128((const __m128i *)(blk + 192));
+        k->sc16 = _mm256_cvtepi8_epi16(s8);
+        const __m256i half[2] = {_mm256_broadcastsi128_si256(_mm256_castsi256_si128(k->sc16)),
+                                 _mm256_broadcastsi128_si256(_mm256_extracti128_si256(k->sc16, 1))};
+        for (int c = 0; c < 8; c++) {
+            const int lo = 4 * (c & 3), hi = lo + 2;
+            k->sc[c] = _mm256_shuffle_epi8(half[c >> 2], _mm256_set_m128i(_mm_set1_epi16((short)((hi + 1) << 8 | hi)),
+                                                                         _mm_set1_epi16((short)((lo + 1) << 8 | lo))));
+        }
         k->d = _cvtsh_ss(lb_u16(blk + 208));
         k->dmin = 0.0f;
         return;
     }
-    uint8_t s8[8], m8[8];
-    lb_k4_scales(blk + 4, s8, m8);
+    const __m256i scales = _mm256_broadcastsi128_si256(k4_scales(blk + 4));   /* bytes sc[0..7] mn[0..7], twice */
+    for (int c = 0; c < 8; c++) k->sc[c] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)(0x8000 | c)));
+    /* 16-bit lane g: mn[g / 2] (mins are per 32, bsums per 16) */
+    k->mn16 = _mm256_shuffle_epi8(scales, _mm256_setr_epi8(8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128,
+                                                            11, -128, 11, -128, 12, -128, 12, -128, 13, -128, 13, -128,
+                                                            14, -128, 14, -128, 15, -128, 15, -128));
     const uint8_t *qs = blk + (kind == LB_Q5_K ? 48 : 16);
     const __m256i qh = kind == LB_Q5_K ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
     const __m256i one = _mm256_set1_epi8(1);
@@ -73,9 +103,6 @@ INLINE void unpack_k(int kind, const uint8_t *blk, kblock *k) {
             k->u[2 * j + 1] = _mm256_or_si256(k->u[2 * j + 1], _mm256_slli_epi16(b1, 4));
         }
     }
-    for (int c = 0; c < 8; c++) k->sc[c] = _mm256_set1_epi16(s8[c]);
-    k->mn16 = _mm256_cvtepu8_epi16(_mm_set_epi8(m8[7], m8[7], m8[6], m8[6], m8[5], m8[5], m8[4], m8[4],
-                                                m8[3], m8[3], m8[2], m8[2], m8[1], m8[1], m8[0], m8[0]));
     k->d = _cvtsh_ss(lb_u16(blk));
     k->dmin = _cvtsh_ss(lb_u16(blk + 2));
 }
@@ -97,8 +124,14 @@ INLINE void rows_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t
                     s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(k.u[c], x), k.sc[c]));
                 }
                 const float dx = a->d[(t0 + r) * nb + b];
-                acc[r] += k.d * dx * (float)hsum_i32(s);
-                if (kind != LB_Q6_K) accm[r] += k.dmin * dx * (float)hsum_i32(_mm256_madd_epi16(bs, k.mn16));
+                if (kind == LB_Q6_K) {
+                    acc[r] += k.d * dx * (float)hsum_i32(s);
+                } else {
+                    int32_t sumi, summin;
+                    hsum2_i32(s, _mm256_madd_epi16(bs, k.mn16), &sumi, &summin);
+                    acc[r] += k.d * dx * (float)sumi;
+                    accm[r] += k.dmin * dx * (float)summin;
+                }
             }
         }
         for (int r = 0; r < R; r++) out[r * N + n] = acc[r] - accm[r];
