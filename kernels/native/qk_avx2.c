@@ -150,8 +150,9 @@ INLINE __m256i q5_quants(const uint8_t *p, int head) {
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bits = _mm256_set1_epi64x(0x8040201008040201LL);
-    const __m128i qs = _mm_loadu_si128((const __m128i *)(p + head + 4));
-    const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), m4);
+    /* low nibbles in the low half, high nibbles (shifted down 4) in the high half */
+    const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + head + 4)));
+    const __m256i u = _mm256_and_si256(_mm256_srlv_epi32(qs, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), m4);
     __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)lb_u32(p + head)), spread);
     h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits);          /* byte i: 0xff where bit i of qh */
     return _mm256_or_si256(u, _mm256_and_si256(h, b16));
