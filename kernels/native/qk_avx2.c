@@ -107,32 +107,68 @@ INLINE void unpack_k(int kind, const uint8_t *blk, kblock *k) {
     k->dmin = _cvtsh_ss(lb_u16(blk + 2));
 }
 
+/* One row's integer work on a K block: the lanes of sum over chunks of scale * (u . x), Q6_K's
+ * -32 * scale . bsums included; *m: the lanes of min . bsums (Q4_K/Q5_K). */
+INLINE __m256i k_dot(int kind, const kblock *k, const int8_t *xq, const int16_t *bsums, __m256i *m) {
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
+    __m256i s = kind == LB_Q6_K ? _mm256_slli_epi32(_mm256_madd_epi16(bs, k->sc16), 5) : _mm256_setzero_si256();
+    s = _mm256_sub_epi32(_mm256_setzero_si256(), s);
+    for (int c = 0; c < 8; c++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * c));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(k->u[c], x), k->sc[c]));
+    }
+    *m = kind == LB_Q6_K ? _mm256_setzero_si256() : _mm256_madd_epi16(bs, k->mn16);
+    return s;
+}
+
+/* Lane r of the result: the sum of v[r]'s lanes (exact). */
+INLINE __m256i sum_lanes8(const __m256i v[8]) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));  /* per half: rows 0..3 */
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));  /* rows 4..7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* R rows of x from t0 against each weight row, its blocks unpacked once for the R. Per row and block the
+ * float steps of qk_generic.c: acc += (d * d_x) * sumi, accm += (dmin * d_x) * summin; with 8 rows
+ * or more they run as vectors, lane r for row r (the same operations, so the same bits). */
 INLINE void rows_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
     const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind);
+    const int G = R / 8;                            /* groups of 8 rows summed as vectors */
+    float dxt[G ? nb * R : 1];                      /* d_x by block, then row */
+    for (int64_t b = 0; G && b < nb; b++)
+        for (int r = 0; r < R; r++) dxt[b * R + r] = a->d[(t0 + r) * nb + b];
     kblock k;
     for (int64_t n = 0; n < N; n++) {
         float acc[16] = {0}, accm[16] = {0};
+        __m256 accv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, accmv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int64_t b = 0; b < nb; b++) {
             unpack_k(kind, w + (n * nb + b) * bb, &k);
-            for (int r = 0; r < R; r++) {
-                const int8_t *xq = a->q + (t0 + r) * a->K + b * QKK;
-                const __m256i bs = _mm256_loadu_si256((const __m256i *)(a->bsums + ((t0 + r) * nb + b) * 16));
-                __m256i s = kind == LB_Q6_K ? _mm256_slli_epi32(_mm256_madd_epi16(bs, k.sc16), 5) : _mm256_setzero_si256();
-                s = _mm256_sub_epi32(_mm256_setzero_si256(), s);
-                for (int c = 0; c < 8; c++) {
-                    const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * c));
-                    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(k.u[c], x), k.sc[c]));
+            for (int g = 0; g < G; g++) {
+                __m256i sv[8], mv[8];
+                for (int r = 0; r < 8; r++) {
+                    const int64_t t = t0 + 8 * g + r;
+                    sv[r] = k_dot(kind, &k, a->q + t * a->K + b * QKK, a->bsums + (t * nb + b) * 16, &mv[r]);
                 }
-                const float dx = a->d[(t0 + r) * nb + b];
-                if (kind == LB_Q6_K) {
-                    acc[r] += k.d * dx * (float)hsum_i32(s);
-                } else {
-                    int32_t sumi, summin;
-                    hsum2_i32(s, _mm256_madd_epi16(bs, k.mn16), &sumi, &summin);
-                    acc[r] += k.d * dx * (float)sumi;
-                    accm[r] += k.dmin * dx * (float)summin;
-                }
+                const __m256 dx = _mm256_loadu_ps(dxt + b * R + 8 * g);
+                accv[g] = _mm256_add_ps(accv[g], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(k.d), dx),
+                                                               _mm256_cvtepi32_ps(sum_lanes8(sv))));
+                if (kind != LB_Q6_K)
+                    accmv[g] = _mm256_add_ps(accmv[g], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(k.dmin), dx),
+                                                                     _mm256_cvtepi32_ps(sum_lanes8(mv))));
             }
+            for (int r = 8 * G; r < R; r++) {
+                __m256i m;
+                const __m256i s = k_dot(kind, &k, a->q + (t0 + r) * a->K + b * QKK, a->bsums + ((t0 + r) * nb + b) * 16, &m);
+                const float dx = a->d[(t0 + r) * nb + b];
+                int32_t sumi, summin;
+                hsum2_i32(s, m, &sumi, &summin);
+                acc[r] += k.d * dx * (float)sumi;
+                if (kind != LB_Q6_K) accm[r] += k.dmin * dx * (float)summin;
+            }
+        }
+        for (int g = 0; g < G; g++) {
+            _mm256_storeu_ps(acc + 8 * g, accv[g]);
+            _mm256_storeu_ps(accm + 8 * g, accmv[g]);
         }
         for (int r = 0; r < R; r++) out[r * N + n] = acc[r] - accm[r];
     }
