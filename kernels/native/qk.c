@@ -52,8 +52,7 @@ int lb_act_k_init(lb_act_k *a, const float *x, int64_t T, int64_t K) {
 #endif
     for (int64_t t = 0; t < T; t++)
         for (int64_t b = 0; b < a->nb; b++)
-            round(x + t * K + b * QKK, a->q + t * K + b * QKK, a->d + t * a->nb + b,
-                          a->bsums + (t * a->nb + b) * 16);
+            round(x + t * K + b * QKK, a->q + t * K + b * QKK, a->d + t * a->nb + b, a->bsums + (t * a->nb + b) * 16);
     return LB_OK;
 }
 

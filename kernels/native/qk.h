@@ -1,5 +1,6 @@
 /* Internals of the K-quant (Q4_K, Q5_K, Q6_K) and 5-bit (Q5_0, Q5_1) kernels: block sizes, the
- * activations rounded to Q8_K, and the code paths. qmatmul.c rounds, multiplies and splits these kinds through lb_qk_round / lb_qk_multiply. */
+ * activations rounded to Q8_K, and the code paths. qmatmul.c rounds, multiplies and splits these
+ * kinds over threads through lb_qk_round / lb_qk_multiply / lb_qk_free. */
 #ifndef LB_QK_H
 #define LB_QK_H
 
