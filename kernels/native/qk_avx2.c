@@ -3,9 +3,9 @@
  * 2 * 63 * 127, exact) and vpmaddwd applies each group's scale into 32-bit lanes. A K block's
  * integers are summed across lanes before any float is touched, so each output is the same float
  * operations in the same order as qk_generic.c: the same bits. Q6_K's -32 comes back as
- * -32 * scale . bsums. Q5_0/Q5_1 sum per-lane floats as qmatmul_avx2.c's Q4_1 does (see q5_tile), the
- * fifth bit spread from qh to bytes. Up to 16 rows of x (K kinds; 8 for Q5) share each unpacked weight block, so
- * a batch of 16 streams the weights once. */
+ * -32 * scale . bsums. Q5_0/Q5_1 sum per-lane floats as qmatmul_avx2.c's Q4_1 does (see q5_tile),
+ * the fifth bit spread from qh to bytes. Up to 16 rows of x (K kinds; 8 for Q5, 16 weight rows at a
+ * time) share each unpacked weight block, so a batch of 16 streams the weights once. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -13,13 +13,6 @@
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
-
-INLINE int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
 
 INLINE float hsum_f32(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
