@@ -36,16 +36,18 @@ QKK = 256
 def round_act_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """x (T, K) float32, K a multiple of 256 -> (q int8 (T, K), d float32 (T, K // 256)) as llama.cpp's
     quantize_row_q8_K: per block the element of largest |x| (the first) is `max`, iscale = -127 / max,
-    q = min(127, rint(iscale * x)) ties to even, d = 1 / iscale; a block of zeros gives d 0, one with
-    NaN or inf d NaN (both with q 0). Q4_K/Q5_K/Q6_K weights multiply these."""
+    q = min(127, rint(iscale * x)) ties to even, d = 1 / iscale; a block of zeros (or one whose max is so
+    small that iscale overflows) gives d 0, one with NaN or inf d NaN (both with q 0). Q4_K/Q5_K/Q6_K
+    weights multiply these."""
     t, k = x.shape
     b = x.reshape(t, k // QKK, QKK)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         a = np.abs(b)
         finite = (a <= np.finfo(np.float32).max).all(-1)
         mx = np.take_along_axis(b, np.argmax(np.where(finite[..., None], a, 0), -1)[..., None], -1)[..., 0]
-        live = finite & (mx != 0)
-        iscale = np.where(live, np.float32(-127) / np.where(live, mx, np.float32(1)), np.float32(0))
+        iscale = np.float32(-127) / np.where(finite & (mx != 0), mx, np.float32(0))
+        live = np.abs(iscale) <= np.finfo(np.float32).max         # not zero, tiny, NaN or inf
+        iscale = np.where(live, iscale, np.float32(0))
         q = np.minimum(np.rint(np.where(live[..., None], b, np.float32(0)) * iscale[..., None]), np.float32(127))
         d = np.where(live, np.float32(1) / np.where(live, iscale, np.float32(1)),
                      np.where(finite, np.float32(0), np.float32(np.nan)))

@@ -6,7 +6,10 @@
 #include "qk.h"
 
 /* One block of 256 as quantize_row_q8_K_ref: the signed element of largest magnitude (the first,
- * on ties) sets iscale = -127 / max; q = min(127, rint(iscale * x)) with ties to even, d = 1 / iscale. */
+ * on ties) sets iscale = -127 / max; q = min(127, rint(iscale * x)) with ties to even, d = 1 / iscale.
+ * A block whose max is so small (below 127 / FLT_MAX) that iscale overflows rounds to q 0 as
+ * llama.cpp's nearest_int makes of an infinite product, with d 0. The definition lb_round_block_k_avx2
+ * follows bit for bit. */
 static void round_block_k(const float *x, int8_t *q, float *d, int16_t *bsums) {
     float amax = 0.0f, max = 0.0f;
     int finite = 1;
@@ -15,13 +18,12 @@ static void round_block_k(const float *x, int8_t *q, float *d, int16_t *bsums) {
         finite &= ax <= 3.4028235e38f;
         if (ax > amax) amax = ax, max = x[j];
     }
-    if (!finite || amax == 0.0f) {                 /* all zero: d 0; NaN or inf: d NaN reaches the output */
-        for (int j = 0; j < QKK; j++) q[j] = 0;
-        for (int j = 0; j < QKK / 16; j++) bsums[j] = 0;
+    const float iscale = finite && amax != 0.0f ? -127.0f / max : INFINITY;
+    if (!(fabsf(iscale) <= 3.4028235e38f)) {      /* all zero or tiny: d 0; NaN or inf: d NaN reaches the output */
+        lb_zero_block_k(q, bsums);
         *d = finite ? 0.0f : NAN;
         return;
     }
-    const float iscale = -127.0f / max;
     for (int j = 0; j < QKK; j++) {
         const int v = (int)nearbyintf(iscale * x[j]);
         q[j] = (int8_t)(v < 127 ? v : 127);
@@ -44,10 +46,13 @@ int lb_act_k_init(lb_act_k *a, const float *x, int64_t T, int64_t K) {
     a->d = (float *)(((uintptr_t)a->mem + 63) & ~(uintptr_t)63);
     a->bsums = (int16_t *)(a->d + n);
     a->q = (int8_t *)(a->bsums + n * 16);
+    lb_k_rounder round = round_block_k;
+#if defined(__x86_64__)
+    if (lb_chosen_isa() >= LB_ISA_AVX2) round = lb_round_block_k_avx2;
+#endif
     for (int64_t t = 0; t < T; t++)
         for (int64_t b = 0; b < a->nb; b++)
-            round_block_k(x + t * K + b * QKK, a->q + t * K + b * QKK, a->d + t * a->nb + b,
-                          a->bsums + (t * a->nb + b) * 16);
+            round(x + t * K + b * QKK, a->q + t * K + b * QKK, a->d + t * a->nb + b, a->bsums + (t * a->nb + b) * 16);
     return LB_OK;
 }
 
@@ -56,26 +61,27 @@ void lb_act_k_free(lb_act_k *a) {
     a->mem = NULL;
 }
 
-int lb_qk_matmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
-    const int64_t per_block = lb_is_qk(kind) ? QKK : QK;
-    if (T < 0 || N < 0 || K <= 0 || K % per_block) return LB_ESHAPE;
-    if (T == 0 || N == 0) return LB_OK;
-    const int isa = lb_chosen_isa();
-    lb_act_k ak = {0};
-    lb_act a5 = {0};
-    if (lb_is_qk(kind) ? lb_act_k_init(&ak, x, T, K) != LB_OK
-                       : lb_act_init(&a5, kind, x, T, K, lb_chosen_rounder()) != LB_OK)
-        return LB_ENOMEM;
+int lb_qk_round(int kind, const float *x, int64_t T, int64_t K, lb_qk_act *a) {
+    if (lb_is_qk(kind)) return lb_act_k_init(&a->ak, x, T, K);
+    return lb_act_init(&a->a5, LB_Q8_0, x, T, K, lb_chosen_rounder());    /* Q8_0's order: the elements' own */
+}
+
+void lb_qk_multiply(int kind, const lb_qk_act *a, const uint8_t *w, int64_t N, float *out) {
+    const lb_act_k *ak = lb_is_qk(kind) ? &a->ak : NULL;
+    const lb_act *a5 = lb_is_qk(kind) ? NULL : &a->a5;
 #if defined(__x86_64__)
     /* AVX-512 machines run the AVX2 code for these kinds: no AVX-512 path of theirs yet. */
-    if (isa >= LB_ISA_AVX2) lb_qk_matmul_avx2(kind, &ak, &a5, w, N, out);
-    else
+    if (lb_chosen_isa() >= LB_ISA_AVX2) {
+        lb_qk_matmul_avx2(kind, ak, a5, w, N, out);
+        return;
+    }
 #endif
-        lb_qk_matmul_generic(kind, &ak, &a5, w, N, out);
-    (void)isa;
-    if (lb_is_qk(kind)) lb_act_k_free(&ak);
-    else lb_act_free(&a5);
-    return LB_OK;
+    lb_qk_matmul_generic(kind, ak, a5, w, N, out);
+}
+
+void lb_qk_free(int kind, lb_qk_act *a) {
+    if (lb_is_qk(kind)) lb_act_k_free(&a->ak);
+    else lb_act_free(&a->a5);
 }
 
 int lb_round_act_k(const float *x, int64_t T, int64_t K, int8_t *q, float *d) {

@@ -1,5 +1,6 @@
 /* Internals of the K-quant (Q4_K, Q5_K, Q6_K) and 5-bit (Q5_0, Q5_1) kernels: block sizes, the
- * activations rounded to Q8_K, and the code paths. qmatmul.c hands these kinds to lb_qk_matmul. */
+ * activations rounded to Q8_K, and the code paths. qmatmul.c rounds, multiplies and splits these
+ * kinds over threads through lb_qk_round / lb_qk_multiply / lb_qk_free. */
 #ifndef LB_QK_H
 #define LB_QK_H
 
@@ -35,8 +36,31 @@ typedef struct {
     void *mem;
 } lb_act_k;
 
+/* One block of 256 x into q[256], d and bsums[16] (qk.c's round_block_k is the definition). */
+typedef void (*lb_k_rounder)(const float *x, int8_t *q, float *d, int16_t *bsums);
+#if defined(__x86_64__)
+void lb_round_block_k_avx2(const float *x, int8_t *q, float *d, int16_t *bsums);
+#endif
+
+static inline void lb_zero_block_k(int8_t *q, int16_t *bsums) {
+    memset(q, 0, QKK);
+    memset(bsums, 0, 16 * sizeof(int16_t));
+}
+
 int lb_act_k_init(lb_act_k *a, const float *x, int64_t T, int64_t K);   /* LB_OK, LB_ENOMEM */
 void lb_act_k_free(lb_act_k *a);
+
+/* x rounded for one of these kinds: Q8_K (ak) for the K kinds, Q8_0 / Q8_1 (a5) for Q5_0 / Q5_1. */
+typedef union {
+    lb_act_k ak;
+    lb_act a5;
+} lb_qk_act;
+
+/* The three steps lb_qmatmul runs (and splits over threads) for these kinds, as for its own: round x
+ * (LB_OK, LB_ENOMEM), multiply rows of weights by it on the chosen code path, free it. */
+int lb_qk_round(int kind, const float *x, int64_t T, int64_t K, lb_qk_act *a);
+void lb_qk_multiply(int kind, const lb_qk_act *a, const uint8_t *w, int64_t N, float *out);
+void lb_qk_free(int kind, lb_qk_act *a);
 
 /* The scales of a Q4_K/Q5_K block's eight sub-blocks of 32: 6 bits each, packed in 12 bytes. */
 static inline void lb_k4_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {

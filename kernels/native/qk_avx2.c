@@ -3,9 +3,9 @@
  * 2 * 63 * 127, exact) and vpmaddwd applies each group's scale into 32-bit lanes. A K block's
  * integers are summed across lanes before any float is touched, so each output is the same float
  * operations in the same order as qk_generic.c: the same bits. Q6_K's -32 comes back as
- * -32 * scale . bsums. Q5_0/Q5_1 follow qmatmul_avx2.c's Q4_0/Q4_1 (per-lane float sums), the fifth
- * bit spread from qh to bytes. Up to 16 rows of x (K kinds; 4 for Q5) share each unpacked weight block, so
- * a batch of 16 streams the weights once. */
+ * -32 * scale . bsums. Q5_0/Q5_1 sum per-lane floats as qmatmul_avx2.c's Q4_1 does (see q5_tile),
+ * the fifth bit spread from qh to bytes. Up to 16 rows of x (K kinds; 8 for Q5, 16 weight rows at a
+ * time) share each unpacked weight block, so a batch of 16 streams the weights once. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -14,17 +14,19 @@
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
 
-INLINE int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
 INLINE float hsum_f32(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* Both integer sums of a K block at once: *sa = sum of a's lanes, *sb = b's (exact in any order). */
+INLINE void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
+    const __m256i h = _mm256_hadd_epi32(a, b);                 /* per half: a01 a23 b01 b23 */
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    s = _mm_hadd_epi32(s, s);                                  /* A B A B */
+    *sa = _mm_cvtsi128_si32(s);
+    *sb = _mm_extract_epi32(s, 1);
 }
 
 /* One K weight block as 8 chunks of 32 unsigned quants in x's order, a 16-bit scale vector per chunk
@@ -33,6 +35,16 @@ typedef struct {
     __m256i u[8], sc[8], sc16, mn16;
     float d, dmin;
 } kblock;
+
+/* Q4_K/Q5_K's 12 scale bytes as lb_k4_scales reads them, four at a time in 32-bit words:
+ * bytes sc[0..7] then mn[0..7]. */
+INLINE __m128i k4_scales(const uint8_t *s) {
+    const uint32_t a0 = lb_u32(s), a1 = lb_u32(s + 4), a2 = lb_u32(s + 8), low6 = 0x3f3f3f3fu, top2 = 0x03030303u;
+    const uint32_t sc03 = a0 & low6, mn03 = a1 & low6;
+    const uint32_t sc47 = (a2 & 0x0f0f0f0fu) | (((a0 >> 6) & top2) << 4);
+    const uint32_t mn47 = ((a2 >> 4) & 0x0f0f0f0fu) | (((a1 >> 6) & top2) << 4);
+    return _mm_set_epi32((int)mn47, (int)mn03, (int)sc47, (int)sc03);
+}
 
 INLINE void unpack_k(int kind, const uint8_t *blk, kblock *k) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -49,16 +61,27 @@ INLINE void unpack_k(int kind, const uint8_t *blk, kblock *k) {
             k->u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
         }
-        const int8_t *s = (const int8_t *)(blk + 192);
-        for (int c = 0; c < 8; c++)
-            k->sc[c] = _mm256_set_m128i(_mm_set1_epi16(s[2 * c + 1]), _mm_set1_epi16(s[2 * c]));
-        k->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
+        /* the 16 int8 scales as int16, 8 in each of two vectors (both halves alike); chunk c takes
+         * scale 2c into its low half and 2c + 1 into its high half with one byte shuffle */
+        const __m128i s8 = _mm_loadu_si128((const __m128i *)(blk + 192));
+        k->sc16 = _mm256_cvtepi8_epi16(s8);
+        const __m256i half[2] = {_mm256_broadcastsi128_si256(_mm256_castsi256_si128(k->sc16)),
+                                 _mm256_broadcastsi128_si256(_mm256_extracti128_si256(k->sc16, 1))};
+        for (int c = 0; c < 8; c++) {
+            const int lo = 4 * (c & 3), hi = lo + 2;
+            k->sc[c] = _mm256_shuffle_epi8(half[c >> 2], _mm256_set_m128i(_mm_set1_epi16((short)((hi + 1) << 8 | hi)),
+                                                                         _mm_set1_epi16((short)((lo + 1) << 8 | lo))));
+        }
         k->d = _cvtsh_ss(lb_u16(blk + 208));
         k->dmin = 0.0f;
         return;
     }
-    uint8_t s8[8], m8[8];
-    lb_k4_scales(blk + 4, s8, m8);
+    const __m256i scales = _mm256_broadcastsi128_si256(k4_scales(blk + 4));   /* bytes sc[0..7] mn[0..7], twice */
+    for (int c = 0; c < 8; c++) k->sc[c] = _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)(0x8000 | c)));
+    /* 16-bit lane g: mn[g / 2] (mins are per 32, bsums per 16) */
+    k->mn16 = _mm256_shuffle_epi8(scales, _mm256_setr_epi8(8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128,
+                                                            11, -128, 11, -128, 12, -128, 12, -128, 13, -128, 13, -128,
+                                                            14, -128, 14, -128, 15, -128, 15, -128));
     const uint8_t *qs = blk + (kind == LB_Q5_K ? 48 : 16);
     const __m256i qh = kind == LB_Q5_K ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
     const __m256i one = _mm256_set1_epi8(1);
@@ -73,80 +96,235 @@ INLINE void unpack_k(int kind, const uint8_t *blk, kblock *k) {
             k->u[2 * j + 1] = _mm256_or_si256(k->u[2 * j + 1], _mm256_slli_epi16(b1, 4));
         }
     }
-    for (int c = 0; c < 8; c++) k->sc[c] = _mm256_set1_epi16(s8[c]);
-    k->mn16 = _mm256_cvtepu8_epi16(_mm_set_epi8(m8[7], m8[7], m8[6], m8[6], m8[5], m8[5], m8[4], m8[4],
-                                                m8[3], m8[3], m8[2], m8[2], m8[1], m8[1], m8[0], m8[0]));
     k->d = _cvtsh_ss(lb_u16(blk));
     k->dmin = _cvtsh_ss(lb_u16(blk + 2));
 }
 
+/* One row's integer work on a K block: the lanes of sum over chunks of scale * (u . x), Q6_K's
+ * -32 * scale . bsums included; *m: the lanes of min . bsums (Q4_K/Q5_K). */
+INLINE __m256i k_dot(int kind, const kblock *k, const int8_t *xq, const int16_t *bsums, __m256i *m) {
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
+    __m256i s = kind == LB_Q6_K ? _mm256_slli_epi32(_mm256_madd_epi16(bs, k->sc16), 5) : _mm256_setzero_si256();
+    s = _mm256_sub_epi32(_mm256_setzero_si256(), s);
+    for (int c = 0; c < 8; c++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * c));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(k->u[c], x), k->sc[c]));
+    }
+    *m = kind == LB_Q6_K ? _mm256_setzero_si256() : _mm256_madd_epi16(bs, k->mn16);
+    return s;
+}
+
+/* Lane r of the result: the sum of v[r]'s lanes (exact). */
+INLINE __m256i sum_lanes8(const __m256i v[8]) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));  /* per half: rows 0..3 */
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));  /* rows 4..7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* R rows of x from t0 against each weight row, its blocks unpacked once for the R. Per row and block the
+ * float steps of qk_generic.c: acc += (d * d_x) * sumi, accm += (dmin * d_x) * summin; with 8 rows
+ * or more they run as vectors, lane r for row r (the same operations, so the same bits). */
 INLINE void rows_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
     const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind);
+    const int G = R / 8;                            /* groups of 8 rows summed as vectors */
+    float dxt[G ? nb * R : 1];                      /* d_x by block, then row */
+    for (int64_t b = 0; G && b < nb; b++)
+        for (int r = 0; r < R; r++) dxt[b * R + r] = a->d[(t0 + r) * nb + b];
     kblock k;
     for (int64_t n = 0; n < N; n++) {
         float acc[16] = {0}, accm[16] = {0};
+        __m256 accv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, accmv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int64_t b = 0; b < nb; b++) {
             unpack_k(kind, w + (n * nb + b) * bb, &k);
-            for (int r = 0; r < R; r++) {
-                const int8_t *xq = a->q + (t0 + r) * a->K + b * QKK;
-                const __m256i bs = _mm256_loadu_si256((const __m256i *)(a->bsums + ((t0 + r) * nb + b) * 16));
-                __m256i s = kind == LB_Q6_K ? _mm256_slli_epi32(_mm256_madd_epi16(bs, k.sc16), 5) : _mm256_setzero_si256();
-                s = _mm256_sub_epi32(_mm256_setzero_si256(), s);
-                for (int c = 0; c < 8; c++) {
-                    const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * c));
-                    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(k.u[c], x), k.sc[c]));
+            for (int g = 0; g < G; g++) {
+                __m256i sv[8], mv[8];
+                for (int r = 0; r < 8; r++) {
+                    const int64_t t = t0 + 8 * g + r;
+                    sv[r] = k_dot(kind, &k, a->q + t * a->K + b * QKK, a->bsums + (t * nb + b) * 16, &mv[r]);
                 }
-                const float dx = a->d[(t0 + r) * nb + b];
-                acc[r] += k.d * dx * (float)hsum_i32(s);
-                if (kind != LB_Q6_K) accm[r] += k.dmin * dx * (float)hsum_i32(_mm256_madd_epi16(bs, k.mn16));
+                const __m256 dx = _mm256_loadu_ps(dxt + b * R + 8 * g);
+                accv[g] = _mm256_add_ps(accv[g], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(k.d), dx),
+                                                               _mm256_cvtepi32_ps(sum_lanes8(sv))));
+                if (kind != LB_Q6_K)
+                    accmv[g] = _mm256_add_ps(accmv[g], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(k.dmin), dx),
+                                                                     _mm256_cvtepi32_ps(sum_lanes8(mv))));
             }
+            for (int r = 8 * G; r < R; r++) {
+                __m256i m;
+                const __m256i s = k_dot(kind, &k, a->q + (t0 + r) * a->K + b * QKK, a->bsums + ((t0 + r) * nb + b) * 16, &m);
+                const float dx = a->d[(t0 + r) * nb + b];
+                int32_t sumi, summin;
+                hsum2_i32(s, m, &sumi, &summin);
+                acc[r] += k.d * dx * (float)sumi;
+                if (kind != LB_Q6_K) accm[r] += k.dmin * dx * (float)summin;
+            }
+        }
+        for (int g = 0; g < G; g++) {
+            _mm256_storeu_ps(acc + 8 * g, accv[g]);
+            _mm256_storeu_ps(accm + 8 * g, accmv[g]);
         }
         for (int r = 0; r < R; r++) out[r * N + n] = acc[r] - accm[r];
     }
 }
 
-INLINE void rows_q5(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
-    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_qk_block_bytes(kind), head = kind == LB_Q5_1 ? 4 : 2;
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(0x10);
+/* Q5_0 and Q5_1 as one kind: the unsigned 5-bit quants u (0..31) meet x's quants in vpmaddubsw, and
+ * the rest of a block is a side term sw * side_x (side_x = d_x * sum(q_x), exact): Q5_1's minimum
+ * (sw = m), Q5_0's -16 (sw = -16 d_w, exact). Per (row, weight row): acc's 8 lanes += the block's
+ * integer lane sums * (d_w * d_x) over the blocks in order, side += sw * side_x likewise, out =
+ * hsum(acc) + side. Each tile below does those operations, so a row's bits do not depend on its tile. */
+
+/* A block's 32 quants, unsigned, in element order (x is rounded in that order for these kinds). */
+INLINE __m256i q5_quants(const uint8_t *p, int head) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(0x10);
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bits = _mm256_set1_epi64x(0x8040201008040201LL);
-    for (int64_t n = 0; n < N; n++) {
-        __m256 acc[4];
-        float side[4];
-        for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), side[r] = 0.0f;
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *p = w + (n * nb + b) * bb;
-            const __m128i qs = _mm_loadu_si128((const __m128i *)(p + head + 4));
-            __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), m4);
-            __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)lb_u32(p + head)), spread);
-            h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits);      /* byte i: 0xff where bit i of qh */
-            u = _mm256_or_si256(u, _mm256_and_si256(h, b16));
-            if (kind == LB_Q5_0) u = _mm256_sub_epi8(u, b16);            /* signed: |q| against x's sign below */
-            const float dw = _cvtsh_ss(lb_u16(p)), mw = kind == LB_Q5_1 ? _cvtsh_ss(lb_u16(p + 2)) : 0.0f;
-            const __m256i au = kind == LB_Q5_0 ? _mm256_sign_epi8(u, u) : u;
-            for (int r = 0; r < R; r++) {
-                const int8_t *row = a->q + (t0 + r) * nbp * QK;
-                const float dx = a->d[(t0 + r) * nbp + b], sx = a->side[(t0 + r) * nbp + b];
-                __m256i x = _mm256_loadu2_m128i((const __m128i *)(row + lb_act_index(kind, b, 16)),
-                                                (const __m128i *)(row + lb_act_index(kind, b, 0)));
-                if (kind == LB_Q5_0) x = _mm256_sign_epi8(x, u);
-                const __m256 prod = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(au, x), ones));
-                acc[r] = _mm256_fmadd_ps(prod, _mm256_set1_ps(dw * dx), acc[r]);
-                if (kind == LB_Q5_1) side[r] += mw * sx;
+    /* low nibbles in the low half, high nibbles (shifted down 4) in the high half */
+    const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + head + 4)));
+    const __m256i u = _mm256_and_si256(_mm256_srlv_epi32(qs, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), m4);
+    __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)lb_u32(p + head)), spread);
+    h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits);          /* byte i: 0xff where bit i of qh */
+    return _mm256_or_si256(u, _mm256_and_si256(h, b16));
+}
+
+INLINE __m256 q5_dot(__m256i u, const int8_t *x) {
+    const __m256i p16 = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)x));   /* |pair| <= 2 * 31 * 127 */
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* sw of the 8 blocks at p + c * stride as a vector: Q5_1's m, Q5_0's -16 d; *dw: their d. */
+INLINE __m256 q5_scales8(int kind, const uint8_t *p, int64_t stride, __m256 *dw) {
+    __m128i d = _mm_setzero_si128(), m = _mm_setzero_si128();
+    for (int c = 0; c < 8; c++) {
+        d = _mm_insert_epi16(d, lb_u16(p + c * stride), c);
+        if (kind == LB_Q5_1) m = _mm_insert_epi16(m, lb_u16(p + c * stride + 2), c);
+    }
+    *dw = _mm256_cvtph_ps(d);
+    return kind == LB_Q5_1 ? _mm256_cvtph_ps(m) : _mm256_mul_ps(*dw, _mm256_set1_ps(-16.0f));
+}
+
+/* One row of x (a decode step) against 8 weight rows: x's block loaded once for the 8, their scales
+ * converted in one vector. */
+INLINE void q5_tile8(int kind, const lb_act *a, int64_t t, const uint8_t *w0, int64_t row_bytes, float *out0) {
+    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_qk_block_bytes(kind), head = kind == LB_Q5_1 ? 4 : 2;
+    const int8_t *row = a->q + t * nbp * QK;
+    const float *dxs = a->d + t * nbp, *sxs = a->side + t * nbp;
+    __m256 acc[8], sides = _mm256_setzero_ps();
+    float prod[8] __attribute__((aligned(32)));
+    for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w0 + b * bb;
+        /* each weight row is a few cache lines: too short a stream for the hardware prefetcher */
+        const char *ahead = (const char *)w0 + 8192 + b * 8 * bb;
+        for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+        __m256 dw;
+        const __m256 sw = q5_scales8(kind, p, row_bytes, &dw);
+        _mm256_store_ps(prod, _mm256_mul_ps(dw, _mm256_broadcast_ss(dxs + b)));
+        sides = _mm256_add_ps(sides, _mm256_mul_ps(sw, _mm256_broadcast_ss(sxs + b)));
+        for (int c = 0; c < 8; c++)
+            acc[c] = _mm256_fmadd_ps(q5_dot(q5_quants(p + c * row_bytes, head), row + b * QK),
+                                     _mm256_broadcast_ss(prod + c), acc[c]);
+    }
+    float side[8];
+    _mm256_storeu_ps(side, sides);
+    for (int c = 0; c < 8; c++) out0[c] = hsum_f32(acc[c]) + side[c];
+}
+
+/* R rows of x from t0 against one weight row: its block unpacked once for the R. */
+INLINE void q5_tile(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w, float *out0, int64_t N) {
+    const int64_t nb = a->nb, nbp = a->nbp, bb = lb_qk_block_bytes(kind), head = kind == LB_Q5_1 ? 4 : 2, ts = a->T + 8;
+    __m256 acc[8], sides = _mm256_setzero_ps();
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + b * bb;
+        const __m256i u = q5_quants(p, head);
+        const float dw = _cvtsh_ss(lb_u16(p)), sw = kind == LB_Q5_1 ? _cvtsh_ss(lb_u16(p + 2)) : -16.0f * dw;
+        const __m256 dwv = _mm256_set1_ps(dw);
+        for (int r = 0; r < R; r++) {
+            const int64_t i = (t0 + r) * nbp + b;
+            acc[r] = _mm256_fmadd_ps(q5_dot(u, a->q + i * QK), _mm256_mul_ps(dwv, _mm256_broadcast_ss(a->d + i)), acc[r]);
+        }
+        /* rows t0 .. t0+7 of side_t at once (padded past T), lane r */
+        sides = _mm256_add_ps(sides, _mm256_mul_ps(_mm256_set1_ps(sw), _mm256_loadu_ps(a->side_t + b * ts + t0)));
+    }
+    float side[8];
+    _mm256_storeu_ps(side, sides);
+    for (int r = 0; r < R; r++) out0[r * N] = hsum_f32(acc[r]) + side[r];
+}
+
+/* nn weight rows from w against R rows of x from t0, into out (rows N apart). */
+INLINE void rows_q5(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t nn, int64_t N, float *out) {
+    const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind);
+    int64_t n = 0;
+    if (R == 1)
+        for (; n + 8 <= nn; n += 8) q5_tile8(kind, a, t0, w + n * row_bytes, row_bytes, out + n);
+    for (; n < nn; n++) q5_tile(kind, R, a, t0, w + n * row_bytes, out + n, N);
+}
+
+/* round_block_k (qk.c) with 8 lanes: the same IEEE operations in every lane (vcvtps2dq rounds ties to
+ * even like nearbyintf under the default rounding mode), the first element of largest |x| found by
+ * comparing each with the maximum, so the same bits. */
+TGT void lb_round_block_k_avx2(const float *x, int8_t *q, float *d, int16_t *bsums) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(3.4028235e38f);
+    __m256 v[32], m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int i = 0; i < 32; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        const __m256 av = _mm256_andnot_ps(sign, v[i]);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(av, big, _CMP_NLE_UQ));      /* NaN or inf */
+        m = _mm256_max_ps(m, av);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const int finite = !_mm256_movemask_ps(bad);
+    float max = 0.0f;
+    if (finite && amax != 0.0f) {
+        const __m256 am = _mm256_set1_ps(amax);
+        for (int i = 0;; i++) {
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, v[i]), am, _CMP_EQ_OQ));
+            if (hit) {
+                max = x[8 * i + __builtin_ctz((unsigned)hit)];
+                break;
             }
         }
-        for (int r = 0; r < R; r++) out[r * N + n] = hsum_f32(acc[r]) + side[r];
     }
+    const float iscale = finite && amax != 0.0f ? -127.0f / max : __builtin_inff();
+    if (!(__builtin_fabsf(iscale) <= 3.4028235e38f)) {
+        lb_zero_block_k(q, bsums);
+        *d = finite ? 0.0f : __builtin_nanf("");
+        return;
+    }
+    const __m256 is = _mm256_set1_ps(iscale);
+    const __m256i top = _mm256_set1_epi32(127), order = _mm256_set_epi32(7, 3, 6, 2, 5, 1, 4, 0);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    __m256i s[8];                   /* s[c] lanes 0..3: 16-group 2c's partial sums, 4..7: group 2c + 1's */
+    for (int c = 0; c < 8; c++) {
+        __m256i qi[4];
+        for (int i = 0; i < 4; i++) qi[i] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(is, v[4 * c + i])), top);
+        const __m256i bytes = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])), order);
+        _mm256_storeu_si256((__m256i *)(q + 32 * c), bytes);
+        s[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, bytes), ones16);
+    }
+    for (int h = 0; h < 2; h++) {   /* groups 8h .. 8h+7: hadds leave evens in the low half, odds in the high */
+        const __m256i e = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4 * h], s[4 * h + 1]),
+                                            _mm256_hadd_epi32(s[4 * h + 2], s[4 * h + 3]));
+        const __m128i lo = _mm256_castsi256_si128(e), hi = _mm256_extracti128_si256(e, 1);
+        _mm_storeu_si128((__m128i *)(bsums + 8 * h), _mm_packs_epi32(_mm_unpacklo_epi32(lo, hi), _mm_unpackhi_epi32(lo, hi)));
+    }
+    *d = 1.0f / iscale;
 }
 
 /* One instantiation per (kind, R): the row count is known to the compiler. */
 #define ROW_FN(KIND, FN, ACT, R) \
     static TGT void FN##_##KIND##_##R(const ACT *a, int64_t t, const uint8_t *w, int64_t N, float *o) { FN(KIND, R, a, t, w, N, o); }
-#define ROWS_Q5(KIND) ROW_FN(KIND, rows_q5, lb_act, 1) ROW_FN(KIND, rows_q5, lb_act, 2) ROW_FN(KIND, rows_q5, lb_act, 3) \
-    ROW_FN(KIND, rows_q5, lb_act, 4) \
-    static void (*const rows_q5_##KIND[5])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = { \
-        0, rows_q5_##KIND##_1, rows_q5_##KIND##_2, rows_q5_##KIND##_3, rows_q5_##KIND##_4};
+#define Q5_FN(KIND, R) static TGT void rows_q5_##KIND##_##R(const lb_act *a, int64_t t, const uint8_t *w, int64_t nn, \
+                                                          int64_t N, float *o) { rows_q5(KIND, R, a, t, w, nn, N, o); }
+#define ROWS_Q5(KIND) Q5_FN(KIND, 1) Q5_FN(KIND, 2) Q5_FN(KIND, 3) Q5_FN(KIND, 4) Q5_FN(KIND, 5) Q5_FN(KIND, 6) \
+    Q5_FN(KIND, 7) Q5_FN(KIND, 8) \
+    static void (*const rows_q5_##KIND[9])(const lb_act *, int64_t, const uint8_t *, int64_t, int64_t, float *) = { \
+        0, rows_q5_##KIND##_1, rows_q5_##KIND##_2, rows_q5_##KIND##_3, rows_q5_##KIND##_4, rows_q5_##KIND##_5, \
+        rows_q5_##KIND##_6, rows_q5_##KIND##_7, rows_q5_##KIND##_8};
 #define ROWS_K(KIND) ROW_FN(KIND, rows_k, lb_act_k, 1) ROW_FN(KIND, rows_k, lb_act_k, 2) \
     ROW_FN(KIND, rows_k, lb_act_k, 3) ROW_FN(KIND, rows_k, lb_act_k, 4) ROW_FN(KIND, rows_k, lb_act_k, 8) \
     ROW_FN(KIND, rows_k, lb_act_k, 16) \
@@ -162,9 +340,14 @@ ROWS_Q5(7)
 
 TGT void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const uint8_t *w, int64_t N, float *out) {
     if (!lb_is_qk(kind)) {
-        for (int64_t t = 0; t < a5->T; t += 4) {
-            const int R = a5->T - t < 4 ? (int)(a5->T - t) : 4;
-            (kind == LB_Q5_0 ? rows_q5_6 : rows_q5_7)[R](a5, t, w, N, out + t * N);
+        /* a few weight rows at a time (in L1) against every group of 8 rows of x: the weights stream once */
+        const int64_t row_bytes = a5->nb * lb_qk_block_bytes(kind), step = a5->T == 1 ? N : 16;
+        for (int64_t n = 0; n < N; n += step) {
+            const int64_t nn = N - n < step ? N - n : step;
+            for (int64_t t = 0; t < a5->T; t += 8) {
+                const int R = a5->T - t < 8 ? (int)(a5->T - t) : 8;
+                (kind == LB_Q5_0 ? rows_q5_6 : rows_q5_7)[R](a5, t, w + n * row_bytes, nn, N, out + t * N + n);
+            }
         }
         return;
     }

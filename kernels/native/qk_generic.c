@@ -82,8 +82,8 @@ static void matmul_q5(int kind, const lb_act *a, const uint8_t *w, int64_t N, fl
                 const uint8_t *qs = blk + head + 4;
                 int32_t p = 0;
                 for (int j = 0; j < QK / 2; j++)
-                    p += (((qs[j] & 0x0f) | (((qh >> j) & 1) << 4)) - off) * xq[lb_act_index(kind, b, j)] +
-                         (((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off) * xq[lb_act_index(kind, b, j + 16)];
+                    p += (((qs[j] & 0x0f) | (((qh >> j) & 1) << 4)) - off) * xq[b * QK + j] +
+                         (((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off) * xq[b * QK + j + 16];
                 acc += lb_f16(lb_u16(blk)) * dx[b] * (float)p;
                 if (kind == LB_Q5_1) acc += lb_f16(lb_u16(blk + 2)) * sx[b];
             }

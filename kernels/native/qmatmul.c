@@ -49,21 +49,47 @@ int lb_chosen_isa(void) {
     return chosen_isa;
 }
 
+/* x rounded for a kind of either family: this file's (Q4_0, Q4_1, Q8_0) or qk.c's (K kinds, Q5_x). */
+typedef union {
+    lb_act a;
+    lb_qk_act qk;
+} rounded;
+
+static int round_x(int kind, const float *x, int64_t T, int64_t K, rounded *r) {
+    if (lb_qk_block_bytes(kind)) return lb_qk_round(kind, x, T, K, &r->qk);
+    return lb_act_init(&r->a, kind, x, T, K, chosen_round);
+}
+
+static void multiply(int kind, const rounded *r, const uint8_t *w, int64_t N, float *out) {
+    if (lb_qk_block_bytes(kind)) lb_qk_multiply(kind, &r->qk, w, N, out);
+    else chosen(kind, &r->a, w, N, out);
+}
+
+static void release(int kind, rounded *r) {
+    if (lb_qk_block_bytes(kind)) lb_qk_free(kind, &r->qk);
+    else lb_act_free(&r->a);
+}
+
+/* Elements per block and bytes per block of a kind (0 bytes: not a kind of ours). */
+static int64_t per_block(int kind) { return lb_is_qk(kind) ? QKK : QK; }
+static int64_t block_bytes(int kind) { return lb_qk_block_bytes(kind) ? lb_qk_block_bytes(kind) : lb_block_bytes(kind); }
+
 /* All of out from x: the activations rounded, then the path's kernel. */
 static int whole(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
-    lb_act a;
-    if (lb_act_init(&a, kind, x, T, K, chosen_round) != LB_OK) return LB_ENOMEM;
-    chosen(kind, &a, w, N, out);
-    lb_act_free(&a);
+    rounded r;
+    if (round_x(kind, x, T, K, &r) != LB_OK) return LB_ENOMEM;
+    multiply(kind, &r, w, N, out);
+    release(kind, &r);
     return LB_OK;
 }
 
-/* Splitting over threads (pool.c). A kernel computes each out[t, n] alone, in an order fixed by the
- * group of activation rows (4 or 8 from a multiple of it) and of weight rows (1, 2 or 4 from a multiple
- * of it) it falls in; pieces of SPLIT rows (a multiple of every group) keep every group as it is, so
- * every thread count gives the bits of one thread. Many rows (a prompt) split by activation rows, each
- * piece rounding its own rows; few (decode) by weight rows over one rounding. Below MIN_WORK
- * multiply-adds a piece would cost about what handing it to another thread costs (a few us). */
+/* Splitting over threads (pool.c), the same for both families. A kernel computes each out[t, n] alone,
+ * in an order fixed by the group of activation rows (up to 16 from a multiple of it) and of weight rows
+ * (1, 2, 4 or 8 from a multiple of it) it falls in, and the K/Q5 kernels' order fixed by neither; pieces
+ * of SPLIT rows (a multiple of every group) keep every group as it is, so every thread count gives the
+ * bits of one thread. Many rows (a prompt) split by activation rows, each piece rounding its own rows;
+ * few (decode) by weight rows over one rounding. Below MIN_WORK multiply-adds a piece would cost about
+ * what handing it to another thread costs (a few us). */
 #define SPLIT 16
 #define MIN_WORK (1 << 17)
 
@@ -73,7 +99,7 @@ typedef struct {
     int64_t T, K, N, step;      /* step: rows of a piece (activation rows, or weight rows) */
     const uint8_t *w;
     float *out;
-    const lb_act *a;            /* by weight rows: the activations, rounded once */
+    const rounded *r;           /* by weight rows: the activations, rounded once */
     _Atomic int err;
 } piece_job;
 
@@ -87,9 +113,9 @@ static void piece_by_x(void *ctx, int64_t i) {
 static void piece_by_w(void *ctx, int64_t i) {
     piece_job *j = ctx;
     const int64_t n0 = i * j->step, n1 = n0 + j->step < j->N ? n0 + j->step : j->N, nn = n1 - n0, T = j->T;
-    const uint8_t *w = j->w + n0 * (j->K / QK) * lb_block_bytes(j->kind);
+    const uint8_t *w = j->w + n0 * (j->K / per_block(j->kind)) * block_bytes(j->kind);
     if (T == 1) {                                   /* one row: the kernel's row stride is never used */
-        chosen(j->kind, j->a, w, nn, j->out + n0);
+        multiply(j->kind, j->r, w, nn, j->out + n0);
         return;
     }
     float *tmp = malloc((size_t)(T * nn) * sizeof(float));   /* the kernel writes rows nn apart */
@@ -97,7 +123,7 @@ static void piece_by_w(void *ctx, int64_t i) {
         j->err = LB_ENOMEM;
         return;
     }
-    chosen(j->kind, j->a, w, nn, tmp);
+    multiply(j->kind, j->r, w, nn, tmp);
     for (int64_t t = 0; t < T; t++)
         memcpy(j->out + t * j->N + n0, tmp + t * nn, (size_t)nn * sizeof(float));
     free(tmp);
@@ -111,10 +137,8 @@ static int64_t pieces(int64_t rows, int64_t want, int64_t *step) {
 }
 
 int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out) {
-    /* K-quants and Q5_x (qk.c) run on one thread for now: their tiles are not split yet. */
-    if (lb_qk_block_bytes(kind)) return lb_qk_matmul(kind, x, T, K, w, N, out);
-    if (lb_block_bytes(kind) == 0) return LB_EKIND;
-    if (T < 0 || N < 0 || K <= 0 || K % QK) return LB_ESHAPE;
+    if (block_bytes(kind) == 0) return LB_EKIND;
+    if (T < 0 || N < 0 || K <= 0 || K % per_block(kind)) return LB_ESHAPE;
     if (T == 0 || N == 0) return LB_OK;
     if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);   /* a benign race: every thread picks the same path */
     const int threads = lb_pool_size();
@@ -124,12 +148,12 @@ int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w,
         lb_parallel_for(pieces(T, 2 * threads, &j.step), piece_by_x, &j);
         return j.err;
     }
-    lb_act a;
-    if (lb_act_init(&a, kind, x, T, K, chosen_round) != LB_OK) return LB_ENOMEM;
-    j.a = &a;
+    rounded r;
+    if (round_x(kind, x, T, K, &r) != LB_OK) return LB_ENOMEM;
+    j.r = &r;
     /* four pieces a thread: one descheduled thread (a shared machine) leaves its share to the others */
     lb_parallel_for(pieces(N, 4 * threads, &j.step), piece_by_w, &j);
-    lb_act_free(&a);
+    release(kind, &r);
     return j.err;
 }
 

@@ -10,10 +10,6 @@
 #define LB_API __attribute__((visibility("default")))
 #else
 #define LB_API
-/* x (T, K), K a multiple of 256, rounded as llama.cpp's quantize_row_q8_K: q (T, K) int8 and d (T, K / 256)
- * float, x ~ d * q (a block holding NaN or inf: d NaN, q 0). */
-LB_API int lb_round_act_k(const float *x, int64_t T, int64_t K, int8_t *q, float *d);
-
 #endif
 
 /* Kinds use ggml's type numbers. */

@@ -40,7 +40,6 @@ int lb_act_init(lb_act *a, int kind, const float *x, int64_t T, int64_t K, lb_ro
 void lb_act_free(lb_act *a);
 lb_rounder lb_chosen_rounder(void);        /* the code path lb_set_isa picked */
 int lb_chosen_isa(void);                    /* LB_ISA_*: the path lb_set_isa picked (attention follows it) */
-int lb_qk_matmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w, int64_t N, float *out);
 
 static inline int64_t lb_act_index(int kind, int64_t b, int j) {   /* element j of block b in a row of q */
     if (kind == LB_Q8_0) return b * QK + j;

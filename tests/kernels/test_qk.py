@@ -30,9 +30,10 @@ def q8k(x: np.ndarray) -> np.ndarray:
         for b in range(0, x.shape[1], 256):
             blk = x[t, b:b + 256]
             mx = blk[int(np.argmax(np.abs(blk)))]
-            if mx == 0:
+            with np.errstate(divide="ignore", over="ignore"):
+                iscale = np.float32(-127) / mx
+            if not np.isfinite(iscale):              # max 0, or below 127 / FLT_MAX: all quants 0
                 continue
-            iscale = np.float32(-127) / mx
             q = np.minimum(np.rint(iscale * blk), 127)
             out[t, b:b + 256] = q.astype(np.float64) * np.float64(np.float32(1) / iscale)
     return out
@@ -107,11 +108,12 @@ def test_integer_sums_are_exact(isa, kind):
 
 @pytest.mark.parametrize("kind", K_KINDS)
 def test_k_kinds_give_the_same_bits_on_every_path(kind):
-    """qk_avx2.c sums a K block's integers before any float, in qk_generic.c's float order."""
+    """qk_avx2.c sums a K block's integers before any float, in qk_generic.c's float order (19 rows:
+    a tile of 16, whose rows' float steps run as vectors, then 2 and 1 row)."""
     require(qm.available(), "the native library is not built")
     rng = np.random.default_rng(4)
     w = weights(rng, kind, 21, 768)
-    x = rng.standard_normal((7, 768)).astype(np.float32)
+    x = rng.standard_normal((19, 768)).astype(np.float32)
     got = {}
     for name in ("generic", "avx2", "avx512"):
         if qm.set_isa(name) == name:
@@ -158,6 +160,74 @@ def test_native_q8k_rounding_is_the_numpy_definition_bit_for_bit():
     assert d[3, 0] == 0 and np.isnan(d[5, 1]) and np.isfinite(d[5, [0, 2, 3]]).all()
     dx = np.repeat(d2, 256, axis=1)                            # the test's own derivation agrees too
     np.testing.assert_array_equal(q2 * dx.astype(np.float64), np.where(np.isnan(dx), np.nan, q8k(x)))
+
+
+def adversarial_q8k_rows(rng) -> np.ndarray:
+    """Blocks of 256 that probe every branch of the Q8_K rounding: ties after scaling, zeros, NaN and
+    inf, the largest |x| at a negative element, equal magnitudes of both signs (the first wins), a max
+    so small that -127 / max overflows, subnormals, float32's largest, the max in the last lane."""
+    f32 = np.finfo(np.float32)
+    blocks = []
+    tie = rng.integers(-126, 126, 256).astype(np.float32) + np.float32(0.5)   # iscale 1: every element a tie
+    tie[7] = -127
+    blocks.append(tie)
+    half = tie.copy() / np.float32(2)                                          # iscale 2: ties again, smaller
+    blocks.append(half)
+    blocks.append(np.zeros(256, np.float32))
+    for bad in (np.nan, np.inf, -np.inf):
+        b = rng.standard_normal(256).astype(np.float32)
+        b[rng.integers(256)] = bad
+        blocks.append(b)
+    neg = rng.standard_normal(256).astype(np.float32)
+    neg[100] = -9.0
+    blocks.append(neg)
+    for first in (-4.0, 4.0):                                                   # |max| twice, signs opposite
+        b = rng.standard_normal(256).astype(np.float32)
+        b[30], b[31], b[200] = first, -first, -first       # 31: in 30's lane group of 8 too
+        blocks.append(b)
+    blocks.append(rng.standard_normal(256).astype(np.float32) * np.float32(1e-38))   # iscale overflows
+    blocks.append(rng.standard_normal(256).astype(np.float32) * np.float32(1e-36))   # just above it
+    blocks.append((rng.integers(-3, 4, 256) * f32.smallest_subnormal).astype(np.float32))
+    big = rng.standard_normal(256).astype(np.float32) * np.float32(1e37)
+    big[5] = f32.max
+    blocks.append(big)
+    last = rng.standard_normal(256).astype(np.float32)
+    last[255] = 50.0
+    blocks.append(last)
+    blocks.append(np.full(256, -3.0, np.float32))
+    x = np.concatenate(blocks)
+    x = np.concatenate([x, np.zeros(-len(x) % 1024, np.float32)])
+    return np.concatenate([x.reshape(-1, 1024), rng.standard_normal((20, 1024)).astype(np.float32) * np.float32(5)])
+
+
+def test_q8k_rounding_gives_the_same_bits_on_every_path():
+    """Each path's rounding (qk.c's scalar definition, qk_avx2.c's vector one) on random and
+    adversarial blocks: the same q and d as the numpy definition, and the same products (which
+    read each path's sums of 16 quants) from the K kinds."""
+    require(qm.available(), "the native library is not built")
+    from kernels.qact import round_act_k
+    rng = np.random.default_rng(10)
+    x = adversarial_q8k_rows(rng)
+    want_q, want_d = round_act_k(x)
+    ws = [weights(rng, kind, 9, 1024) for kind in K_KINDS]
+    got = {}
+    try:
+        for name in ("generic", "avx2", "avx512"):
+            if qm.set_isa(name) == name:
+                got[name] = (*qm.rounded_k(x), *(qm.qmatmul(x, w) for w in ws))
+    finally:
+        qm.set_isa("auto")
+    assert len(got) > 1 or pytest.skip("this CPU has only the generic path")
+    for name, (q, d, *outs) in got.items():
+        np.testing.assert_array_equal(q, want_q, err_msg=name)
+        np.testing.assert_array_equal(d, want_d, err_msg=name)
+        for kind, out, ref in zip(K_KINDS, outs, got["generic"][2:]):
+            np.testing.assert_array_equal(out, ref, err_msg=f"{name} {kind}")
+    q, d = want_q.reshape(-1, 256), want_d.reshape(-1)
+    assert (q[0] == np.rint(x.reshape(-1, 256)[0])).all() and (q[0] % 2 == 0).sum() > 200   # max -127: ties to even
+    assert d[2] == 0 and np.isnan(d[3:6]).all() and d[11] == 0 and d[12] != 0 and not q[[2, 3, 11]].any()
+    assert q[6, 100] == q[7, 30] == q[8, 30] == -127 and q[7, 200] == q[8, 200] == 127   # the max: -127
+    assert d[6] > 0 and d[7] > 0 and d[8] < 0                                   # its sign in d
 
 
 @pytest.mark.parametrize("kind", K_KINDS + Q5_KINDS)

@@ -1,0 +1,106 @@
+"""Interleaved A/B of the native quantized matmul: two builds of the library on a GGUF's own layer matrices.
+
+    OPENBLAS_NUM_THREADS=1 python3 bench/qmatmul_ab.py BASELINE.so [CANDIDATE.so] [--model PATH]
+        [--threads 1] [--rows 1 16 256] [--rounds 7]
+
+For a kernel change: copy kernels/_native*.so aside (the baseline), change and rebuild, then run this;
+CANDIDATE defaults to the library built in kernels/. Both builds are loaded into this one process and
+timed in alternating rounds (best of --rounds each), so a shared machine's noise hits both alike.
+The matrices are the model's layer tensors as stored (every layer's, so a decode streams them from
+memory as a forward does), grouped by kind and shape; x is random. Prints per group and row count
+the ms of each build, their ratio, the candidate's weight bytes per second, and whether both gave the
+same bits; then the whole layer stack's ratio per row count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")              # before numpy: BLAS reads it once
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+from gguf import GGUFReader  # noqa: E402
+
+from kernels.native_lib import library_path  # noqa: E402
+from kernels.qmatmul import KIND_CODES  # noqa: E402
+from services.modelstore.pull import pull  # noqa: E402
+from services.modelstore.quantized import kind_of  # noqa: E402
+
+P, I64, INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+
+def load(path: Path, threads: int) -> ctypes.CDLL:
+    """One build, with its own thread pool of `threads`."""
+    lib = ctypes.CDLL(str(path.resolve()))
+    lib.lb_qmatmul.restype, lib.lb_qmatmul.argtypes = INT, [INT, P, I64, I64, P, I64, P]
+    lib.lb_set_threads.restype, lib.lb_set_threads.argtypes = INT, [INT]
+    if lib.lb_set_threads(threads) != threads:
+        sys.exit(f"{path}: could not start {threads} threads")
+    return lib
+
+
+def layer_groups(path: Path) -> dict[tuple[str, int, int], list[np.ndarray]]:
+    """(kind, rows, cols) -> the blocks (rows, row bytes) of every layer tensor of that kind and shape."""
+    groups = defaultdict(list)
+    for t in GGUFReader(path).tensors:
+        kind = kind_of(t)
+        if t.name.startswith("blk.") and kind is not None and len(t.shape) == 2:
+            cols, rows = int(t.shape[0]), int(t.shape[1])
+            groups[(kind, rows, cols)].append(np.ascontiguousarray(t.data).reshape(rows, -1))
+    return dict(sorted(groups.items()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("baseline", type=Path)
+    ap.add_argument("candidate", type=Path, nargs="?", default=None, help="default: the build in kernels/")
+    ap.add_argument("--model", type=Path, default=None, help="GGUF file (default: the pulled default model)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 16, 256], help="rows of x (T)")
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args()
+    candidate = args.candidate or library_path()
+    if candidate is None:
+        sys.exit("no candidate: build the library (pip install -e .) or name one")
+    if args.baseline.resolve() == Path(candidate).resolve():
+        sys.exit("the baseline is the candidate: copy the built library aside before rebuilding")
+    libs = [load(args.baseline, args.threads), load(Path(candidate), args.threads)]
+    groups = layer_groups(args.model or pull())
+    rng = np.random.default_rng(0)
+    print(f"A = {args.baseline}, B = {candidate}, {args.threads} thread(s), best of {args.rounds} "
+          f"interleaved rounds, load average {os.getloadavg()[0]:.2f}")
+    print(f"{'kind':<6} {'rows x cols':>12} {'T':>5} {'A ms':>9} {'B ms':>9} {'A/B':>6} {'B GB/s':>7}  same bits")
+    for t in args.rows:
+        total = [0.0, 0.0]
+        for (kind, rows, cols), mats in groups.items():
+            x = rng.standard_normal((t, cols)).astype(np.float32)
+            outs = [np.empty((len(mats), t, rows), np.float32) for _ in libs]
+
+            def run(i):
+                for m, o in zip(mats, outs[i]):
+                    rc = libs[i].lb_qmatmul(KIND_CODES[kind], x.ctypes.data, t, cols, m.ctypes.data, rows, o.ctypes.data)
+                    if rc:
+                        sys.exit(f"lb_qmatmul refused {kind} ({rows}, {cols}) T={t}: code {rc}")
+            best = [float("inf")] * 2
+            for _ in range(args.rounds):
+                for i in (0, 1):
+                    start = time.perf_counter()
+                    run(i)
+                    best[i] = min(best[i], time.perf_counter() - start)
+            total = [total[0] + best[0], total[1] + best[1]]
+            same = "yes" if np.array_equal(outs[0], outs[1], equal_nan=True) else "no"
+            gbs = sum(m.nbytes for m in mats) / best[1] / 1e9
+            print(f"{kind:<6} {f'{rows}x{cols}':>12} {t:>5} {best[0] * 1e3:9.3f} {best[1] * 1e3:9.3f} "
+                  f"{best[0] / best[1]:5.2f}x {gbs:7.1f}  {same} ({len(mats)} layers)")
+        print(f"{'all layers':<19} {t:>5} {total[0] * 1e3:9.3f} {total[1] * 1e3:9.3f} {total[0] / total[1]:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
