@@ -69,11 +69,3 @@ def swiglu_into(gate, up, out, tmp):
     np.add(gate.dtype.type(1), tmp, out=tmp)
     np.divide(gate, tmp, out=tmp)
     return np.multiply(tmp, up, out=out)
-
-
-def geglu_into(gate, up, out, tmp):
-    """gelu_tanh(gate) * up of numpy (T, F) views into out (tmp unused: same signature as swiglu_into)."""
-    return np.multiply(gelu_tanh(np, gate), up, out=out)
-
-
-GATED_INTO = {"silu": swiglu_into, "gelu_tanh": geglu_into}

@@ -17,7 +17,7 @@ SIGNATURES = {
     "lb_set_isa": (INT, [INT]),
     "lb_round_act": (INT, [P, I64, I64, P]),
     "lb_round_act_k": (INT, [P, I64, I64, P, P]),
-    "lb_attend_decode": (INT, [P, P, P, P, P, I64, I64, I64, I64, I64, I64, I64, F32, P]),
+    "lb_attend_decode": (INT, [P, P, P, P, P, I64, I64, I64, I64, I64, I64, I64, I64, F32, P]),
     "lb_rms_norm": (INT, [P, P, P, I64, I64, F32, P]),
     "lb_rope_write_kv": (INT, [P, I64, I64, I64, I64, I64, P, P, P, P, P, P, I64, I64, P]),
     "lb_rms_norm_heads": (INT, [P, I64, I64, I64, I64, P, F32]),
