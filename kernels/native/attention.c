@@ -80,7 +80,6 @@
 
 #ifdef LB_LANES_VECTOR
 WEIGHTED_SUMS(weighted_sums16, v16, 16, 4)
-typedef float v8u __attribute__((vector_size(32), aligned(4)));
 WEIGHTED_SUMS(weighted_sums8, v8u, 8, 2)
 #else
 typedef float f1;

@@ -223,3 +223,15 @@ def test_a_negative_window_is_refused():
     q, kc, vc, table, lens, _ = case(17)
     with pytest.raises(ValueError, match="window"):
         an.attend_decode_paged(q, kc, vc, table, lens, F(0.125), -1)
+
+
+@pytest.mark.parametrize("dh,padded", [(48, 64), (112, 128), (240, 256), (80, 96)])
+def test_every_head_size_sums_a_score_the_same_way(dh, padded):
+    """Head sizes 64, 128 and 256 have loops of their own (constants to the compiler); others one loop
+    for all. Zeros appended to q, k and v add +0 to each lane's sum: the bits stay those of dh."""
+    require(an.load() is not None, "the native library is not built (pip install -e . with a C compiler builds it)")
+    q, kc, vc, table, lens = prompt_case(18, n=40, h=4, kvh=1, dh=dh)
+    pad = lambda a: np.concatenate([a, np.zeros(a.shape[:-1] + (padded - dh,), F)], axis=-1)  # noqa: E731
+    want = an.attend_decode_paged(q, kc, vc, table, lens, F(0.125), 16)
+    got = an.attend_decode_paged(pad(q), pad(kc), pad(vc), table, lens, F(0.125), 16)
+    np.testing.assert_array_equal(got[..., :dh], want)
