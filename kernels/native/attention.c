@@ -34,14 +34,14 @@
  * held in registers across the keys and each value row loaded once for all nh heads. An output's
  * sum is one chain of adds over its keys in order, so neither nh, the vector width, nor where the
  * keys are cut into blocks changes a bit. VT is the vector type, W its lanes, NV vectors of outputs per
- * pass: 16 and 4 for AVX-512, 8 and 2 for AVX2 (its 16 registers hold 3 x 2 accumulators unspilled). */
+ * pass: 16 and 4 for AVX-512, 8 and 2 for AVX2 (its 16 registers hold 4 x 2 accumulators unspilled). */
 #define WEIGHTED_SUMS(NAME, VT, W, NV)                                                                      \
     HOT void NAME(float *y, const float *w, int64_t wstride, int nh, const float *x, const int64_t *at, \
                   int64_t c0, int64_t c1, int64_t dh, int first)                                        \
     {                                                                                                   \
         int64_t i = 0;                                                                                  \
         for (; i + NV * W <= dh; i += NV * W) {        /* NV * nh chains of adds in flight */            \
-            VT acc[3][NV], xv[NV];                                                                                     \
+            VT acc[4][NV], xv[NV];                                                                                     \
             for (int h = 0; h < nh; h++)                                                                \
                 for (int j = 0; j < NV; j++)                                                             \
                     acc[h][j] = first ? (VT){0} : *(const VT *)(y + h * dh + i + j * W);                \
@@ -200,16 +200,18 @@ HOT void attend_tile(const job *j, int64_t s0, int64_t R, int64_t ref, float *p,
                     continue;
                 const float *x = j->v + kh * Dh;
                 const int64_t *ar = at + (first[r] - lo);
-                for (int64_t g = 0, h = kh * G; g < G; g += 3, h += 3) {   /* up to 3 heads at a time */
+                for (int64_t g = 0, h = kh * G; g < G; g += 4, h += 4) {   /* up to 4 heads at a time */
                     float *y = j->out + (s0 + r) * H * Dh + h * Dh, *w = p + (r * H + h) * hs;
-                    const int nh = G - g >= 3 ? 3 : (int)(G - g);
+                    const int nh = G - g >= 4 ? 4 : (int)(G - g);
 #ifdef LB_LANES_VECTOR
                     if (wide) {                                           /* nh a constant: registers */
-                        if (nh == 3) weighted_sums16(y, w, hs, 3, x, ar, c0, c1, Dh, c0 == 0);
+                        if (nh == 4) weighted_sums16(y, w, hs, 4, x, ar, c0, c1, Dh, c0 == 0);
+                        else if (nh == 3) weighted_sums16(y, w, hs, 3, x, ar, c0, c1, Dh, c0 == 0);
                         else if (nh == 2) weighted_sums16(y, w, hs, 2, x, ar, c0, c1, Dh, c0 == 0);
                         else weighted_sums16(y, w, hs, 1, x, ar, c0, c1, Dh, c0 == 0);
                     } else {
-                        if (nh == 3) weighted_sums8(y, w, hs, 3, x, ar, c0, c1, Dh, c0 == 0);
+                        if (nh == 4) weighted_sums8(y, w, hs, 4, x, ar, c0, c1, Dh, c0 == 0);
+                        else if (nh == 3) weighted_sums8(y, w, hs, 3, x, ar, c0, c1, Dh, c0 == 0);
                         else if (nh == 2) weighted_sums8(y, w, hs, 2, x, ar, c0, c1, Dh, c0 == 0);
                         else weighted_sums8(y, w, hs, 1, x, ar, c0, c1, Dh, c0 == 0);
                     }
