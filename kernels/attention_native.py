@@ -2,20 +2,21 @@
 
 Same contract as kernels.attention.attend_decode, for numpy float32 on a CPU: q (S, H, Dh), a
 layer's caches (num_pages, page_size, KVH, Dh), page_table (S, n_pages) int32 and lens (S,)
-int32, the keys each sequence sees. Without the library it is attend_decode over a bias.
+int32, the keys each sequence has, of which a row sees the last `window` (0: all; a sliding-window
+layer). Without the library it is attend_decode over a bias (kernels.attention.window_bias).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kernels.attention import attend_decode
+from kernels.attention import attend_decode, window_bias
 from kernels.native_lib import load
 
 ERRORS = {-2: "shapes do not fit", -3: "a page outside the cache", -4: "out of memory"}
 
 
-def attend_decode_paged(q, k_cache, v_cache, page_table, lens, scale) -> np.ndarray:
+def attend_decode_paged(q, k_cache, v_cache, page_table, lens, scale, window: int = 0) -> np.ndarray:
     """One query token per sequence over its pages -> (S, H, Dh) float32."""
     s_, h, dh = q.shape
     num_pages, page, kvh, _ = k_cache.shape
@@ -26,18 +27,19 @@ def attend_decode_paged(q, k_cache, v_cache, page_table, lens, scale) -> np.ndar
     if (k_cache.dtype != f32 or v_cache.dtype != f32 or not k_cache.flags.c_contiguous
             or not v_cache.flags.c_contiguous or v_cache.shape != k_cache.shape):
         raise ValueError("k_cache and v_cache must be C-contiguous float32 arrays of one shape")
+    if window < 0:
+        raise ValueError(f"a sliding window is a count of keys (0: none), got {window}")
     if k_cache.shape[3] != dh or table.ndim != 2 or table.shape[0] != s_ or lens.shape != (s_,):
         raise ValueError(f"q {q.shape}, page_table {table.shape}, lens {lens.shape} do not fit a cache "
                          f"of shape {k_cache.shape}")
     lib = load()
     if lib is None:
-        keys = np.arange(table.shape[1] * page)
-        bias = np.where(keys[None, :] < lens[:, None], f32(0), f32(-np.inf)).astype(f32)
+        bias = window_bias(lens, table.shape[1] * page, window or table.shape[1] * page, f32)
         return attend_decode(np, q, k_cache, v_cache, table, bias, f32(scale))
     out = np.empty_like(q)
     rc = lib.lb_attend_decode(q.ctypes.data, k_cache.ctypes.data, v_cache.ctypes.data, table.ctypes.data,
-                              lens.ctypes.data, s_, h, kvh, dh, page, table.shape[1], num_pages, float(scale),
-                              out.ctypes.data)
+                              lens.ctypes.data, s_, h, kvh, dh, page, table.shape[1], num_pages, int(window),
+                              float(scale), out.ctypes.data)
     if rc != 0:
         raise ValueError(f"native decode attention: {ERRORS.get(rc, f'error {rc}')}")
     return out

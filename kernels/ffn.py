@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from kernels.matmul import matmul
@@ -15,15 +17,31 @@ def silu(xp, x):
     return x / (one + xp.exp(-x))
 
 
+def _gelu_f16(xp, x16):
+    """The GELU of float32 values that are float16s, rounded to float16 (a float16 table's entries)."""
+    f32 = xp.float32
+    inner = f32(0.7978845608028654) * x16 * (f32(1) + f32(0.044715) * x16 * x16)
+    return (f32(0.5) * x16 * (f32(1) + xp.tanh(inner))).astype(xp.float16).astype(f32)
+
+
 def gelu_tanh(xp, x):
     """0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) as llama.cpp's CPU computes it, in x's dtype:
     looked up in a float16 table (x rounded to float16, the result too), and exact past |x| >= 10."""
     f32 = xp.float32
-    x16 = x.astype(xp.float16).astype(f32)
-    inner = f32(0.7978845608028654) * x16 * (f32(1) + f32(0.044715) * x16 * x16)
-    y = (f32(0.5) * x16 * (f32(1) + xp.tanh(inner))).astype(xp.float16).astype(f32)
+    y = _gelu_f16(xp, x.astype(xp.float16).astype(f32))
     y = xp.where(x <= -10, f32(0), xp.where(x >= 10, x.astype(f32), y))
     return y.astype(x.dtype, copy=False)
+
+
+@functools.cache
+def gelu_tanh_table() -> np.ndarray:
+    """(65536,) float32: gelu_tanh's rounded value of each float16, indexed by its bits (for the C
+    library's lb_geglu). Made by the same numpy ops, so a lookup gives gelu_tanh's bits."""
+    x16 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+    with np.errstate(all="ignore"):                   # infinities and NaNs: entries past |x| >= 10
+        table = _gelu_f16(np, x16)
+    table.flags.writeable = False
+    return table
 
 
 def gated(xp, gate_up, activation: str = "silu"):
@@ -51,11 +69,3 @@ def swiglu_into(gate, up, out, tmp):
     np.add(gate.dtype.type(1), tmp, out=tmp)
     np.divide(gate, tmp, out=tmp)
     return np.multiply(tmp, up, out=out)
-
-
-def geglu_into(gate, up, out, tmp):
-    """gelu_tanh(gate) * up of numpy (T, F) views into out (tmp unused: same signature as swiglu_into)."""
-    return np.multiply(gelu_tanh(np, gate), up, out=out)
-
-
-GATED_INTO = {"silu": swiglu_into, "gelu_tanh": geglu_into}

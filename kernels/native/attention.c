@@ -14,6 +14,11 @@
  * of keys, then of values, is loaded once for all of them instead of once per row, which kept a
  * 1000-key prompt's attention bound by re-reading its cache. Only the loops' order changes; each
  * row's own operations, and so its bits, are those it has alone.
+ *
+ * A sliding window (gemma3's local layers) is a row's first key: a row of len keys sees keys
+ * max(0, len - window) .. len-1, llama.cpp's LLAMA_SWA_TYPE_STANDARD mask (a key p0 is masked for
+ * the query at p1 when p1 - p0 >= window). Only those keys are read, and a row's blocks of 16
+ * count from its first key, so its bits are those of a row over just these keys.
  */
 #include "attention.h"
 #include "attention_lanes.h"
@@ -29,14 +34,14 @@
  * held in registers across the keys and each value row loaded once for all nh heads. An output's
  * sum is one chain of adds over its keys in order, so neither nh, the vector width, nor where the
  * keys are cut into blocks changes a bit. VT is the vector type, W its lanes, NV vectors of outputs per
- * pass: 16 and 4 for AVX-512, 8 and 2 for AVX2 (its 16 registers hold 3 x 2 accumulators unspilled). */
+ * pass: 16 and 4 for AVX-512, 8 and 2 for AVX2 (its 16 registers hold 4 x 2 accumulators unspilled). */
 #define WEIGHTED_SUMS(NAME, VT, W, NV)                                                                      \
     HOT void NAME(float *y, const float *w, int64_t wstride, int nh, const float *x, const int64_t *at, \
                   int64_t c0, int64_t c1, int64_t dh, int first)                                        \
     {                                                                                                   \
         int64_t i = 0;                                                                                  \
         for (; i + NV * W <= dh; i += NV * W) {        /* NV * nh chains of adds in flight */            \
-            VT acc[3][NV], xv[NV];                                                                                     \
+            VT acc[4][NV], xv[NV];                                                                                     \
             for (int h = 0; h < nh; h++)                                                                \
                 for (int j = 0; j < NV; j++)                                                             \
                     acc[h][j] = first ? (VT){0} : *(const VT *)(y + h * dh + i + j * W);                \
@@ -75,22 +80,27 @@
 
 #ifdef LB_LANES_VECTOR
 WEIGHTED_SUMS(weighted_sums16, v16, 16, 4)
-typedef float v8u __attribute__((vector_size(32), aligned(4)));
 WEIGHTED_SUMS(weighted_sums8, v8u, 8, 2)
 #else
 typedef float f1;
 WEIGHTED_SUMS(weighted_sums1, f1, 1, 4)
 #endif
 
+/* The first key a row of len keys sees through a window of `window` keys (0: all of them). */
+static inline int64_t first_key(int64_t len, int64_t window)
+{
+    return window > 0 && len > window ? len - window : 0;
+}
+
 static int check(const int32_t *table, const int32_t *lens, int64_t S, int64_t page, int64_t n_pages,
-                 int64_t num_pages, int64_t *maxlen)
+                 int64_t num_pages, int64_t window, int64_t *maxlen)
 {
     *maxlen = 0;
     for (int64_t s = 0; s < S; s++) {
         int64_t len = lens[s];
         if (len < 1 || len > n_pages * page)
             return LB_ATTN_ESHAPE;
-        for (int64_t i = 0; i < (len + page - 1) / page; i++) {
+        for (int64_t i = first_key(len, window) / page; i < (len + page - 1) / page; i++) {
             int32_t p = table[s * n_pages + i];
             if (p < 0 || p >= num_pages)
                 return LB_ATTN_EPAGE;
@@ -106,7 +116,7 @@ static int check(const int32_t *table, const int32_t *lens, int64_t S, int64_t p
 typedef struct {
     const float *q, *k, *v;
     const int32_t *table, *lens;
-    int64_t H, KVH, Dh, page, n_pages;
+    int64_t H, KVH, Dh, page, n_pages, window;
     float scale;
     float *out;
 } job;
@@ -134,67 +144,80 @@ static int64_t tile_end(const job *j, int64_t s0, int64_t s1, int64_t *ref)
 }
 
 /* Rows s0 .. s0+R-1 of one tile, row ref the longest. Each row's operations are those it has alone:
- * its scores over its own padded length, its softmax, its value sums in key order; the tile only
- * orders the loops so that a block of keys (then of values) loaded once serves every row. p holds
- * TILE * H * (padded(len of ref) + 16) floats, at padded(len of ref) offsets. */
+ * its scores over its own keys (first_key .. len-1, padded to 16), its softmax, its value sums in key
+ * order; the tile only orders the loops so that a block of keys (then of values) loaded once serves
+ * every row. p holds TILE * H * (nmax + 16) floats, nmax the most keys a row of the call sees padded
+ * to 16; at holds the tile's key offsets, from its rows' lowest first key. */
 HOT void attend_tile(const job *j, int64_t s0, int64_t R, int64_t ref, float *p, int64_t *at, int wide)
 {
     const int64_t H = j->H, KVH = j->KVH, Dh = j->Dh, page = j->page, G = H / KVH, row = KVH * Dh;
-    const int64_t maxlen = j->lens[ref], nmax = padded(maxlen);
+    const int64_t maxlen = j->lens[ref];
+    int64_t lo = maxlen, nmax = 0;             /* the tile's lowest first key; its rows' most keys */
+    int64_t first[TILE], n[TILE];
+    for (int64_t r = 0; r < R; r++) {
+        n[r] = j->lens[s0 + r] - (first[r] = first_key(j->lens[s0 + r], j->window));
+        lo = first[r] < lo ? first[r] : lo;
+        nmax = n[r] > nmax ? n[r] : nmax;
+    }
+    nmax = padded(nmax);
     /* Scores of head h of row r at p + (r * H + h) * hs: one key block past the longest row, so that
      * the 16 * H rows written together do not share L1 sets (a stride of 4 KiB did that at 1024 keys). */
     const int64_t hs = nmax + LANES;
     const int32_t *t = j->table + ref * j->n_pages;
-    /* Slot offsets listed once, page by page: no integer division per key (~40 cycles each);
-     * a padded key reads key 0 (any slot would do: softmax16 drops its score, the sums stop at len). */
-    for (int64_t c = 0, i = 0; c < maxlen; i++)
-        for (int64_t jj = 0; jj < page && c < maxlen; jj++, c++)
+    /* Slot offsets of keys lo .. maxlen-1 listed once, page by page: no integer division per key
+     * (~40 cycles each); a padded key past them reads key lo (any slot would do: softmax16 drops its
+     * score, the sums stop at len). Row r's key i is at[first[r] - lo + i]. */
+    const int64_t span = maxlen - lo;
+    for (int64_t c = 0, i = lo / page, jj = lo % page; c < span; i++, jj = 0)
+        for (; jj < page && c < span; jj++, c++)
             at[c] = ((int64_t)t[i] * page + jj) * row;
-    for (int64_t c = maxlen; c < nmax; c++)
+    for (int64_t c = span; c < span + LANES; c++)
         at[c] = at[0];
-    /* Scores, 16 keys at a time: a block's key rows, read once, serve every head of every row in L1.
-     * A row past its own length is done (its padded keys' scores are dropped by softmax16). */
+    /* Scores, 16 keys at a time: a block's key rows, read once, serve every head of every row in L1
+     * (rows of a prompt see nearly the same keys). A row past its own keys is done (its padded keys'
+     * scores are dropped by softmax16). */
     for (int64_t c = 0; c < nmax; c += LANES)
         for (int64_t r = 0; r < R; r++) {
-            const int64_t npad = padded(j->lens[s0 + r]);
-            if (c >= npad)
+            if (c >= padded(n[r]))
                 continue;
             const float *qs = j->q + (s0 + r) * H * Dh;
+            const int64_t *ar = at + (first[r] - lo) + c;
             float *pr = p + r * H * hs;
             for (int64_t kh = 0, h = 0; kh < KVH; kh++)
                 for (int64_t g = 0; g < G; g++, h++)
-                    scores16(pr + h * hs + c, qs + h * Dh, j->k + kh * Dh, at + c, Dh, j->scale);
+                    scores16(pr + h * hs + c, qs + h * Dh, j->k + kh * Dh, ar, Dh, j->scale);
         }
-    for (int64_t r = 0; r < R; r++) {
-        const int64_t len = j->lens[s0 + r], npad = padded(len);
+    for (int64_t r = 0; r < R; r++)
         for (int64_t h = 0; h < H; h++)
-            softmax16(p + (r * H + h) * hs, len, npad);
-    }
+            softmax16(p + (r * H + h) * hs, n[r], padded(n[r]));
     /* Values, VBLOCK keys at a time for every row and head (a row alone: all its keys at once). */
     const int64_t vb = R == 1 ? nmax : VBLOCK;
-    for (int64_t c0 = 0; c0 < maxlen; c0 += vb)
+    for (int64_t c0 = 0; c0 < nmax; c0 += vb)
         for (int64_t kh = 0; kh < KVH; kh++)
             for (int64_t r = 0; r < R; r++) {
-                const int64_t len = j->lens[s0 + r], c1 = c0 + vb < len ? c0 + vb : len;
-                if (c0 >= len)
+                const int64_t c1 = c0 + vb < n[r] ? c0 + vb : n[r];
+                if (c0 >= n[r])
                     continue;
                 const float *x = j->v + kh * Dh;
-                for (int64_t g = 0, h = kh * G; g < G; g += 3, h += 3) {   /* up to 3 heads at a time */
+                const int64_t *ar = at + (first[r] - lo);
+                for (int64_t g = 0, h = kh * G; g < G; g += 4, h += 4) {   /* up to 4 heads at a time */
                     float *y = j->out + (s0 + r) * H * Dh + h * Dh, *w = p + (r * H + h) * hs;
-                    const int nh = G - g >= 3 ? 3 : (int)(G - g);
+                    const int nh = G - g >= 4 ? 4 : (int)(G - g);
 #ifdef LB_LANES_VECTOR
                     if (wide) {                                           /* nh a constant: registers */
-                        if (nh == 3) weighted_sums16(y, w, hs, 3, x, at, c0, c1, Dh, c0 == 0);
-                        else if (nh == 2) weighted_sums16(y, w, hs, 2, x, at, c0, c1, Dh, c0 == 0);
-                        else weighted_sums16(y, w, hs, 1, x, at, c0, c1, Dh, c0 == 0);
+                        if (nh == 4) weighted_sums16(y, w, hs, 4, x, ar, c0, c1, Dh, c0 == 0);
+                        else if (nh == 3) weighted_sums16(y, w, hs, 3, x, ar, c0, c1, Dh, c0 == 0);
+                        else if (nh == 2) weighted_sums16(y, w, hs, 2, x, ar, c0, c1, Dh, c0 == 0);
+                        else weighted_sums16(y, w, hs, 1, x, ar, c0, c1, Dh, c0 == 0);
                     } else {
-                        if (nh == 3) weighted_sums8(y, w, hs, 3, x, at, c0, c1, Dh, c0 == 0);
-                        else if (nh == 2) weighted_sums8(y, w, hs, 2, x, at, c0, c1, Dh, c0 == 0);
-                        else weighted_sums8(y, w, hs, 1, x, at, c0, c1, Dh, c0 == 0);
+                        if (nh == 4) weighted_sums8(y, w, hs, 4, x, ar, c0, c1, Dh, c0 == 0);
+                        else if (nh == 3) weighted_sums8(y, w, hs, 3, x, ar, c0, c1, Dh, c0 == 0);
+                        else if (nh == 2) weighted_sums8(y, w, hs, 2, x, ar, c0, c1, Dh, c0 == 0);
+                        else weighted_sums8(y, w, hs, 1, x, ar, c0, c1, Dh, c0 == 0);
                     }
 #else
                     (void)wide;
-                    weighted_sums1(y, w, hs, nh, x, at, c0, c1, Dh, c0 == 0);
+                    weighted_sums1(y, w, hs, nh, x, ar, c0, c1, Dh, c0 == 0);
 #endif
                 }
             }
@@ -204,12 +227,15 @@ HOT void attend_tile(const job *j, int64_t s0, int64_t R, int64_t ref, float *p,
  * row's bits do not depend on its tile). wide: 16-lane value sums (AVX-512) rather than 8. */
 HOT int attend_rows(const job *j, int64_t s0, int64_t s1, int wide)
 {
-    int64_t maxlen = 1;
-    for (int64_t s = s0; s < s1; s++)
-        maxlen = j->lens[s] > maxlen ? j->lens[s] : maxlen;
-    const int64_t nmax = padded(maxlen);
-    float *p = malloc((size_t)(TILE * j->H * (nmax + LANES)) * sizeof(float));
-    int64_t *at = malloc((size_t)nmax * sizeof(int64_t));   /* offset of key c's slot in a cache */
+    int64_t maxlen = 1, maxn = 1;             /* the longest row; the most keys a row sees */
+    for (int64_t s = s0; s < s1; s++) {
+        const int64_t len = j->lens[s], n = len - first_key(len, j->window);
+        maxlen = len > maxlen ? len : maxlen;
+        maxn = n > maxn ? n : maxn;
+    }
+    float *p = malloc((size_t)(TILE * j->H * (padded(maxn) + LANES)) * sizeof(float));
+    /* offset of each key's slot in a cache, for a tile's keys (at most maxlen) and a block past them */
+    int64_t *at = malloc((size_t)(maxlen + LANES) * sizeof(int64_t));
     if (!p || !at) {
         free(p);
         free(at);
@@ -271,15 +297,15 @@ static void rows_piece(void *ctx, int64_t i)
 
 int lb_attend_decode(const float *q, const float *k_cache, const float *v_cache, const int32_t *table,
                      const int32_t *lens, int64_t S, int64_t H, int64_t KVH, int64_t Dh, int64_t page,
-                     int64_t n_pages, int64_t num_pages, float scale, float *out)
+                     int64_t n_pages, int64_t num_pages, int64_t window, float scale, float *out)
 {
-    if (S < 0 || H < 1 || KVH < 1 || H % KVH || Dh < 1 || page < 1 || n_pages < 0)
+    if (S < 0 || H < 1 || KVH < 1 || H % KVH || Dh < 1 || page < 1 || n_pages < 0 || window < 0)
         return LB_ATTN_ESHAPE;
     int64_t maxlen;
-    int err = check(table, lens, S, page, n_pages, num_pages, &maxlen);
+    int err = check(table, lens, S, page, n_pages, num_pages, window, &maxlen);
     if (err || S == 0)
         return err;
-    const job j = {q, k_cache, v_cache, table, lens, H, KVH, Dh, page, n_pages, scale, out};
+    const job j = {q, k_cache, v_cache, table, lens, H, KVH, Dh, page, n_pages, window, scale, out};
     const int threads = lb_pool_size();
     if (threads <= 1 || S == 1)
         return rows_isa(&j, lb_chosen_isa(), 0, S);

@@ -1,4 +1,5 @@
-/* Small fused ops of the CPU float32 forward (RMSNorm with its residual add; RoPE with the KV write).
+/* Small fused ops of the CPU float32 forward (RMSNorm with its residual add; RoPE with the KV write;
+ * what other architectures add to llama's layer: q/k/v biases, per-head q/k norms, the GELU gate).
  *
  * At one token per step each numpy op is a few microseconds of dispatch and allocation around
  * well under a microsecond of arithmetic, and a decode step runs ~20 of them per layer. These
@@ -42,6 +43,15 @@ static float pairwise_sumsq(const float *a, int64_t n)
     return pairwise_sumsq(a, n2) + pairwise_sumsq(a + n2, n - n2);
 }
 
+/* out = x / sqrt(mean(x^2) + eps) * w over one row of n (out may be x). */
+static inline void norm_row(const float *x, const float *w, int64_t n, float eps, float *out)
+{
+    const float ms = pairwise_sumsq(x, n) / (float)n;
+    const float inv = 1.0f / sqrtf(ms + eps);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (x[i] * inv) * w[i];
+}
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
@@ -54,10 +64,64 @@ int lb_rms_norm(float *h, const float *delta, const float *w, int64_t T, int64_t
         if (delta)
             for (int64_t i = 0; i < D; i++)
                 x[i] += delta[t * D + i];
-        const float ms = pairwise_sumsq(x, D) / (float)D;
-        const float inv = 1.0f / sqrtf(ms + eps);
+        norm_row(x, w, D, eps, o);
+    }
+    return LB_OPS_OK;
+}
+
+int lb_rms_norm_heads(float *x, int64_t T, int64_t stride, int64_t heads, int64_t Dh, const float *w, float eps)
+{
+    if (T < 0 || heads < 1 || Dh < 1 || stride < heads * Dh)
+        return LB_OPS_ESHAPE;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < heads; h++)
+            norm_row(x + t * stride + h * Dh, w, Dh, eps, x + t * stride + h * Dh);
+    return LB_OPS_OK;
+}
+
+int lb_add_bias(float *x, const float *b, int64_t T, int64_t D)
+{
+    if (T < 0 || D < 1)
+        return LB_OPS_ESHAPE;
+    for (int64_t t = 0; t < T; t++)
         for (int64_t i = 0; i < D; i++)
-            o[i] = (x[i] * inv) * w[i];
+            x[t * D + i] += b[i];
+    return LB_OPS_OK;
+}
+
+/* x's float16 bits as numpy's cast rounds them (npy_floatbits_to_halfbits): to nearest, ties to
+ * even; past 65504 infinity; a NaN keeps its sign and its payload's top 10 bits (1 if those are 0),
+ * unquieted. */
+static inline uint16_t f16_bits(float x)
+{
+    uint32_t f;
+    memcpy(&f, &x, 4);
+    const uint16_t sign = (uint16_t)((f >> 16) & 0x8000u);
+    const uint32_t a = f & 0x7fffffffu;
+    if (a > 0x7f800000u) {                                  /* NaN */
+        const uint16_t m = (uint16_t)((a & 0x7fffffu) >> 13);
+        return sign | 0x7c00u | (m ? m : 1u);
+    }
+    if (a >= 0x477ff000u)                                   /* 65520 and up (a tie with odd 65504) */
+        return sign | 0x7c00u;
+    if (a >= 0x38800000u)                                   /* a normal float16: 2^-14 and up */
+        return sign | (uint16_t)((a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13);
+    /* A subnormal float16 (or 0): |x| in units of 2^-24, an exact product, rounded to even. */
+    return sign | (uint16_t)nearbyintf(fabsf(x) * 0x1p24f);
+}
+
+int lb_geglu(const float *gate_up, int64_t T, int64_t F, const float *table, float *out)
+{
+    if (T < 0 || F < 1)
+        return LB_OPS_ESHAPE;
+    for (int64_t t = 0; t < T; t++) {
+        const float *g = gate_up + t * 2 * F, *u = g + F;
+        float *o = out + t * F;
+        for (int64_t i = 0; i < F; i++) {
+            const float x = g[i];
+            const float y = x <= -10.0f ? 0.0f : x >= 10.0f ? x : table[f16_bits(x)];
+            o[i] = y * u[i];
+        }
     }
     return LB_OPS_OK;
 }

@@ -25,4 +25,17 @@ LB_OPS_API int lb_rope_write_kv(const float *qkv, int64_t T, int64_t H, int64_t 
                                 const float *cos, const float *sin, const int64_t *pages, const int64_t *slots,
                                 float *k_cache, float *v_cache, int64_t num_pages, int64_t page, float *q_out);
 
+/* x (T rows `stride` floats apart), each row's first heads * Dh floats `heads` heads of Dh; w (Dh,).
+ * In place, each head normed as lb_rms_norm norms a row (qwen3's and gemma3's q and k norms). */
+LB_OPS_API int lb_rms_norm_heads(float *x, int64_t T, int64_t stride, int64_t heads, int64_t Dh, const float *w,
+                                 float eps);
+
+/* x (T, D) += b (D,) on every row (qwen2's q/k/v biases). */
+LB_OPS_API int lb_add_bias(float *x, const float *b, int64_t T, int64_t D);
+
+/* gate_up (T, 2F) = [gate | up] -> out (T, F) = gelu(gate) * up, gelu as kernels.ffn.gelu_tanh:
+ * table[float16 bits of x] (table: 65536 floats, the rounded GELU of each float16, made by
+ * kernels.ffn.gelu_tanh_table), exactly 0 for x <= -10 and x for x >= 10. */
+LB_OPS_API int lb_geglu(const float *gate_up, int64_t T, int64_t F, const float *table, float *out);
+
 #endif

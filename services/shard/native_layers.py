@@ -11,18 +11,18 @@ Every query row attends alone, prompt rows too (plan_attention's rows_alone): th
 kernels round activations to 8 bits, which turns a 1-ulp difference between a prompt's chunkings
 into a different token, so no row may depend on its neighbours.
 
-What an architecture adds to the llama layer runs as optional steps between these calls (`Extras`),
-in numpy where the C library has no op for it yet, with NumpyLayers' arithmetic.
+What an architecture adds to the llama layer runs as C calls between these (`Extras`; ops.c, with
+the bits of NumpyLayers' numpy): q/k/v biases, per-head q/k norms, post-norms, the GELU gate in
+place of SwiGLU's ufuncs, and a sliding window as the attention's first key.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kernels.attention import attend_decode, window_bias
-from kernels.ffn import GATED_INTO
+from kernels.ffn import gelu_tanh_table, swiglu_into
 from kernels.matmul import matmul
-from kernels.norm import add_rms_norm, rms_norm
+from kernels.norm import add_rms_norm
 from kernels.qmatmul import bound_qmatmul
 from kernels.qmatrix import QUANTIZED
 from services.shard.plan import AttentionPlan, plan_attention
@@ -46,36 +46,35 @@ class Scratch:
         self.attn2d = self.attn.reshape(t, h * dh)
         self.gate, self.up = self.gate_up[:, :f], self.gate_up[:, f:]
         self.projections: list[tuple] = []                   # per layer: qkv, o, gate_up, down (no arguments)
-        for name in ("h", "x", "o", "qkv", "q", "attn"):
+        self.before_rope: list[list] = []                    # per layer: (C function, its arguments), in order
+        self.gated = None                                    # gate_up -> act, no arguments (NativeLayers._gated)
+        for name in ("h", "x", "o", "qkv", "q", "attn", "gate_up", "act"):
             setattr(self, name + "_p", _addr(getattr(self, name)))
 
 
 class Extras:
-    """One layer's steps beyond llama's, on the scratch buffers (all in place)."""
+    """One layer's steps beyond llama's: its weights (kept alive here, their addresses go to C) and
+    its sliding window (keys each row sees back from itself, 0 for all)."""
 
     def __init__(self, config, extras: dict, window: int):
-        c = config
         f32 = lambda name: None if name not in extras else np.ascontiguousarray(extras[name], F32)  # noqa: E731
-        self.c, self.window = c, window
+        self.c, self.window = config, window
         self.bias, self.q_norm, self.k_norm = f32("qkv_bias"), f32("q_norm"), f32("k_norm")
         self.attn_post, self.ffn_post = f32("attn_post_norm"), f32("ffn_post_norm")
         self.post_p = None if self.attn_post is None else (_addr(self.attn_post), _addr(self.ffn_post))
 
-    def qkv(self, qkv: np.ndarray) -> None:
-        """Bias and per-head norms of q and k, before RoPE."""
-        c = self.c
+    def before_rope(self, lib, s: Scratch) -> list[tuple]:
+        """The C calls on s.qkv before RoPE, in NumpyLayers' order: bias, then q's and k's per-head norms."""
+        c, t = self.c, s.t
+        row, eps = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim, float(c.norm_eps)
+        calls = []
         if self.bias is not None:
-            np.add(qkv, self.bias, out=qkv)
+            calls.append((lib.lb_add_bias, (s.qkv_p, _addr(self.bias), t, row)))
         if self.q_norm is not None:
-            t, nq, nkv = qkv.shape[0], c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
-            q = qkv[:, :nq].reshape(t, c.n_heads, c.head_dim)
-            k = qkv[:, nq:nq + nkv].reshape(t, c.n_kv_heads, c.head_dim)
-            q[...] = rms_norm(np, q, self.q_norm, c.norm_eps)
-            k[...] = rms_norm(np, k, self.k_norm, c.norm_eps)
-
-    def windowed(self, lens: np.ndarray) -> bool:
-        """True when some row sees more keys than this layer's window lets it."""
-        return bool(self.window) and int(lens.max()) > self.window
+            k_p = s.qkv_p + 4 * c.n_heads * c.head_dim                     # k's heads follow q's in a row
+            calls.append((lib.lb_rms_norm_heads, (s.qkv_p, t, row, c.n_heads, c.head_dim, _addr(self.q_norm), eps)))
+            calls.append((lib.lb_rms_norm_heads, (k_p, t, row, c.n_kv_heads, c.head_dim, _addr(self.k_norm), eps)))
+        return calls
 
 
 class NativeLayers:
@@ -86,7 +85,7 @@ class NativeLayers:
     def __init__(self, lib, config, layers, kv, start: int = 0, extras=None):
         self.lib, self.c, self.layers, self.kv, self.start = lib, config, layers, kv, start
         self.scale = F32(config.attn_scale)
-        self.gated_into = GATED_INTO[config.spec.activation]
+        self.gelu_table = gelu_tanh_table() if config.spec.activation == "gelu_tanh" else None
         self.extras = [Extras(config, ex, config.sliding_window if config.is_local(start + i) else 0)
                        for i, ex in enumerate(extras or [{} for _ in layers])]
         self.split = True       # float32 weights: OpenBLAS in small-matrix calls (kernels.matmul)
@@ -115,8 +114,23 @@ class NativeLayers:
             s.projections = [(self._projection(s.x, wqkv, s.qkv), self._projection(s.attn2d, wo, s.o),
                               self._projection(s.x, w_gate_up, s.gate_up), self._projection(s.act, w_down, s.o))
                              for _, wqkv, wo, _, w_gate_up, w_down in self.layers]
+            s.before_rope = [ex.before_rope(self.lib, s) for ex in self.extras]
+            s.gated = self._gated(s)
             self.scratch = s
         return self.scratch
+
+    def _gated(self, s: Scratch):
+        """gate_up -> act as a call without arguments returning a C status: GELU's in C, SwiGLU's ufuncs."""
+        if self.gelu_table is not None:
+            geglu, args = self.lib.lb_geglu, (s.gate_up_p, s.t, self.ffn, _addr(self.gelu_table), s.act_p)
+            return lambda: geglu(*args)
+        # SwiGLU stays in numpy: its exp is numpy's own SIMD code, which libm's expf does not match bit for bit.
+        gate, up, act, tmp = s.gate, s.up, s.act, s.tmp
+
+        def swiglu() -> int:
+            swiglu_into(gate, up, act, tmp)
+            return 0
+        return swiglu
 
     def _projection(self, x: np.ndarray, w, out: np.ndarray):
         """x . w -> out as a call without arguments (its lookups done once, not per token)."""
@@ -147,23 +161,20 @@ class NativeLayers:
         if plan.decode_rows.shape[0] != t or plan.prefills:
             raise ValueError("the native layers take plans whose rows all attend alone "
                              "(plan_attention(rows_alone=True))")
-        attn_args = (_addr(table), _addr(lens), t, c.n_heads, c.n_kv_heads, c.head_dim, kv.page_size,
-                     table.shape[1], kv.num_pages, float(self.scale), s.attn_p)
+        attn_args = {w: (_addr(table), _addr(lens), t, c.n_heads, c.n_kv_heads, c.head_dim, kv.page_size,
+                         table.shape[1], kv.num_pages, w, float(self.scale), s.attn_p)
+                     for w in {ex.window for ex in self.extras}}
         k0, v0, stride, num_pages, page = _addr(kv.k), _addr(kv.v), kv.k.strides[0], kv.num_pages, kv.page_size
         norm, rope, attend = self.lib.lb_rms_norm, self.lib.lb_rope_write_kv, self.lib.lb_attend_decode
-        h_p, x_p, o_p, qkv_p, q_p = s.h_p, s.x_p, s.o_p, s.qkv_p, s.q_p
-        gate, up, act, tmp, gated_into = s.gate, s.up, s.act, s.tmp, self.gated_into
+        h_p, x_p, o_p, qkv_p, q_p, gated = s.h_p, s.x_p, s.o_p, s.qkv_p, s.q_p, s.gated
         rc = norm(h_p, None, self.norms[0][0], t, d, eps, x_p)
         for i, (qkv, o, gate_up, down) in enumerate(s.projections):
             kc, vc, ex = k0 + i * stride, v0 + i * stride, self.extras[i]
             qkv()                                                           # x -> qkv (T, (H + 2 KVH) * Dh)
-            ex.qkv(s.qkv)                                                   # + bias, q/k norms (where the arch has them)
+            for op, args in s.before_rope[i]:                               # + bias, q/k norms (where the arch has them)
+                rc |= op(*args)
             rc |= rope(qkv_p, *rope_args[i], kc, vc, num_pages, page, q_p)  # q -> q (T, H, Dh), k, v -> cache
-            if ex.windowed(lens):                                           # past a sliding window: numpy, masked
-                s.attn[...] = attend_decode(np, s.q, kv.k[i], kv.v[i], table,
-                                            window_bias(lens, table.shape[1] * page, ex.window, F32), self.scale)
-            else:
-                rc |= attend(q_p, kc, vc, *attn_args)                       # q -> attn (T, H, Dh)
+            rc |= attend(q_p, kc, vc, *attn_args[ex.window])                # q -> attn (T, H, Dh), its window's keys
             o()                                                             # attn -> o (T, D)
             if trace is not None:
                 trace("attn", s.attn.copy())
@@ -171,7 +182,7 @@ class NativeLayers:
                 rc |= norm(o_p, None, ex.post_p[0], t, d, eps, o_p)         # o = post-attention norm(o)
             rc |= norm(h_p, o_p, self.norms[i][1], t, d, eps, x_p)          # h += o; x = norm(h)
             gate_up()                                                       # x -> gate_up (T, 2F)
-            gated_into(gate, up, act, tmp)                                  # -> act (T, F)
+            rc |= gated()                                                   # -> act (T, F)
             down()                                                          # act -> o (T, D)
             if ex.post_p is not None:
                 rc |= norm(o_p, None, ex.post_p[1], t, d, eps, o_p)         # o = post-FFN norm(o)

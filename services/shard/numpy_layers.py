@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.attention import attend_decode, window_bias
 from kernels.attention_native import attend_decode_paged
 from services.shard.array_layers import ArrayLayers
 from services.shard.plan import AttentionPlan
@@ -26,8 +25,4 @@ class NumpyLayers(ArrayLayers):
         self.rows_alone = rows_alone
 
     def _decode(self, q, kc, vc, plan: AttentionPlan, window: int = 0):
-        if window and int(plan.decode_lens.max()) > window:
-            # Past the window: keys masked by a bias (the paged kernel reads every key up to len).
-            bias = window_bias(plan.decode_lens, plan.decode_table.shape[1] * kc.shape[1], window, np.float32)
-            return attend_decode(np, q, kc, vc, plan.decode_table, bias, self.scale)
-        return attend_decode_paged(q, kc, vc, plan.decode_table, plan.decode_lens, self.scale)
+        return attend_decode_paged(q, kc, vc, plan.decode_table, plan.decode_lens, self.scale, window)

@@ -12,8 +12,10 @@ from services.modelstore.gguf_config import UnsupportedModel
 from services.modelstore.weight_cache import load_weights
 from services.modelstore.weights import ShardWeights, read_config
 from services.shard.array_layers import ArrayLayers
+from services.shard.native_layers import NativeLayers
 from services.shard.numpy_layers import NumpyLayers
 from services.shard.inprocess import Chunk, PageAllocator, Pipeline, build_batch
+from tests.conftest import require
 from tests.engine import naive_arch
 from tests.engine.arch_gguf import SPECS, sha256, write
 from tests.engine.conftest import make_shard
@@ -92,6 +94,23 @@ def test_op_by_op_layers_match_the_plain_forward(tiny, tmp_path, runner):
     got = _prefill_then_decode(shard.forward, PageAllocator(16, 4))
     tol = TOLERANCE.get(name, 1e-4)
     np.testing.assert_allclose(got, want[PROMPT - 1:], rtol=tol, atol=tol)
+
+
+def test_the_native_loop_gives_the_numpy_loops_bits(tiny, tmp_path):
+    """The C library's layer loop (biases, q/k norms, GELU gate and sliding window in C) against the numpy
+    loop with every row attending alone: the same logits bit for bit, prompt rows and decode rows past
+    gemma3's window of 5 included."""
+    name, path, _ = tiny
+    n = SPECS[name].n_layers
+    loaded = load_weights(path, 0, n, "quantized", root=tmp_path)
+    native, numpy = make_shard(loaded, num_pages=16, page_size=4), make_shard(loaded, num_pages=16, page_size=4)
+    require(isinstance(native.runner, NativeLayers), "the native library is not built (pip install -e . with a C "
+            "compiler builds it)")
+    w = loaded.weights.arrays()
+    extras = [{k: w[k][i] for k in ShardWeights.LAYER_EXTRAS if k in w} for i in range(n)]
+    numpy.runner = NumpyLayers(numpy.config, numpy.runner.layers, numpy.kv, 0, rows_alone=True, extras=extras)
+    np.testing.assert_array_equal(_prefill_then_decode(native.forward, PageAllocator(16, 4)),
+                                  _prefill_then_decode(numpy.forward, PageAllocator(16, 4)))
 
 
 def test_the_description_is_read_from_metadata(tiny):

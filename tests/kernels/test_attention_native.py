@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import kernels.attention_native as an
-from kernels.attention import attend_decode
+from kernels.attention import attend_decode, window_bias
 from tests.conftest import require
 
 F = np.float32
@@ -128,3 +128,110 @@ def test_tiled_rows_at_long_lengths_are_the_bits_of_each_row_alone():
                                           err_msg=f"code path {path}")
     finally:
         qm.set_isa("auto")
+
+
+def visible(len_: int, window: int) -> np.ndarray:
+    """Keys the query at position len_-1 sees, from llama.cpp's rule (LLAMA_SWA_TYPE_STANDARD in
+    llama_hparams::is_masked_swa): key p0 is masked for query p1 when p1 - p0 >= window."""
+    p1 = len_ - 1
+    return np.array([p0 for p0 in range(len_) if not (window and p1 - p0 >= window)])
+
+
+def by_definition(q, kc, vc, table, lens, scale, window):
+    """softmax(q . k * scale) . v over each row's visible keys, in float64, from the cache's pages."""
+    page, kvh = kc.shape[1], kc.shape[2]
+    out = np.empty(q.shape, np.float64)
+    for s in range(len(lens)):
+        keys = visible(int(lens[s]), window)
+        pages, slots = table[s, keys // page], keys % page
+        k, v = kc[pages, slots].astype(np.float64), vc[pages, slots].astype(np.float64)  # (n, KVH, Dh)
+        for h in range(q.shape[1]):
+            kh = h // (q.shape[1] // kvh)
+            sc = k[:, kh] @ q[s, h].astype(np.float64) * scale
+            p = np.exp(sc - sc.max())
+            out[s, h] = (p / p.sum()) @ v[:, kh]
+    return out
+
+
+@pytest.mark.parametrize("window", [1, 5, 16, 37])
+def test_a_window_sees_the_keys_llama_cpp_lets_it_see(window):
+    q, kc, vc, table, lens, _ = case(9, max_len=90)
+    lens[1:4] = [window, window + 1, 90]                    # at, just past and far past the window
+    want = by_definition(q, kc, vc, table, lens, 0.125, window)
+    got = an.attend_decode_paged(q, kc, vc, table, lens, F(0.125), window)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    # The numpy mask (kernels.attention.window_bias) is the same rule.
+    bias = window_bias(lens, table.shape[1] * kc.shape[1], window, F)
+    for s, len_ in enumerate(lens):
+        np.testing.assert_array_equal(np.flatnonzero(bias[s] == 0), visible(int(len_), window))
+
+
+def test_keys_before_the_window_are_not_read():
+    """NaN in every key and value before each row's window: a read of one would make the row NaN."""
+    require(an.load() is not None, "the numpy fallback reads every key, and the native library is not built")
+    q, kc, vc, table, lens = prompt_case(13, n=70)
+    window = 20
+    before = an.attend_decode_paged(q, kc, vc, table, lens, F(0.125), window)
+    first = np.arange(70 - window)                         # positions before the last row's window ...
+    pages, slots = table[0, first // 16], first % 16
+    kc[pages, slots], vc[pages, slots] = np.nan, np.nan
+    rows = lens >= 70                                       # ... which only the last row does not see
+    after = an.attend_decode_paged(q[rows], kc, vc, table[rows], lens[rows], F(0.125), window)
+    np.testing.assert_array_equal(after, before[rows])
+
+
+@pytest.mark.parametrize("shape", [{}, dict(h=4, kvh=1, dh=256, page=16), dict(h=8, kvh=2, dh=20, page=3)])
+def test_a_windowed_row_is_the_bits_of_a_row_over_just_its_keys(shape):
+    """Blocks of 16 count from a row's first key: a row of 100 keys through a window of 48 gives the
+    bits of a row of 48 keys that starts at the window (a page boundary here), alone or in any tile."""
+    require(an.load() is not None, "the numpy fallback does not promise this, and the native library is not built")
+    import kernels.qmatmul as qm
+    page = shape.get("page", 16)
+    window = 48 if page != 3 else 45
+    q, kc, vc, table, lens = prompt_case(14, n=100, **shape)
+    whole = an.attend_decode_paged(q, kc, vc, table, lens, F(0.125), window)
+    for i in range(len(lens)):
+        skip = max(0, int(lens[i]) - window)
+        if skip % page:
+            continue
+        short = an.attend_decode_paged(q[i:i + 1], kc, vc, table[i:i + 1, skip // page:], lens[i:i + 1] - skip,
+                                       F(0.125))
+        np.testing.assert_array_equal(whole[i], short[0], err_msg=f"row {i}")
+    paths = {"auto"} | {p for p in ("avx2", "avx512", "generic") if qm.set_isa(p) == p}
+    order = np.random.default_rng(15).permutation(len(lens))
+    try:
+        for path in sorted(paths):
+            qm.set_isa(path)
+            for rows in np.array_split(order, 6):
+                np.testing.assert_array_equal(an.attend_decode_paged(q[rows], kc, vc, table[rows], lens[rows],
+                                                                     F(0.125), window), whole[rows],
+                                              err_msg=f"code path {path}")
+    finally:
+        qm.set_isa("auto")
+
+
+def test_a_window_through_the_fallback_gives_the_same(monkeypatch):
+    require(an.load() is not None, "the native library is not built (pip install -e . with a C compiler builds it)")
+    q, kc, vc, table, lens = prompt_case(16, n=60)
+    native = an.attend_decode_paged(q, kc, vc, table, lens, F(0.125), 25)
+    monkeypatch.setattr(an, "load", lambda: None)
+    np.testing.assert_allclose(an.attend_decode_paged(q, kc, vc, table, lens, F(0.125), 25), native,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_negative_window_is_refused():
+    q, kc, vc, table, lens, _ = case(17)
+    with pytest.raises(ValueError, match="window"):
+        an.attend_decode_paged(q, kc, vc, table, lens, F(0.125), -1)
+
+
+@pytest.mark.parametrize("dh,padded", [(48, 64), (112, 128), (240, 256), (80, 96)])
+def test_every_head_size_sums_a_score_the_same_way(dh, padded):
+    """Head sizes 64, 128 and 256 have loops of their own (constants to the compiler); others one loop
+    for all. Zeros appended to q, k and v add +0 to each lane's sum: the bits stay those of dh."""
+    require(an.load() is not None, "the native library is not built (pip install -e . with a C compiler builds it)")
+    q, kc, vc, table, lens = prompt_case(18, n=40, h=4, kvh=1, dh=dh)
+    pad = lambda a: np.concatenate([a, np.zeros(a.shape[:-1] + (padded - dh,), F)], axis=-1)  # noqa: E731
+    want = an.attend_decode_paged(q, kc, vc, table, lens, F(0.125), 16)
+    got = an.attend_decode_paged(pad(q), pad(kc), pad(vc), table, lens, F(0.125), 16)
+    np.testing.assert_array_equal(got[..., :dh], want)
