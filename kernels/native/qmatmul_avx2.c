@@ -98,6 +98,24 @@ INLINE void gather_u32(const uint8_t *p, int64_t stride, __m128i *lo, __m128i *h
 /* tile(kind, 1, 8, ...) with the same float operations per output in the same order (so the same bits),
  * for one activation row: a decode step's matmul. Per block the 8 rows' scales are read in one 32-bit
  * load a row and converted in one vector and d_w * d_x formed for all 8 at once; q4_1's minimum sums m_w * side_x in 8 lanes, one a row. */
+/* The 8 rows' d_w * d_x of block b into prod, converted in one vector (each 32-bit word gathered: a row's
+ * d in its low half, q4_1's m in its high half); q4_1's m_w * side_x added to its lane of *sides. */
+INLINE void scales8(int kind, const uint8_t *p, int64_t row_bytes, float dx, float sx, float *prod, __m256 *sides) {
+    __m128i lo, hi;
+    gather_u32(p, row_bytes, &lo, &hi);
+    const __m128i low16 = _mm_set1_epi32(0xffff);
+    const __m128i dw = _mm_packus_epi32(_mm_and_si128(lo, low16), _mm_and_si128(hi, low16));
+    _mm256_store_ps(prod, _mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_set1_ps(dx)));
+    if (kind == LB_Q4_1) {
+        const __m128i mw = _mm_packus_epi32(_mm_srli_epi32(lo, 16), _mm_srli_epi32(hi, 16));
+        *sides = _mm256_add_ps(*sides, _mm256_mul_ps(_mm256_cvtph_ps(mw), _mm256_set1_ps(sx)));
+    }
+}
+
+/* tile(kind, 1, 8, ...) with the same float operations per output in the same order (so the same bits),
+ * for one activation row: a decode step's matmul. A block's 8 scale products are formed while the
+ * block before it is multiplied (their gather and conversion are a long chain of their own); q4_1's
+ * minimum sums m_w * side_x in 8 lanes, one a row. */
 INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes, float *out0) {
     const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind);
     const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
@@ -105,8 +123,9 @@ INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int6
     const int8_t *row = a->q + t0 * nbp * QK;
     const float *dxs = a->d + t0 * nbp, *sxs = a->side + t0 * nbp;
     __m256 acc[8], sides = _mm256_setzero_ps();
-    float prod[8] __attribute__((aligned(32)));
+    float prod[2][8] __attribute__((aligned(32)));
     for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+    scales8(kind, w0, row_bytes, dxs[0], sxs[0], prod[0], &sides);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w0 + b * bb;
         /* The 8 rows' bytes are contiguous (8 * row_bytes), but each row is only a few cache lines long:
@@ -114,17 +133,8 @@ INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int6
          * pace through them (8 block lengths a block). */
         const char *ahead = (const char *)w0 + PREFETCH + b * 8 * bb;
         for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-        const __m256 dx = _mm256_broadcast_ss(dxs + b);
-        /* through memory: a broadcast load per row costs no shuffle, and keeps the 8 accumulators in registers */
-        __m128i lo, hi;                   /* each 32-bit word: a row's d (low half) and q4_1's m (high half) */
-        gather_u32(p, row_bytes, &lo, &hi);
-        const __m128i low16 = _mm_set1_epi32(0xffff);
-        const __m128i dw = _mm_packus_epi32(_mm_and_si128(lo, low16), _mm_and_si128(hi, low16));
-        _mm256_store_ps(prod, _mm256_mul_ps(_mm256_cvtph_ps(dw), dx));
-        if (kind == LB_Q4_1) {
-            const __m128i mw = _mm_packus_epi32(_mm_srli_epi32(lo, 16), _mm_srli_epi32(hi, 16));
-            sides = _mm256_add_ps(sides, _mm256_mul_ps(_mm256_cvtph_ps(mw), _mm256_broadcast_ss(sxs + b)));
-        }
+        if (b + 1 < nb) scales8(kind, p + bb, row_bytes, dxs[b + 1], sxs[b + 1], prod[(b + 1) & 1], &sides);
+        const float *pb = prod[b & 1];
         const __m256i x = act_block(kind, row, b);
         for (int c = 0; c < 8; c++) {
             const uint8_t *q = p + c * row_bytes + (kind == LB_Q4_1 ? 4 : 2);
@@ -136,7 +146,7 @@ INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int6
                 u = _mm256_and_si256(_mm256_srlv_epi32(u, shift), mask);
                 if (kind == LB_Q4_0) u = _mm256_sub_epi8(u, eight);
             }
-            acc[c] = _mm256_fmadd_ps(block_dot(kind, u, x, ones), _mm256_broadcast_ss(prod + c), acc[c]);
+            acc[c] = _mm256_fmadd_ps(block_dot(kind, u, x, ones), _mm256_broadcast_ss(pb + c), acc[c]);
         }
     }
     float side[8];
