@@ -1,8 +1,11 @@
 /* AVX2 path (no VNNI): one block at a time in 256-bit registers. vpmaddubsw multiplies unsigned by signed
  * bytes into 16-bit pairs and vpmaddwd sums them to 8 int32 lanes, exactly: q4_1's nibbles go in as they
  * are (at most 15); q4_0's nibble - 8 and q8_0's quants go in as |q| against x with q's sign, as ggml
- * does. Up to 4 rows of activations share each weight block; 2 weight rows go together, 8 for a single
- * row of activations (a decode step), whose kernel is otherwise bound by converting each block's scales. */
+ * does. For a batch, up to 4 rows of activations share each q4 weight block and 2 weight rows go
+ * together; q8_0 takes 8 rows of activations to one weight row (with two, its 8 accumulators and sign
+ * flips spill out of the 16 registers: 4 x 2 ran 1.5x slower at 16 rows). A single row of activations
+ * (a decode step) goes against 8 weight rows, whose kernel is otherwise bound by converting each
+ * block's scales. Every output's float operations are the same whatever the tile, so the bits are too. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -45,8 +48,8 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
                  float *out0, int64_t N) {
     const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind), ts = a->T + 8;
     const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
-    __m256 acc[4][2], sides = _mm256_setzero_ps();
-    float side[4][2];
+    __m256 acc[8][2], sides = _mm256_setzero_ps();
+    float side[8][2];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps(), side[r][c] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
@@ -163,17 +166,23 @@ INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
     for (; n < N; n++) tile(kind, R, 1, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
 }
 
-#define ROWS_FN(KIND, R) \
+/* Activation rows a batch tile takes (weight rows: 2 for q4 kinds, 1 for q8_0; see the top). */
+#define ROWS_Q4 4
+#define ROWS_Q8 8
+#define ROWS_FN(KIND, R, C) \
     static TGT void rows_##KIND##_##R(const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) { \
-        rows(KIND, R, 2, a, t0, w, N, out0); }
-#define ROWS_ALL(KIND) \
-    ROWS_FN(KIND, 1) ROWS_FN(KIND, 2) ROWS_FN(KIND, 3) ROWS_FN(KIND, 4) \
-    static void (*const rows_##KIND[5])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = { \
+        rows(KIND, R, C, a, t0, w, N, out0); }
+#define ROWS_Q4_ALL(KIND) \
+    ROWS_FN(KIND, 1, 2) ROWS_FN(KIND, 2, 2) ROWS_FN(KIND, 3, 2) ROWS_FN(KIND, 4, 2) \
+    static void (*const rows_##KIND[ROWS_Q4 + 1])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = { \
         0, rows_##KIND##_1, rows_##KIND##_2, rows_##KIND##_3, rows_##KIND##_4};
 
-ROWS_ALL(2)
-ROWS_ALL(3)
-ROWS_ALL(8)
+ROWS_Q4_ALL(2)
+ROWS_Q4_ALL(3)
+ROWS_FN(8, 1, 1) ROWS_FN(8, 2, 1) ROWS_FN(8, 3, 1) ROWS_FN(8, 4, 1)
+ROWS_FN(8, 5, 1) ROWS_FN(8, 6, 1) ROWS_FN(8, 7, 1) ROWS_FN(8, 8, 1)
+static void (*const rows_8[ROWS_Q8 + 1])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = {
+    0, rows_8_1, rows_8_2, rows_8_3, rows_8_4, rows_8_5, rows_8_6, rows_8_7, rows_8_8};
 
 /* lb_act_round_generic with 8 lanes: the same IEEE operations (cvtps2dq rounds ties to even like
  * nearbyintf; vcvtps2ph like lb_to_f16), so the same bits. Only what this path's kernels read (q, d,
@@ -218,8 +227,9 @@ TGT void lb_act_round_avx2(lb_act *a, const float *x) {
 }
 
 TGT void lb_qmatmul_avx2(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out) {
-    for (int64_t t = 0; t < a->T; t += 4) {
-        const int R = a->T - t < 4 ? (int)(a->T - t) : 4;
+    const int most = kind == LB_Q8_0 ? ROWS_Q8 : ROWS_Q4;
+    for (int64_t t = 0; t < a->T; t += most) {
+        const int R = a->T - t < most ? (int)(a->T - t) : most;
         if (kind == LB_Q4_1) rows_3[R](a, t, w, N, out + t * N);
         else if (kind == LB_Q8_0) rows_8[R](a, t, w, N, out + t * N);
         else rows_2[R](a, t, w, N, out + t * N);
