@@ -9,16 +9,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "avx2.h"
 #include "qk.h"
-
-#define TGT __attribute__((target("avx2,fma,f16c")))
-#define INLINE static inline __attribute__((always_inline)) TGT
-
-INLINE float hsum_f32(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
 
 /* Both integer sums of a K block at once: *sa = sum of a's lanes, *sb = b's (exact in any order). */
 INLINE void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
@@ -194,13 +186,9 @@ INLINE __m256 q5_dot(__m256i u, const int8_t *x) {
 
 /* sw of the 8 blocks at p + c * stride as a vector: Q5_1's m, Q5_0's -16 d; *dw: their d. */
 INLINE __m256 q5_scales8(int kind, const uint8_t *p, int64_t stride, __m256 *dw) {
-    __m128i d = _mm_setzero_si128(), m = _mm_setzero_si128();
-    for (int c = 0; c < 8; c++) {
-        d = _mm_insert_epi16(d, lb_u16(p + c * stride), c);
-        if (kind == LB_Q5_1) m = _mm_insert_epi16(m, lb_u16(p + c * stride + 2), c);
-    }
-    *dw = _mm256_cvtph_ps(d);
-    return kind == LB_Q5_1 ? _mm256_cvtph_ps(m) : _mm256_mul_ps(*dw, _mm256_set1_ps(-16.0f));
+    __m256 m;
+    scales_f16x8(p, stride, dw, &m);
+    return kind == LB_Q5_1 ? m : _mm256_mul_ps(*dw, _mm256_set1_ps(-16.0f));
 }
 
 /* One row of x (a decode step) against 8 weight rows: x's block loaded once for the 8, their scales
@@ -215,7 +203,7 @@ INLINE void q5_tile8(int kind, const lb_act *a, int64_t t, const uint8_t *w0, in
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w0 + b * bb;
         /* each weight row is a few cache lines: too short a stream for the hardware prefetcher */
-        const char *ahead = (const char *)w0 + 8192 + b * 8 * bb;
+        const char *ahead = (const char *)w0 + PREFETCH + b * 8 * bb;
         for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
         __m256 dw;
         const __m256 sw = q5_scales8(kind, p, row_bytes, &dw);
@@ -227,7 +215,7 @@ INLINE void q5_tile8(int kind, const lb_act *a, int64_t t, const uint8_t *w0, in
     }
     float side[8];
     _mm256_storeu_ps(side, sides);
-    for (int c = 0; c < 8; c++) out0[c] = hsum_f32(acc[c]) + side[c];
+    for (int c = 0; c < 8; c++) out0[c] = hsum8(acc[c]) + side[c];
 }
 
 /* R rows of x from t0 against one weight row: its block unpacked once for the R. */
@@ -249,7 +237,7 @@ INLINE void q5_tile(int kind, int R, const lb_act *a, int64_t t0, const uint8_t 
     }
     float side[8];
     _mm256_storeu_ps(side, sides);
-    for (int r = 0; r < R; r++) out0[r * N] = hsum_f32(acc[r]) + side[r];
+    for (int r = 0; r < R; r++) out0[r * N] = hsum8(acc[r]) + side[r];
 }
 
 /* nn weight rows from w against R rows of x from t0, into out (rows N apart). */

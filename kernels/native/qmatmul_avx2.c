@@ -9,19 +9,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include "qmatmul_impl.h"
-
-#define TGT __attribute__((target("avx2,fma,f16c")))
-#define INLINE static inline __attribute__((always_inline)) TGT
-#ifndef PREFETCH
-#define PREFETCH 8192   /* bytes ahead in the weight stream */
-#endif
-
-INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
+#include "avx2.h"
 
 /* Block b of one activation row, in the byte order the weights' quants come in (q4 kinds: low
  * nibbles' 16 activations, then the high nibbles'). */
@@ -89,30 +77,13 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
         for (int c = 0; c < C; c++) out0[r * N + c] = hsum8(acc[r][c]) + (R > 1 ? lane[c * 4 + r] : side[r][c]);
 }
 
-/* The 32-bit words at p + i * stride for i < 8: rows 0..3 in *lo, 4..7 in *hi. */
-INLINE void gather_u32(const uint8_t *p, int64_t stride, __m128i *lo, __m128i *hi) {
-    __m128i l = _mm_cvtsi32_si128((int)lb_u32(p)), h = _mm_cvtsi32_si128((int)lb_u32(p + 4 * stride));
-    l = _mm_insert_epi32(l, (int)lb_u32(p + stride), 1), h = _mm_insert_epi32(h, (int)lb_u32(p + 5 * stride), 1);
-    l = _mm_insert_epi32(l, (int)lb_u32(p + 2 * stride), 2), h = _mm_insert_epi32(h, (int)lb_u32(p + 6 * stride), 2);
-    l = _mm_insert_epi32(l, (int)lb_u32(p + 3 * stride), 3), h = _mm_insert_epi32(h, (int)lb_u32(p + 7 * stride), 3);
-    *lo = l, *hi = h;
-}
-
-/* tile(kind, 1, 8, ...) with the same float operations per output in the same order (so the same bits),
- * for one activation row: a decode step's matmul. Per block the 8 rows' scales are read in one 32-bit
- * load a row and converted in one vector and d_w * d_x formed for all 8 at once; q4_1's minimum sums m_w * side_x in 8 lanes, one a row. */
 /* The 8 rows' d_w * d_x of block b into prod, converted in one vector (each 32-bit word gathered: a row's
  * d in its low half, q4_1's m in its high half); q4_1's m_w * side_x added to its lane of *sides. */
 INLINE void scales8(int kind, const uint8_t *p, int64_t row_bytes, float dx, float sx, float *prod, __m256 *sides) {
-    __m128i lo, hi;
-    gather_u32(p, row_bytes, &lo, &hi);
-    const __m128i low16 = _mm_set1_epi32(0xffff);
-    const __m128i dw = _mm_packus_epi32(_mm_and_si128(lo, low16), _mm_and_si128(hi, low16));
-    _mm256_store_ps(prod, _mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_set1_ps(dx)));
-    if (kind == LB_Q4_1) {
-        const __m128i mw = _mm_packus_epi32(_mm_srli_epi32(lo, 16), _mm_srli_epi32(hi, 16));
-        *sides = _mm256_add_ps(*sides, _mm256_mul_ps(_mm256_cvtph_ps(mw), _mm256_set1_ps(sx)));
-    }
+    __m256 dw, mw;
+    scales_f16x8(p, row_bytes, &dw, &mw);
+    _mm256_store_ps(prod, _mm256_mul_ps(dw, _mm256_set1_ps(dx)));
+    if (kind == LB_Q4_1) *sides = _mm256_add_ps(*sides, _mm256_mul_ps(mw, _mm256_set1_ps(sx)));
 }
 
 /* tile(kind, 1, 8, ...) with the same float operations per output in the same order (so the same bits),
