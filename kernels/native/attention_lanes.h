@@ -130,18 +130,10 @@ HOT v8 fold1(v8 a, v8 b)            /* four keys each -> eight keys' sums */
     return SHUF(a, b, 0, 2, 4, 6, 8, 10, 12, 14) + SHUF(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
 }
 
-/* dot(q, k + at[j], dh) for 16 keys j, dh a multiple of 16: the same lanes and tree, so the same
- * bits (but for the sign of a zero sum: lanes start at the first product, not at 0 + it). */
-HOT v16 dots16(const float *q, const float *k, const int64_t *at, int64_t dh)
+/* The rest of lanes_sum's tree for 16 keys, each already folded to 8 lanes (x[j]): their 16 sums. */
+HOT v16 fold16(const v8 x[16])
 {
-    v8 x[16], y[8], z[4], s[2];
-    for (int i = 0; i < 16; i++) {
-        const float *a = k + at[i];
-        v16 sa = LOAD(q) * LOAD(a);
-        for (int64_t d = LANES; d < dh; d += LANES)
-            sa += LOAD(q + d) * LOAD(a + d);
-        x[i] = fold8(sa);
-    }
+    v8 y[8], z[4], s[2];
     for (int i = 0; i < 8; i++)
         y[i] = fold4(x[2 * i], x[2 * i + 1]);
     for (int i = 0; i < 4; i++)
@@ -153,6 +145,21 @@ HOT v16 dots16(const float *q, const float *k, const int64_t *at, int64_t dh)
     return out;
 }
 
+/* dot(q, k + at[j], dh) for 16 keys j, dh a multiple of 16: the same lanes and tree, so the same
+ * bits (but for the sign of a zero sum: lanes start at the first product, not at 0 + it). */
+HOT v16 dots16(const float *q, const float *k, const int64_t *at, int64_t dh)
+{
+    v8 x[16];
+    for (int i = 0; i < 16; i++) {
+        const float *a = k + at[i];
+        v16 sa = LOAD(q) * LOAD(a);
+        for (int64_t d = LANES; d < dh; d += LANES)
+            sa += LOAD(q + d) * LOAD(a + d);
+        x[i] = fold8(sa);
+    }
+    return fold16(x);
+}
+
 /* dots16 for dh a run-time multiple of 16: each key's lanes 0-7 and 8-15 summed as two 8-lane
  * vectors, then added (fold8's first step), so the same bits. GCC keeps 16-lane sums in a loop of
  * unknown length out of registers on AVX2 (7x slower); it keeps these. */
@@ -160,7 +167,7 @@ typedef float v8u __attribute__((vector_size(32), aligned(4)));
 #define LOAD8(p) (*(const v8u *)(p))
 HOT v16 dots16_any(const float *q, const float *k, const int64_t *at, int64_t dh)
 {
-    v8 x[16], y[8], z[4], s[2];
+    v8 x[16];
     for (int i = 0; i < 16; i++) {
         const float *a = k + at[i];
         v8u lo = LOAD8(q) * LOAD8(a), hi = LOAD8(q + 8) * LOAD8(a + 8);
@@ -170,15 +177,7 @@ HOT v16 dots16_any(const float *q, const float *k, const int64_t *at, int64_t dh
         }
         x[i] = lo + hi;
     }
-    for (int i = 0; i < 8; i++)
-        y[i] = fold4(x[2 * i], x[2 * i + 1]);
-    for (int i = 0; i < 4; i++)
-        z[i] = fold2(y[2 * i], y[2 * i + 1]);
-    for (int i = 0; i < 2; i++)
-        s[i] = fold1(z[2 * i], z[2 * i + 1]);
-    v16 out;
-    memcpy(&out, s, sizeof out);
-    return out;
+    return fold16(x);
 }
 
 /* 16 lanes as their two halves and back (by memcpy: see fold8). */
