@@ -8,6 +8,7 @@
  * so results are bit-identical to them.
  */
 #include "ops.h"
+#include "qmatmul_impl.h"
 
 #include <math.h>
 #include <string.h>
@@ -90,24 +91,18 @@ int lb_add_bias(float *x, const float *b, int64_t T, int64_t D)
 }
 
 /* x's float16 bits as numpy's cast rounds them (npy_floatbits_to_halfbits): to nearest, ties to
- * even; past 65504 infinity; a NaN keeps its sign and its payload's top 10 bits (1 if those are 0),
- * unquieted. */
+ * even, past 65504 infinity, as lb_to_f16; but a NaN keeps its sign and its payload's top 10 bits
+ * (1 if those are 0), unquieted. */
 static inline uint16_t f16_bits(float x)
 {
     uint32_t f;
     memcpy(&f, &x, 4);
-    const uint16_t sign = (uint16_t)((f >> 16) & 0x8000u);
     const uint32_t a = f & 0x7fffffffu;
     if (a > 0x7f800000u) {                                  /* NaN */
         const uint16_t m = (uint16_t)((a & 0x7fffffu) >> 13);
-        return sign | 0x7c00u | (m ? m : 1u);
+        return (uint16_t)((f >> 16) & 0x8000u) | 0x7c00u | (m ? m : 1u);
     }
-    if (a >= 0x477ff000u)                                   /* 65520 and up (a tie with odd 65504) */
-        return sign | 0x7c00u;
-    if (a >= 0x38800000u)                                   /* a normal float16: 2^-14 and up */
-        return sign | (uint16_t)((a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13);
-    /* A subnormal float16 (or 0): |x| in units of 2^-24, an exact product, rounded to even. */
-    return sign | (uint16_t)nearbyintf(fabsf(x) * 0x1p24f);
+    return lb_to_f16(x);
 }
 
 int lb_geglu(const float *gate_up, int64_t T, int64_t F, const float *table, float *out)
