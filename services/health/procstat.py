@@ -15,14 +15,19 @@ class ProcSample:
     stopped: bool         # stopped by a signal (T) or by a tracer (t): it runs no code now
 
 
-def sample(pid: int) -> ProcSample | None:
-    """CPU time and stopped state of `pid`; None if it is gone or /proc is not there."""
+def read_stat(pid: int) -> bytes | None:
+    """The /proc/PID/stat line of `pid`; None if it is gone or /proc is not there."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+            return f.read()
     except OSError:
         return None
-    return parse_stat(stat)
+
+
+def sample(pid: int) -> ProcSample | None:
+    """CPU time and stopped state of `pid`; None if it is gone or /proc is not there."""
+    stat = read_stat(pid)
+    return None if stat is None else parse_stat(stat)
 
 
 def parse_stat(stat: bytes) -> ProcSample | None:

@@ -13,6 +13,7 @@ import zmq.asyncio
 from bus.config import BusConfig
 from bus.directory import Directory
 from bus.errors import BusError
+from services.health.procstat import read_stat
 from wire.messages.bus import Heartbeat, Status
 from wire.messages.scheduler import StatsRequest
 
@@ -129,10 +130,8 @@ class Watch:
 
 def started_at(pid: int) -> float | None:
     """When process `pid` was created, on time.monotonic's clock (10 ms steps); None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
+    stat = read_stat(pid)
+    if stat is None:
         return None
     ticks = int(stat[stat.rindex(b")") + 2:].split()[19])    # field 22: starttime, since boot
     # /proc counts from boot on the clock that includes suspend; monotonic does not.

@@ -15,6 +15,7 @@ from pathlib import Path
 import zmq.asyncio
 
 from bus.client import RpcClient
+from wire.messages.bus import Status
 from wire.messages.scheduler import Done, Generate, Started, Tokens
 
 from ..bus.procs import ROOT, cli, env
@@ -117,6 +118,15 @@ async def call(endpoint: str, body, timeout: float = 10.0):
         return await c.call(body, timeout)
     finally:
         await c.close()
+
+
+async def status_of(stack, name: str):
+    """The Status reply of the stack's service `name`, asked of each of its peers in turn."""
+    for peer in stack.info["peers"]:
+        reply = await call(f"tcp://{peer}", Status())
+        if reply.name == name:
+            return reply
+    raise AssertionError(f"no {name} among {stack.info['peers']}")
 
 
 async def wait_for(cond, timeout: float = 10.0, every: float = 0.1):

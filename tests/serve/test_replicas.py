@@ -18,7 +18,7 @@ from wire.messages.bus import Status
 from wire.messages.scheduler import Generate, StatsRequest
 
 from ..bus.procs import Procs, cli, free_port
-from .stack import Stack, call, generate, wait_for
+from .stack import Stack, call, generate, status_of, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ async def test_killing_a_replica_under_load_loses_nothing_and_the_survivor_serve
     for a in undisturbed:
         assert a.done.finish_reason in ("stop", "length") and len(a.token_ids) > 5, a.done
     first = (await call(stack.endpoint, Status())).info["pipeline"]
-    ranges = [(await _status(stack, name)).info["layers"] for name in first]
+    ranges = [(await status_of(stack, name)).info["layers"] for name in first]
     assert len(ranges) == 2
     # What a `busctl monitor scheduler.pipeline` would print.
     watch = Directory(zmq.asyncio.Context.instance(),
@@ -116,14 +116,6 @@ async def test_killing_a_replica_under_load_loses_nothing_and_the_survivor_serve
     # The bus heard p1 come into rotation with its shards, and leave it.
     assert any(e["name"] == "p1" and e["in_rotation"] and e["shards"] == ["replica-0", "replica-1"]
                for e in events)
-
-
-async def _status(stack, name: str):
-    for peer in stack.info["peers"]:
-        reply = await call(f"tcp://{peer}", Status())
-        if reply.name == name:
-            return reply
-    raise AssertionError(f"no {name} among {stack.info['peers']}")
 
 
 def _peers(stack, ports: list[int], mine: int) -> list[str]:

@@ -11,7 +11,7 @@ from wire.messages.bus import Status
 from wire.messages.scheduler import Generate, StatsRequest
 
 from ..bus.procs import Procs, cli, free_port
-from .stack import Stack, call, generate, wait_for
+from .stack import Stack, call, generate, status_of, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -42,14 +42,6 @@ def stack(tmp_path_factory, model_path, extra_port):
 
 async def stats(stack) -> dict:
     return (await call(stack.endpoint, StatsRequest())).stats
-
-
-async def status_of(stack, name: str):
-    for peer in stack.info["peers"]:
-        reply = await call(f"tcp://{peer}", Status())
-        if reply.name == name:
-            return reply
-    raise AssertionError(f"no {name} among {stack.info['peers']}")
 
 
 async def test_a_second_shard_for_a_served_range_changes_no_answer(stack, model_path, extra_port):
