@@ -143,12 +143,15 @@ static int64_t tile_end(const job *j, int64_t s0, int64_t s1, int64_t *ref)
     return e;
 }
 
-/* Rows s0 .. s0+R-1 of one tile, row ref the longest. Each row's operations are those it has alone:
+/* Heads h0 .. h1-1 of rows s0 .. s0+R-1 of one tile, row ref the longest. Each row's operations are
+ * those it has alone, and each head's are its own (a head's scores, softmax and value sums do not
+ * depend on which other heads go beside it):
  * its scores over its own keys (first_key .. len-1, padded to 16), its softmax, its value sums in key
  * order; the tile only orders the loops so that a block of keys (then of values) loaded once serves
- * every row. p holds TILE * H * (nmax + 16) floats, nmax the most keys a row of the call sees padded
+ * every row. p holds R * H * (nmax + 16) floats, nmax the most keys a row of the call sees padded
  * to 16; at holds the tile's key offsets, from its rows' lowest first key. */
-HOT void attend_tile(const job *j, int64_t s0, int64_t R, int64_t ref, float *p, int64_t *at, int wide)
+HOT void attend_tile(const job *j, int64_t s0, int64_t R, int64_t ref, int64_t h0, int64_t h1, float *p,
+                     int64_t *at, int wide)
 {
     const int64_t H = j->H, KVH = j->KVH, Dh = j->Dh, page = j->page, G = H / KVH, row = KVH * Dh;
     const int64_t maxlen = j->lens[ref];
@@ -183,26 +186,26 @@ HOT void attend_tile(const job *j, int64_t s0, int64_t R, int64_t ref, float *p,
             const float *qs = j->q + (s0 + r) * H * Dh;
             const int64_t *ar = at + (first[r] - lo) + c;
             float *pr = p + r * H * hs;
-            for (int64_t kh = 0, h = 0; kh < KVH; kh++)
-                for (int64_t g = 0; g < G; g++, h++)
-                    scores16(pr + h * hs + c, qs + h * Dh, j->k + kh * Dh, ar, Dh, j->scale);
+            for (int64_t h = h0; h < h1; h++)
+                scores16(pr + h * hs + c, qs + h * Dh, j->k + h / G * Dh, ar, Dh, j->scale);
         }
     for (int64_t r = 0; r < R; r++)
-        for (int64_t h = 0; h < H; h++)
+        for (int64_t h = h0; h < h1; h++)
             softmax16(p + (r * H + h) * hs, n[r], padded(n[r]));
     /* Values, VBLOCK keys at a time for every row and head (a row alone: all its keys at once). */
     const int64_t vb = R == 1 ? nmax : VBLOCK;
     for (int64_t c0 = 0; c0 < nmax; c0 += vb)
-        for (int64_t kh = 0; kh < KVH; kh++)
+        for (int64_t kh = h0 / G; kh * G < h1; kh++)
             for (int64_t r = 0; r < R; r++) {
                 const int64_t c1 = c0 + vb < n[r] ? c0 + vb : n[r];
                 if (c0 >= n[r])
                     continue;
                 const float *x = j->v + kh * Dh;
                 const int64_t *ar = at + (first[r] - lo);
-                for (int64_t g = 0, h = kh * G; g < G; g += 4, h += 4) {   /* up to 4 heads at a time */
+                const int64_t e = (kh + 1) * G < h1 ? (kh + 1) * G : h1;  /* this KV head's heads in range */
+                for (int64_t h = kh * G > h0 ? kh * G : h0; h < e; h += 4) {   /* up to 4 heads at a time */
                     float *y = j->out + (s0 + r) * H * Dh + h * Dh, *w = p + (r * H + h) * hs;
-                    const int nh = G - g >= 4 ? 4 : (int)(G - g);
+                    const int nh = e - h >= 4 ? 4 : (int)(e - h);
 #ifdef LB_LANES_VECTOR
                     if (wide) {                                           /* nh a constant: registers */
                         if (nh == 4) weighted_sums16(y, w, hs, 4, x, ar, c0, c1, Dh, c0 == 0);
@@ -223,9 +226,10 @@ HOT void attend_tile(const job *j, int64_t s0, int64_t R, int64_t ref, float *p,
             }
 }
 
-/* Rows [s0, s1) of a call, tile by tile (a pool of threads may split a call's rows anywhere: a
- * row's bits do not depend on its tile). wide: 16-lane value sums (AVX-512) rather than 8. */
-HOT int attend_rows(const job *j, int64_t s0, int64_t s1, int wide)
+/* Heads [h0, h1) of rows [s0, s1) of a call, tile by tile (a pool of threads may split a call's rows
+ * and heads anywhere: a row's bits do not depend on its tile, nor a head's on its neighbours). wide:
+ * 16-lane value sums (AVX-512) rather than 8. */
+HOT int attend_rows(const job *j, int64_t s0, int64_t s1, int64_t h0, int64_t h1, int wide)
 {
     int64_t maxlen = 1, maxn = 1;             /* the longest row; the most keys a row sees */
     for (int64_t s = s0; s < s1; s++) {
@@ -233,7 +237,8 @@ HOT int attend_rows(const job *j, int64_t s0, int64_t s1, int wide)
         maxlen = len > maxlen ? len : maxlen;
         maxn = n > maxn ? n : maxn;
     }
-    float *p = malloc((size_t)(TILE * j->H * (padded(maxn) + LANES)) * sizeof(float));
+    const int64_t rows = s1 - s0 < TILE ? s1 - s0 : TILE;     /* the most a tile holds (one, decoding) */
+    float *p = malloc((size_t)(rows * j->H * (padded(maxn) + LANES)) * sizeof(float));
     /* offset of each key's slot in a cache, for a tile's keys (at most maxlen) and a block past them */
     int64_t *at = malloc((size_t)(maxlen + LANES) * sizeof(int64_t));
     if (!p || !at) {
@@ -243,7 +248,7 @@ HOT int attend_rows(const job *j, int64_t s0, int64_t s1, int wide)
     }
     for (int64_t s = s0, ref; s < s1;) {
         const int64_t e = tile_end(j, s, s1, &ref);
-        attend_tile(j, s, e - s, ref, p, at, wide);
+        attend_tile(j, s, e - s, ref, h0, h1, p, at, wide);
         s = e;
     }
     free(p);
@@ -254,43 +259,52 @@ HOT int attend_rows(const job *j, int64_t s0, int64_t s1, int wide)
 /* One function per instruction set, each a copy of the code compiled for it; the path is
  * lb_set_isa's (qmatmul.c), so forcing a path forces it here too. */
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f"))) static int rows_avx512(const job *j, int64_t s0, int64_t s1)
+__attribute__((target("avx512f"))) static int rows_avx512(const job *j, int64_t s0, int64_t s1, int64_t h0,
+                                                          int64_t h1)
 {
-    return attend_rows(j, s0, s1, 1);
+    return attend_rows(j, s0, s1, h0, h1, 1);
 }
-__attribute__((target("avx2"))) static int rows_avx2(const job *j, int64_t s0, int64_t s1)
+__attribute__((target("avx2"))) static int rows_avx2(const job *j, int64_t s0, int64_t s1, int64_t h0, int64_t h1)
 {
-    return attend_rows(j, s0, s1, 0);
+    return attend_rows(j, s0, s1, h0, h1, 0);
 }
 #endif
-static int rows_generic(const job *j, int64_t s0, int64_t s1)
+static int rows_generic(const job *j, int64_t s0, int64_t s1, int64_t h0, int64_t h1)
 {
-    return attend_rows(j, s0, s1, 0);
+    return attend_rows(j, s0, s1, h0, h1, 0);
 }
 
-static int rows_isa(const job *j, int isa, int64_t s0, int64_t s1)
+static int rows_isa(const job *j, int isa, int64_t s0, int64_t s1, int64_t h0, int64_t h1)
 {
     switch (isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    case LB_ISA_AVX512: return rows_avx512(j, s0, s1);
-    case LB_ISA_AVX2: return rows_avx2(j, s0, s1);
+    case LB_ISA_AVX512: return rows_avx512(j, s0, s1, h0, h1);
+    case LB_ISA_AVX2: return rows_avx2(j, s0, s1, h0, h1);
 #endif
-    default: return rows_generic(j, s0, s1);
+    default: return rows_generic(j, s0, s1, h0, h1);
     }
 }
 
+/* A call cut into pieces of `step` rows, or, with fewer rows than threads, each row into `parts`
+ * ranges of heads (a decode step of one sequence: its heads are all the work there is). */
 typedef struct {
     const job *j;
     int isa;
-    int64_t step, S;
+    int64_t step, S, parts;
     _Atomic int err;
 } split_job;
 
 static void rows_piece(void *ctx, int64_t i)
 {
     split_job *sj = ctx;
-    const int64_t s0 = i * sj->step, s1 = s0 + sj->step < sj->S ? s0 + sj->step : sj->S;
-    const int err = rows_isa(sj->j, sj->isa, s0, s1);
+    int err;
+    if (sj->parts > 1) {
+        const int64_t s = i / sj->parts, k = i % sj->parts, H = sj->j->H;
+        err = rows_isa(sj->j, sj->isa, s, s + 1, k * H / sj->parts, (k + 1) * H / sj->parts);
+    } else {
+        const int64_t s0 = i * sj->step, s1 = s0 + sj->step < sj->S ? s0 + sj->step : sj->S;
+        err = rows_isa(sj->j, sj->isa, s0, s1, 0, sj->j->H);
+    }
     if (err)
         sj->err = err;
 }
@@ -307,14 +321,23 @@ int lb_attend_decode(const float *q, const float *k_cache, const float *v_cache,
         return err;
     const job j = {q, k_cache, v_cache, table, lens, H, KVH, Dh, page, n_pages, window, scale, out};
     const int threads = lb_pool_size();
-    if (threads <= 1 || S == 1)
-        return rows_isa(&j, lb_chosen_isa(), 0, S);
+    if (threads <= 1 || (S == 1 && H == 1))
+        return rows_isa(&j, lb_chosen_isa(), 0, S, 0, H);
+    /* Fewer rows than threads: each row's heads in ceil(threads / S) ranges (at most H), one a task;
+     * a range's heads that share a KV head read its keys once, so the ranges are no more than needed. */
+    if (S < threads) {
+        int64_t parts = (threads + S - 1) / S;
+        parts = parts < H ? parts : H;
+        split_job sj = {&j, lb_chosen_isa(), 1, S, parts, LB_ATTN_OK};
+        lb_parallel_for(S * parts, rows_piece, &sj);
+        return sj.err;
+    }
     /* Rows over the pool's threads (pool.c), four pieces a thread; pieces longer than a tile are whole
      * tiles, so a long prompt keeps sharing its key loads (a row's bits do not depend on its piece). */
     int64_t step = (S + 4 * threads - 1) / (4 * threads);
     if (step > TILE)
         step = (step + TILE - 1) / TILE * TILE;
-    split_job sj = {&j, lb_chosen_isa(), step, S, LB_ATTN_OK};
+    split_job sj = {&j, lb_chosen_isa(), step, S, 1, LB_ATTN_OK};
     lb_parallel_for((S + step - 1) / step, rows_piece, &sj);
     return sj.err;
 }
