@@ -82,6 +82,15 @@ def qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray | None = None) -> np.ndar
     return out
 
 
+def qmatmul_args(x: np.ndarray, w: QMatrix, out: np.ndarray) -> tuple[int, ...]:
+    """lb_qmatmul's arguments for x . w -> out, checked (x C-contiguous): for calls made again and again
+    on buffers that stay alive while the calls do."""
+    _check(x, w, out)
+    if not isinstance(w, QMatrix) or not x.flags.c_contiguous:
+        raise ValueError("lb_qmatmul takes a QMatrix and a C-contiguous x")
+    return KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.address, w.rows, out.ctypes.data
+
+
 def bound_qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray):
     """qmatmul(x, w, out) as a call without arguments, for buffers reused every step: their checks and
     addresses (ctypes' .ctypes.data costs ~1 us) are done once. Only valid while x and out live."""
@@ -91,8 +100,7 @@ def bound_qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray):
         return _bound_parts(x, w, out)
     if lib is None or not x.flags.c_contiguous:
         return partial(qmatmul, x, w, out)
-    fn, args = lib.lb_qmatmul, (KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.address, w.rows,
-                                out.ctypes.data)
+    fn, args = lib.lb_qmatmul, qmatmul_args(x, w, out)
 
     def call():
         rc = fn(*args)

@@ -1,0 +1,107 @@
+"""A sequence of the C library's ops run as one call (kernels/native/program.c), Python steps between.
+
+A decode step of the default model makes ~300 library calls; through ctypes each costs 1-2 us of
+argument conversion and interpreter, about 0.5 ms a token, all of it on one thread while the
+kernels' pool waits. A Program is built once for buffers that stay alive (their addresses are its
+arguments) and run every step: each stretch of C ops is one lb_run_ops call, and a step that must stay
+in Python (numpy's SwiGLU, a float32 BLAS product, a trace) runs between stretches.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Callable
+
+import numpy as np
+
+from kernels.qmatmul import qmatmul_args
+from kernels.qmatrix import QMatrix, QRows
+
+WORDS = 16           # an op: its code and up to 15 arguments (program.h)
+CODES = {"qmatmul": 1, "rms_norm": 2, "rope_kv": 3, "attend": 4, "add_bias": 5, "norm_heads": 6,
+         "geglu": 7, "add": 8, "copy_cols": 9}
+FLOATS = {"rms_norm": (6,), "attend": (14,), "norm_heads": (7,)}     # words holding a float argument
+NO_MEMORY = {"qmatmul": -3, "attend": -4}                           # the codes that mean out of memory
+
+
+def _addr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+class Program:
+    """Ops appended in order (`op`, `matmul`, `py`), then `finish()`; calling it runs them all."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        self._ops: list[tuple[str, tuple, str]] = []      # (name, arguments, where) of every C op
+        self._steps: list = []                            # (first op, count) or a Python callable
+        self._keep: list[np.ndarray] = []                 # buffers whose addresses ops hold
+        self._words: np.ndarray | None = None
+
+    def op(self, name: str, *args, where: str = "") -> None:
+        """The library's lb_<name> (program.h lists them) with these arguments: arrays as addresses."""
+        if name not in CODES:
+            raise ValueError(f"unknown op {name!r}: the library runs {sorted(CODES)}")
+        if len(args) > WORDS - 1:
+            raise ValueError(f"op {name} takes at most {WORDS - 1} arguments, got {len(args)}")
+        args = tuple(_addr(a) if isinstance(a, np.ndarray) else (0 if a is None else a) for a in args)
+        if self._steps and not callable(self._steps[-1]):
+            first, n = self._steps[-1]
+            self._steps[-1] = (first, n + 1)
+        else:
+            self._steps.append((len(self._ops), 1))
+        self._ops.append((name, args, where))
+
+    def py(self, fn: Callable[[], object]) -> None:
+        """A Python step between the C ops around it."""
+        self._steps.append(fn)
+
+    def matmul(self, x: np.ndarray, w, out: np.ndarray, fallback: Callable[[], object], where: str = "") -> None:
+        """x . w -> out: lb_qmatmul for a QMatrix, each part and its columns for a QRows, else the
+        Python `fallback` (a float32 product by BLAS)."""
+        if isinstance(w, QMatrix):
+            self.op("qmatmul", *qmatmul_args(x, w, out), where=where)
+        elif isinstance(w, QRows):
+            a = 0
+            for p in w.parts:                           # each part into a buffer, then into its columns
+                buf = np.empty((x.shape[0], p.rows), np.float32)
+                self._keep.append(buf)
+                self.op("qmatmul", *qmatmul_args(x, p, buf), where=where)
+                self.op("copy_cols", buf, x.shape[0], p.rows, out[:, a:].ctypes.data, out.shape[1], where=where)
+                a += p.rows
+        else:
+            self.py(fallback)
+
+    def finish(self) -> "Program":
+        """Lays the ops out as lb_run_ops reads them (16 words each, floats as a double's bits)."""
+        words = np.zeros((len(self._ops), WORDS), np.int64)
+        floats = words.view(np.float64)
+        for i, (name, args, _) in enumerate(self._ops):
+            words[i, 0] = CODES[name]
+            for j, a in enumerate(args, start=1):
+                if j in FLOATS.get(name, ()):
+                    floats[i, j] = float(a)
+                else:
+                    words[i, j] = int(a)
+        self._words = words
+        base, self._failed = _addr(words), ctypes.c_int64(0)
+        self._calls = [step if callable(step) else (base + step[0] * WORDS * 8, step[1], step[0])
+                       for step in self._steps]
+        return self
+
+    def __call__(self) -> None:
+        run, failed = self.lib.lb_run_ops, ctypes.byref(self._failed)
+        for step in self._calls:
+            if callable(step):
+                step()
+                continue
+            at, n, first = step
+            rc = run(at, n, failed)
+            if rc:
+                self._raise(first + self._failed.value, rc)
+
+    def _raise(self, i: int, rc: int):
+        name, _, where = self._ops[i]
+        if NO_MEMORY.get(name) == rc:
+            raise MemoryError(f"native {name} could not allocate its buffers ({where})")
+        raise ValueError(f"native {name} of {where} refused its arguments (code {rc})")
