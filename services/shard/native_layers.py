@@ -1,17 +1,19 @@
 """The layer loop of a CPU float32 shard, through the C library's fused ops and reused buffers.
 
 At one token per step, the numpy layer spends more time dispatching ~20 small ops, allocating
-their results and reading array addresses (ctypes' `.ctypes.data` costs ~1 us) than computing
-them. Here each layer is its four projections plus four C calls (RMSNorm with the residual add
-before it, RoPE with the KV write, attention with every row a decode query of its own length)
-and SwiGLU's ufuncs into fixed buffers, whose addresses are read once. Same arithmetic in the same
+their results and reading array addresses than computing them. Here each layer is its four
+projections plus four C ops (RMSNorm with the residual add before it, RoPE with the KV write,
+attention with every row a decode query of its own length) and SwiGLU's ufuncs into fixed buffers.
+The ops of all layers form one Program (kernels.program), built once per batch size over buffers
+whose addresses do not change (a step's pages, lengths and RoPE tables are copied into them), so a
+step is a few calls into C, between which only SwiGLU runs in Python. Same arithmetic in the same
 order as NumpyLayers with rows_alone: the hidden states come out bit-identical.
 
 Every query row attends alone, prompt rows too (plan_attention's rows_alone): the quantized
 kernels round activations to 8 bits, which turns a 1-ulp difference between a prompt's chunkings
 into a different token, so no row may depend on its neighbours.
 
-What an architecture adds to the llama layer runs as C calls between these (`Extras`; ops.c, with
+What an architecture adds to the llama layer runs as C ops between these (`Extras`; ops.c, with
 the bits of NumpyLayers' numpy): q/k/v biases, per-head q/k norms, post-norms, the GELU gate in
 place of SwiGLU's ufuncs, and a sliding window as the attention's first key.
 """
@@ -23,33 +25,30 @@ import numpy as np
 from kernels.ffn import gelu_tanh_table, swiglu_into
 from kernels.matmul import matmul
 from kernels.norm import add_rms_norm
-from kernels.qmatmul import bound_qmatmul
-from kernels.qmatrix import QUANTIZED
+from kernels.program import Program
 from services.shard.plan import AttentionPlan, plan_attention
 
 F32 = np.float32
-
-
-def _addr(a: np.ndarray) -> int:
-    return a.ctypes.data
+KEEP = 8              # row counts whose buffers and Programs stay built
 
 
 class Scratch:
-    """The buffers of a forward over T rows, and their addresses."""
+    """The buffers of a forward over T rows, a step's attention inputs among them (their addresses
+    are the Program's arguments): pages and slots written, page table (T, cap) and lengths, and each
+    distinct RoPE table's cos and sin."""
 
-    def __init__(self, t: int, d: int, h: int, kvh: int, dh: int, f: int):
-        self.t = t
+    def __init__(self, t: int, d: int, h: int, kvh: int, dh: int, f: int, cap: int, n_rot: int, tables: int):
+        self.t, self.cap = t, cap
         e = lambda *shape: np.empty(shape, dtype=F32)        # noqa: E731
         self.h, self.x, self.o = e(t, d), e(t, d), e(t, d)   # residual stream, normed input, block output
         self.qkv, self.q, self.attn = e(t, (h + 2 * kvh) * dh), e(t, h, dh), e(t, h, dh)
         self.gate_up, self.tmp, self.act = e(t, 2 * f), e(t, f), e(t, f)
         self.attn2d = self.attn.reshape(t, h * dh)
         self.gate, self.up = self.gate_up[:, :f], self.gate_up[:, f:]
-        self.projections: list[tuple] = []                   # per layer: qkv, o, gate_up, down (no arguments)
-        self.before_rope: list[list] = []                    # per layer: (C function, its arguments), in order
-        self.gated = None                                    # gate_up -> act, no arguments (NativeLayers._gated)
-        for name in ("h", "x", "o", "qkv", "q", "attn", "gate_up", "act"):
-            setattr(self, name + "_p", _addr(getattr(self, name)))
+        self.pages, self.slots = np.zeros(t, np.int64), np.zeros(t, np.int64)
+        self.table, self.lens = np.zeros((t, cap), np.int32), np.ones(t, np.int32)
+        self.cos, self.sin = e(tables, t, n_rot // 2), e(tables, t, n_rot // 2)
+        self.programs: dict[tuple, Program] = {}             # by (each layer's RoPE table, tracing)
 
 
 class Extras:
@@ -61,20 +60,17 @@ class Extras:
         self.c, self.window = config, window
         self.bias, self.q_norm, self.k_norm = f32("qkv_bias"), f32("q_norm"), f32("k_norm")
         self.attn_post, self.ffn_post = f32("attn_post_norm"), f32("ffn_post_norm")
-        self.post_p = None if self.attn_post is None else (_addr(self.attn_post), _addr(self.ffn_post))
 
-    def before_rope(self, lib, s: Scratch) -> list[tuple]:
-        """The C calls on s.qkv before RoPE, in NumpyLayers' order: bias, then q's and k's per-head norms."""
+    def before_rope(self, prog: Program, s: Scratch, where: str) -> None:
+        """The ops on s.qkv before RoPE, in NumpyLayers' order: bias, then q's and k's per-head norms."""
         c, t = self.c, s.t
         row, eps = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim, float(c.norm_eps)
-        calls = []
         if self.bias is not None:
-            calls.append((lib.lb_add_bias, (s.qkv_p, _addr(self.bias), t, row)))
+            prog.op("add_bias", s.qkv, self.bias, t, row, where=where)
         if self.q_norm is not None:
-            k_p = s.qkv_p + 4 * c.n_heads * c.head_dim                     # k's heads follow q's in a row
-            calls.append((lib.lb_rms_norm_heads, (s.qkv_p, t, row, c.n_heads, c.head_dim, _addr(self.q_norm), eps)))
-            calls.append((lib.lb_rms_norm_heads, (k_p, t, row, c.n_kv_heads, c.head_dim, _addr(self.k_norm), eps)))
-        return calls
+            k_p = s.qkv.ctypes.data + 4 * c.n_heads * c.head_dim          # k's heads follow q's in a row
+            prog.op("norm_heads", s.qkv, t, row, c.n_heads, c.head_dim, self.q_norm, eps, where=where)
+            prog.op("norm_heads", k_p, t, row, c.n_kv_heads, c.head_dim, self.k_norm, eps, where=where)
 
 
 class NativeLayers:
@@ -90,10 +86,10 @@ class NativeLayers:
                        for i, ex in enumerate(extras or [{} for _ in layers])]
         self.split = True       # float32 weights: OpenBLAS in small-matrix calls (kernels.matmul)
         # The norm weights as contiguous float32 (kept alive here: their addresses go to C).
-        self._keep = [(np.ascontiguousarray(a, F32), np.ascontiguousarray(f, F32)) for a, _, _, f, _, _ in layers]
-        self.norms = [(_addr(a), _addr(f)) for a, f in self._keep]
+        self.norms = [(np.ascontiguousarray(a, F32), np.ascontiguousarray(f, F32)) for a, _, _, f, _, _ in layers]
         self.ffn = int(layers[0][4].shape[0]) // 2
-        self.scratch: Scratch | None = None
+        self.scratches: dict[int, Scratch] = {}     # by row count, the last KEEP used (a batch's size varies)
+        self.trace = None                           # the running step's trace, for its Programs' trace steps
 
     def plan(self, batch) -> AttentionPlan:
         return plan_attention(batch, self.kv.page_size, np.dtype(F32), np, bias=False, rows_alone=True)
@@ -107,91 +103,91 @@ class NativeLayers:
         x = add_rms_norm(np.ascontiguousarray(rows), None, output_norm, eps)
         return matmul(np, x, output, self.split)
 
-    def _scratch(self, t: int) -> Scratch:
-        if self.scratch is None or self.scratch.t != t:
+    def _scratch(self, t: int, pages: int, n_rot: int, tables: int) -> Scratch:
+        """The buffers for t rows whose page tables have `pages` columns (kept while they fit: a
+        sequence's table grows a page at a time, the capacity doubles)."""
+        s = self.scratches.pop(t, None)             # re-inserted last: the most recently used
+        if s is None or s.cap < pages or s.cos.shape[0] != tables or 2 * s.cos.shape[2] != n_rot:
             c = self.c
-            s = Scratch(t, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, self.ffn)
-            s.projections = [(self._projection(s.x, wqkv, s.qkv), self._projection(s.attn2d, wo, s.o),
-                              self._projection(s.x, w_gate_up, s.gate_up), self._projection(s.act, w_down, s.o))
-                             for _, wqkv, wo, _, w_gate_up, w_down in self.layers]
-            s.before_rope = [ex.before_rope(self.lib, s) for ex in self.extras]
-            s.gated = self._gated(s)
-            self.scratch = s
-        return self.scratch
+            cap = max(pages, 2 * s.cap if s is not None else 8)
+            s = Scratch(t, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, self.ffn, cap, n_rot, tables)
+        self.scratches[t] = s
+        while len(self.scratches) > KEEP:
+            del self.scratches[next(iter(self.scratches))]
+        return s
 
-    def _gated(self, s: Scratch):
-        """gate_up -> act as a call without arguments returning a C status: GELU's in C, SwiGLU's ufuncs."""
+    def _gated(self, prog: Program, s: Scratch, where: str) -> None:
+        """gate_up -> act: GELU's op in C, SwiGLU's ufuncs in Python."""
         if self.gelu_table is not None:
-            geglu, args = self.lib.lb_geglu, (s.gate_up_p, s.t, self.ffn, _addr(self.gelu_table), s.act_p)
-            return lambda: geglu(*args)
+            prog.op("geglu", s.gate_up, s.t, self.ffn, self.gelu_table, s.act, where=where)
+            return
         # SwiGLU stays in numpy: its exp is numpy's own SIMD code, which libm's expf does not match bit for bit.
         gate, up, act, tmp = s.gate, s.up, s.act, s.tmp
+        prog.py(lambda: swiglu_into(gate, up, act, tmp))
 
-        def swiglu() -> int:
-            swiglu_into(gate, up, act, tmp)
-            return 0
-        return swiglu
+    def _matmul(self, prog: Program, x: np.ndarray, w, out: np.ndarray, where: str) -> None:
+        prog.matmul(x, w, out, lambda: np.copyto(out, matmul(np, x, w, self.split)), where)
 
-    def _projection(self, x: np.ndarray, w, out: np.ndarray):
-        """x . w -> out as a call without arguments (its lookups done once, not per token)."""
-        if isinstance(w, QUANTIZED):
-            return bound_qmatmul(x, w, out)
-        return lambda: np.copyto(out, matmul(np, x, w, self.split))
+    def _program(self, s: Scratch, table_of: tuple[int, ...], trace: bool) -> Program:
+        """Every layer's ops over s, layer i's RoPE from s's table table_of[i]; with trace, self.trace(name,
+        array) after each layer's attention and output."""
+        c, kv, t, d, eps = self.c, self.kv, s.t, self.c.d_model, float(self.c.norm_eps)
+        prog = Program(self.lib)
+        prog.op("rms_norm", s.h, None, self.norms[0][0], t, d, eps, s.x, where=f"layer {self.start}")
+        for i, (_, wqkv, wo, _, w_gate_up, w_down) in enumerate(self.layers):
+            where, ex, g = f"layer {self.start + i}", self.extras[i], table_of[i]
+            kc, vc = kv.k.ctypes.data + i * kv.k.strides[0], kv.v.ctypes.data + i * kv.v.strides[0]
+            self._matmul(prog, s.x, wqkv, s.qkv, where)                       # x -> qkv (T, (H + 2 KVH) * Dh)
+            ex.before_rope(prog, s, where)                                     # + bias, q/k norms (some archs)
+            prog.op("rope_kv", s.qkv, t, c.n_heads, c.n_kv_heads, c.head_dim, 2 * s.cos.shape[2],
+                    s.cos[g].ctypes.data, s.sin[g].ctypes.data, s.pages, s.slots, kc, vc, kv.num_pages,
+                    kv.page_size, s.q, where=where)                            # q -> q (T, H, Dh), k, v -> cache
+            prog.op("attend", s.q, kc, vc, s.table, s.lens, t, c.n_heads, c.n_kv_heads, c.head_dim,
+                    kv.page_size, s.cap, kv.num_pages, ex.window, float(self.scale), s.attn,
+                    where=where)                                               # q -> attn (T, H, Dh)
+            self._matmul(prog, s.attn2d, wo, s.o, where)                       # attn -> o (T, D)
+            if trace:
+                prog.py(lambda: self.trace("attn", s.attn.copy()))
+            if ex.attn_post is not None:
+                prog.op("rms_norm", s.o, None, ex.attn_post, t, d, eps, s.o, where=where)   # o = post-norm(o)
+            prog.op("rms_norm", s.h, s.o, self.norms[i][1], t, d, eps, s.x, where=where)   # h += o; x = norm(h)
+            self._matmul(prog, s.x, w_gate_up, s.gate_up, where)               # x -> gate_up (T, 2F)
+            self._gated(prog, s, where)                                        # -> act (T, F)
+            self._matmul(prog, s.act, w_down, s.o, where)                      # act -> o (T, D)
+            if ex.ffn_post is not None:
+                prog.op("rms_norm", s.o, None, ex.ffn_post, t, d, eps, s.o, where=where)    # o = post-norm(o)
+            if i + 1 < len(self.layers):                                       # h += o; x = next layer's norm(h)
+                prog.op("rms_norm", s.h, s.o, self.norms[i + 1][0], t, d, eps, s.x, where=where)
+            else:
+                prog.op("add", s.h, s.o, t * d, where=where)
+            if trace:
+                prog.py(lambda: self.trace("h", s.h.copy()))
+        return prog.finish()
 
     def run(self, h_in: np.ndarray, plan: AttentionPlan, rope, trace) -> np.ndarray:
         """h_in (T, D) float32 through every layer -> (T, D) in this object's buffer (valid until the next
         run); rope[i] is layer i's (cos, sin)."""
-        c, kv = self.c, self.kv
-        t, d, eps = h_in.shape[0], c.d_model, float(c.norm_eps)
-        s = self._scratch(t)
-        np.copyto(s.h, h_in)
-        pages = np.ascontiguousarray(plan.write_pages, np.int64)
-        slots = np.ascontiguousarray(plan.write_slots, np.int64)
-        table, lens = np.ascontiguousarray(plan.decode_table, np.int32), plan.decode_lens
-        # Layers share a few RoPE tables: each one's arguments are built once (an address costs ~1 us).
-        tables, rope_args, where = [], [], (_addr(pages), _addr(slots))
-        by_table: dict[int, tuple] = {}
-        for cs in rope:
-            if id(cs) not in by_table:
-                cos, sin = (np.ascontiguousarray(a, F32) for a in cs)
-                tables.append((cs, cos, sin))                               # kept alive here
-                by_table[id(cs)] = (t, c.n_heads, c.n_kv_heads, c.head_dim, 2 * cos.shape[1], _addr(cos),
-                                    _addr(sin), *where)
-            rope_args.append(by_table[id(cs)])
+        t = h_in.shape[0]
         if plan.decode_rows.shape[0] != t or plan.prefills:
             raise ValueError("the native layers take plans whose rows all attend alone "
                              "(plan_attention(rows_alone=True))")
-        attn_args = {w: (_addr(table), _addr(lens), t, c.n_heads, c.n_kv_heads, c.head_dim, kv.page_size,
-                         table.shape[1], kv.num_pages, w, float(self.scale), s.attn_p)
-                     for w in {ex.window for ex in self.extras}}
-        k0, v0, stride, num_pages, page = _addr(kv.k), _addr(kv.v), kv.k.strides[0], kv.num_pages, kv.page_size
-        norm, rope, attend = self.lib.lb_rms_norm, self.lib.lb_rope_write_kv, self.lib.lb_attend_decode
-        h_p, x_p, o_p, qkv_p, q_p, gated = s.h_p, s.x_p, s.o_p, s.qkv_p, s.q_p, s.gated
-        rc = norm(h_p, None, self.norms[0][0], t, d, eps, x_p)
-        for i, (qkv, o, gate_up, down) in enumerate(s.projections):
-            kc, vc, ex = k0 + i * stride, v0 + i * stride, self.extras[i]
-            qkv()                                                           # x -> qkv (T, (H + 2 KVH) * Dh)
-            for op, args in s.before_rope[i]:                               # + bias, q/k norms (where the arch has them)
-                rc |= op(*args)
-            rc |= rope(qkv_p, *rope_args[i], kc, vc, num_pages, page, q_p)  # q -> q (T, H, Dh), k, v -> cache
-            rc |= attend(q_p, kc, vc, *attn_args[ex.window])                # q -> attn (T, H, Dh), its window's keys
-            o()                                                             # attn -> o (T, D)
-            if trace is not None:
-                trace("attn", s.attn.copy())
-            if ex.post_p is not None:
-                rc |= norm(o_p, None, ex.post_p[0], t, d, eps, o_p)         # o = post-attention norm(o)
-            rc |= norm(h_p, o_p, self.norms[i][1], t, d, eps, x_p)          # h += o; x = norm(h)
-            gate_up()                                                       # x -> gate_up (T, 2F)
-            rc |= gated()                                                   # -> act (T, F)
-            down()                                                          # act -> o (T, D)
-            if ex.post_p is not None:
-                rc |= norm(o_p, None, ex.post_p[1], t, d, eps, o_p)         # o = post-FFN norm(o)
-            if i + 1 < len(self.norms):                                     # h += o; x = next layer's norm(h)
-                rc |= norm(h_p, o_p, self.norms[i + 1][0], t, d, eps, x_p)
-            else:
-                np.add(s.h, s.o, out=s.h)
-            if trace is not None:
-                trace("h", s.h.copy())
-            if rc:
-                raise ValueError(f"a native op of layer {self.start + i} refused its arguments (code {rc})")
+        distinct: dict[int, tuple] = {}                # layers share a few RoPE tables
+        table_of = tuple(distinct.setdefault(id(cs), (len(distinct), cs))[0] for cs in rope)
+        firsts = [cs for _, cs in distinct.values()]
+        table = plan.decode_table
+        s = self._scratch(t, table.shape[1], 2 * firsts[0][0].shape[1], len(firsts))
+        np.copyto(s.h, h_in)
+        np.copyto(s.pages, plan.write_pages, casting="unsafe")
+        np.copyto(s.slots, plan.write_slots, casting="unsafe")
+        np.copyto(s.lens, plan.decode_lens, casting="unsafe")
+        np.copyto(s.table[:, :table.shape[1]], table, casting="unsafe")
+        for g, (cos, sin) in enumerate(firsts):
+            np.copyto(s.cos[g], cos, casting="unsafe")
+            np.copyto(s.sin[g], sin, casting="unsafe")
+        key = (table_of, trace is not None)
+        prog = s.programs.get(key)
+        if prog is None:
+            prog = s.programs[key] = self._program(s, table_of, trace is not None)
+        self.trace = trace
+        prog()
         return s.h
