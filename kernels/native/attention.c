@@ -35,6 +35,7 @@
  * sum is one chain of adds over its keys in order, so neither nh, the vector width, nor where the
  * keys are cut into blocks changes a bit. VT is the vector type, W its lanes, NV vectors of outputs per
  * pass: 16 and 4 for AVX-512, 8 and 2 for AVX2 (its 16 registers hold 4 x 2 accumulators unspilled). */
+#define VAHEAD 16    /* keys ahead of the value sums whose value rows are prefetched whole */
 #define WEIGHTED_SUMS(NAME, VT, W, NV)                                                                      \
     HOT void NAME(float *y, const float *w, int64_t wstride, int nh, const float *x, const int64_t *at, \
                   int64_t c0, int64_t c1, int64_t dh, int first)                                        \
@@ -47,7 +48,10 @@
                     acc[h][j] = first ? (VT){0} : *(const VT *)(y + h * dh + i + j * W);                \
             for (int64_t c = c0; c < c1; c++) {                                                         \
                 const float *xc = x + at[c] + i;                                                        \
-                if (c + 8 < c1)                        /* a value row 8 keys on, from L2 (~5%) */       \
+                if (i == 0 && c + VAHEAD < c1)        /* a value row VAHEAD keys on, all of it */       \
+                    for (int64_t j = 0; j < dh; j += 16)                                                    \
+                        __builtin_prefetch(x + at[c + VAHEAD] + j);                                     \
+                else if (c + 8 < c1)                   /* its next columns 8 keys on, from L2 */        \
                     for (int j = 0; j < NV * W; j += 16)                                                    \
                         __builtin_prefetch(x + at[c + 8] + i + j);                                      \
                 for (int j = 0; j < NV; j++)                                                            \
