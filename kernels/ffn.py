@@ -7,6 +7,7 @@ import functools
 import numpy as np
 
 from kernels.matmul import matmul
+from kernels.native_lib import load
 
 ACTIVATIONS = ("silu", "gelu_tanh")
 
@@ -47,9 +48,23 @@ def gelu_tanh_table() -> np.ndarray:
 def gated(xp, gate_up, activation: str = "silu"):
     """gate_up (T, 2F) = [gate | up] from one fused matmul -> act(gate) * up, (T, F)."""
     f = gate_up.shape[-1] // 2
+    if activation == "silu" and xp is np and gate_up.dtype == np.float32 and load() is not None:
+        return native_swiglu(gate_up)
     gate, up = gate_up[:, :f], gate_up[:, f:]
     act = silu(xp, gate) if activation == "silu" else gelu_tanh(xp, gate)
     return act * up
+
+
+def native_swiglu(gate_up: np.ndarray) -> np.ndarray:
+    """silu(gate) * up by the C library (lb_swiglu: its own exp, so not numpy's bits; the CPU float32
+    forward's definition wherever the library is built, its layer loops alike)."""
+    gate_up = np.ascontiguousarray(gate_up, dtype=np.float32)
+    t, f = gate_up.shape[0], gate_up.shape[1] // 2
+    out = np.empty((t, f), np.float32)
+    rc = load().lb_swiglu(gate_up.ctypes.data, t, f, out.ctypes.data)
+    if rc != 0:
+        raise ValueError(f"native swiglu refused gate_up {gate_up.shape} (code {rc})")
+    return out
 
 
 def swiglu(xp, gate_up):
@@ -60,12 +75,3 @@ def swiglu(xp, gate_up):
 def feed_forward(xp, x, w_gate_up, w_down, split: bool = False, activation: str = "silu"):
     """x (T, D) -> act-gated(x . w_gate_up (2F, D)) . w_down (D, F); weights (out, in), see matmul."""
     return matmul(xp, gated(xp, matmul(xp, x, w_gate_up, split), activation), w_down, split)   # (T, D)
-
-
-def swiglu_into(gate, up, out, tmp):
-    """silu(gate) * up of numpy (T, F) views into out, tmp (T, F) scratch: swiglu's ufuncs, no allocation."""
-    np.negative(gate, out=tmp)
-    np.exp(tmp, out=tmp)
-    np.add(gate.dtype.type(1), tmp, out=tmp)
-    np.divide(gate, tmp, out=tmp)
-    return np.multiply(tmp, up, out=out)

@@ -23,6 +23,7 @@ SIGNATURES = {
     "lb_rms_norm_heads": (INT, [P, I64, I64, I64, I64, P, F32]),
     "lb_add_bias": (INT, [P, P, I64, I64]),
     "lb_geglu": (INT, [P, I64, I64, P, P]),
+    "lb_swiglu": (INT, [P, I64, I64, P]),
     "lb_run_ops": (INT, [P, I64, P]),
     "lb_set_threads": (INT, [INT]),
     "lb_threads": (INT, []),

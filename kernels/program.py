@@ -19,7 +19,7 @@ from kernels.qmatrix import QMatrix, QRows
 
 WORDS = 16           # an op: its code and up to 15 arguments (program.h)
 CODES = {"qmatmul": 1, "rms_norm": 2, "rope_kv": 3, "attend": 4, "add_bias": 5, "norm_heads": 6,
-         "geglu": 7, "add": 8, "copy_cols": 9}
+         "geglu": 7, "add": 8, "copy_cols": 9, "swiglu": 10}
 FLOATS = {"rms_norm": (6,), "attend": (14,), "norm_heads": (7,)}     # words holding a float argument
 NO_MEMORY = {"qmatmul": -3, "attend": -4}                           # the codes that mean out of memory
 

@@ -38,4 +38,8 @@ LB_OPS_API int lb_add_bias(float *x, const float *b, int64_t T, int64_t D);
  * kernels.ffn.gelu_tanh_table), exactly 0 for x <= -10 and x for x >= 10. */
 LB_OPS_API int lb_geglu(const float *gate_up, int64_t T, int64_t F, const float *table, float *out);
 
+/* gate_up (T, 2F) = [gate | up] -> out (T, F) = silu(gate) * up, silu(g) = g / (1 + exp(-g)) with
+ * the library's own exp (swiglu.c says how; the same bits on every CPU path). */
+LB_OPS_API int lb_swiglu(const float *gate_up, int64_t T, int64_t F, float *out);
+
 #endif

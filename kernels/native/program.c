@@ -37,6 +37,8 @@ static int run_op(const int64_t *o) {
         return lb_rms_norm_heads(P(1, float *), o[2], o[3], o[4], o[5], P(6, const float *), f(o[7]));
     case LB_OP_GEGLU:
         return lb_geglu(P(1, const float *), o[2], o[3], P(4, const float *), P(5, float *));
+    case LB_OP_SWIGLU:
+        return lb_swiglu(P(1, const float *), o[2], o[3], P(4, float *));
     case LB_OP_ADD: {
         float *a = P(1, float *);
         const float *b = P(2, const float *);

@@ -22,6 +22,7 @@ enum {
     LB_OP_GEGLU = 7,        /* lb_geglu(gate_up, T, F, table, out) */
     LB_OP_ADD = 8,          /* a[i] += b[i] for i < n: (a, b, n) */
     LB_OP_COPY_COLS = 9,    /* dst[t, c] = src[t, c] for t < T, c < n, rows dst_stride floats apart: (src, T, n, dst, dst_stride) */
+    LB_OP_SWIGLU = 10,      /* lb_swiglu(gate_up, T, F, out) */
     LB_OP_WORDS = 16
 };
 

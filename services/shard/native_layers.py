@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.ffn import gelu_tanh_table, swiglu_into
+from kernels.ffn import gelu_tanh_table
 from kernels.matmul import matmul
 from kernels.norm import add_rms_norm
 from kernels.program import Program
@@ -42,9 +42,8 @@ class Scratch:
         e = lambda *shape: np.empty(shape, dtype=F32)        # noqa: E731
         self.h, self.x, self.o = e(t, d), e(t, d), e(t, d)   # residual stream, normed input, block output
         self.qkv, self.q, self.attn = e(t, (h + 2 * kvh) * dh), e(t, h, dh), e(t, h, dh)
-        self.gate_up, self.tmp, self.act = e(t, 2 * f), e(t, f), e(t, f)
+        self.gate_up, self.act = e(t, 2 * f), e(t, f)
         self.attn2d = self.attn.reshape(t, h * dh)
-        self.gate, self.up = self.gate_up[:, :f], self.gate_up[:, f:]
         self.pages, self.slots = np.zeros(t, np.int64), np.zeros(t, np.int64)
         self.table, self.lens = np.zeros((t, cap), np.int32), np.ones(t, np.int32)
         self.cos, self.sin = e(tables, t, n_rot // 2), e(tables, t, n_rot // 2)
@@ -117,13 +116,11 @@ class NativeLayers:
         return s
 
     def _gated(self, prog: Program, s: Scratch, where: str) -> None:
-        """gate_up -> act: GELU's op in C, SwiGLU's ufuncs in Python."""
+        """gate_up -> act: the GELU or SiLU gate times up, in C."""
         if self.gelu_table is not None:
             prog.op("geglu", s.gate_up, s.t, self.ffn, self.gelu_table, s.act, where=where)
-            return
-        # SwiGLU stays in numpy: its exp is numpy's own SIMD code, which libm's expf does not match bit for bit.
-        gate, up, act, tmp = s.gate, s.up, s.act, s.tmp
-        prog.py(lambda: swiglu_into(gate, up, act, tmp))
+        else:
+            prog.op("swiglu", s.gate_up, s.t, self.ffn, s.act, where=where)
 
     def _matmul(self, prog: Program, x: np.ndarray, w, out: np.ndarray, where: str) -> None:
         prog.matmul(x, w, out, lambda: np.copyto(out, matmul(np, x, w, self.split)), where)
