@@ -36,6 +36,7 @@ class Program:
         self._ops: list[tuple[str, tuple, str]] = []      # (name, arguments, where) of every C op
         self._steps: list = []                            # (first op, count) or a Python callable
         self._keep: list[np.ndarray] = []                 # buffers whose addresses ops hold
+        self._addrs: dict[int, int] = {}                  # by id: .ctypes.data costs ~1 us an array
         self._words: np.ndarray | None = None
 
     def op(self, name: str, *args, where: str = "") -> None:
@@ -44,13 +45,21 @@ class Program:
             raise ValueError(f"unknown op {name!r}: the library runs {sorted(CODES)}")
         if len(args) > WORDS - 1:
             raise ValueError(f"op {name} takes at most {WORDS - 1} arguments, got {len(args)}")
-        args = tuple(_addr(a) if isinstance(a, np.ndarray) else (0 if a is None else a) for a in args)
+        args = tuple(self._addr(a) if isinstance(a, np.ndarray) else (0 if a is None else a) for a in args)
         if self._steps and not callable(self._steps[-1]):
             first, n = self._steps[-1]
             self._steps[-1] = (first, n + 1)
         else:
             self._steps.append((len(self._ops), 1))
         self._ops.append((name, args, where))
+
+    def _addr(self, a: np.ndarray) -> int:
+        """a's address, looked up once per array (the arrays outlive the build: ids stay theirs)."""
+        got = self._addrs.get(id(a))
+        if got is None:
+            got = self._addrs[id(a)] = a.ctypes.data
+            self._keep.append(a)
+        return got
 
     def py(self, fn: Callable[[], object]) -> None:
         """A Python step between the C ops around it."""

@@ -29,7 +29,7 @@ from kernels.program import Program
 from services.shard.plan import AttentionPlan, plan_attention
 
 F32 = np.float32
-KEEP = 8              # row counts whose buffers and Programs stay built
+KEEP_BYTES = 64 << 20   # buffers of recent row counts kept built (with their Programs), besides the newest
 
 
 class Scratch:
@@ -48,6 +48,8 @@ class Scratch:
         self.table, self.lens = np.zeros((t, cap), np.int32), np.ones(t, np.int32)
         self.cos, self.sin = e(tables, t, n_rot // 2), e(tables, t, n_rot // 2)
         self.programs: dict[tuple, Program] = {}             # by (each layer's RoPE table, tracing)
+        self.nbytes = sum(a.nbytes for a in (self.h, self.x, self.o, self.qkv, self.q, self.attn, self.gate_up,
+                                             self.act, self.table, self.cos, self.sin))
 
 
 class Extras:
@@ -87,7 +89,7 @@ class NativeLayers:
         # The norm weights as contiguous float32 (kept alive here: their addresses go to C).
         self.norms = [(np.ascontiguousarray(a, F32), np.ascontiguousarray(f, F32)) for a, _, _, f, _, _ in layers]
         self.ffn = int(layers[0][4].shape[0]) // 2
-        self.scratches: dict[int, Scratch] = {}     # by row count, the last KEEP used (a batch's size varies)
+        self.scratches: dict[int, Scratch] = {}     # by row count, least recently used first (a batch's size varies)
         self.trace = None                           # the running step's trace, for its Programs' trace steps
 
     def plan(self, batch) -> AttentionPlan:
@@ -111,7 +113,7 @@ class NativeLayers:
             cap = max(pages, 2 * s.cap if s is not None else 8)
             s = Scratch(t, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, self.ffn, cap, n_rot, tables)
         self.scratches[t] = s
-        while len(self.scratches) > KEEP:
+        while len(self.scratches) > 1 and sum(x.nbytes for x in self.scratches.values()) > KEEP_BYTES + s.nbytes:
             del self.scratches[next(iter(self.scratches))]
         return s
 

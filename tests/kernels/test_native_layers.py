@@ -57,3 +57,26 @@ def test_a_middle_shard_hands_out_its_own_copy(model_path):
     kept = first.copy()
     model.forward(build_batch([Chunk("a", [4, 5, 6], 3)], pages))          # same T: the same buffers inside
     np.testing.assert_array_equal(first, kept)
+
+
+def test_buffers_of_recent_batch_sizes_are_kept_within_their_budget(model_path, monkeypatch):
+    import services.shard.native_layers as nl
+    loaded = load_weights(model_path, 0, 2, "quantized")
+    cfg = loaded.config
+    kv = PagedKVCache.for_model(cfg, 0, 2, KVConfig(num_pages=64, page_size=16))
+    model = ShardModel(cfg, loaded.weights, kv)
+    require(isinstance(model.runner, NativeLayers), "the native library is not built")
+    pages = PageAllocator(64, 16)
+    model.forward(build_batch([Chunk(s, [1], 0) for s in range(4)], pages))          # 4 rows
+    four = model.runner.scratches[4]
+    monkeypatch.setattr(nl, "KEEP_BYTES", 2 * four.nbytes)                            # buffers grow with rows
+    for n in (1, 2, 3, 100):                                                           # a long prompt last
+        model.forward(build_batch([Chunk(10 + n, list(range(1, n + 1)), 0)], pages))
+    kept = model.runner.scratches
+    assert list(kept)[-1] == 100                                                       # the newest stays
+    assert sum(s.nbytes for s in kept.values()) <= 2 * four.nbytes + kept[100].nbytes
+    assert list(kept) == [1, 2, 3, 100]                                                # the least recent went
+    one = kept[1]
+    again = model.forward(build_batch([Chunk(13, [4], 3)], pages))                     # a kept size: reused
+    assert model.runner.scratches[1] is one and again.shape == (1, cfg.d_model)
+    assert list(model.runner.scratches)[-1] == 1                                       # now the most recent
