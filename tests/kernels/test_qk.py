@@ -69,16 +69,6 @@ def reference(x: np.ndarray, w: QMatrix) -> tuple[np.ndarray, np.ndarray]:
     return xr @ wd.T, np.abs(xr) @ np.abs(wd).T + 1e-30
 
 
-@pytest.fixture(params=("generic", "avx2", "avx512"))
-def isa(request):
-    require(qm.available(), "the native library is not built (pip install -e . with a C compiler builds it)")
-    got = qm.set_isa(request.param)
-    if got != request.param:
-        pytest.skip(f"this CPU lacks {request.param}")
-    yield got
-    qm.set_isa("auto")
-
-
 @pytest.mark.parametrize("kind", K_KINDS + Q5_KINDS)
 def test_product_is_gguf_dequantization_times_rounded_x(isa, kind):
     rng = np.random.default_rng(sum(map(ord, isa + kind)))

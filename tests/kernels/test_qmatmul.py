@@ -16,7 +16,6 @@ from .invariance import assert_batch_invariant
 
 TS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64)
 SHAPES = ((37, 32), (37, 576), (576, 576), (960, 1536))       # (N, K): N off every tile size
-NATIVE_ISAS = ("generic", "avx2", "avx512")
 KINDS = ("q4_0", "q4_1", "q8_0")                               # the others: test_qk.py
 
 
@@ -41,16 +40,6 @@ def assert_product(got, x, w):
     assert got.dtype == np.float32 and got.shape == ref.shape
     err = np.abs(got - ref) / scale
     assert err.max() < 1e-5, f"worst relative error {err.max():.2e}"
-
-
-@pytest.fixture(params=NATIVE_ISAS)
-def isa(request):
-    require(qm.available(), "the native library is not built (pip install -e . with a C compiler builds it)")
-    got = qm.set_isa(request.param)
-    if got != request.param:
-        pytest.skip(f"this CPU lacks {request.param}")
-    yield got
-    qm.set_isa("auto")
 
 
 def test_native_library_builds_where_a_compiler_exists():

@@ -3,23 +3,12 @@
 on every code path and for a row alone or in a batch."""
 
 import numpy as np
-import pytest
 
 from kernels import qmatmul as qm
 from kernels.ffn import native_swiglu
 from tests.conftest import require
 
 F = np.float32
-
-
-@pytest.fixture(params=["generic", "avx2", "avx512"])
-def isa(request):
-    require(qm.available(), "the native library is not built (pip install -e . with a C compiler builds it)")
-    got = qm.set_isa(request.param)
-    if got != request.param:
-        pytest.skip(f"this CPU lacks {request.param}")
-    yield got
-    qm.set_isa("auto")
 
 
 def gate(g: np.ndarray, up: np.ndarray | None = None) -> np.ndarray:

@@ -14,7 +14,7 @@ from kernels.qmatrix import QUANT_KINDS
 from tests.conftest import require
 from tests.kernels.test_attention_native import case
 from tests.kernels.test_qk import weights as k_weights
-from tests.kernels.test_qmatmul import NATIVE_ISAS, random_qmatrix
+from tests.kernels.test_qmatmul import random_qmatrix
 from tests.waiting import until_sync
 
 COUNTS = (2, 3, 4)
@@ -25,15 +25,6 @@ def one_thread_after():
     require(native_lib.load() is not None, "the native library is not built (pip install -e . with a C compiler builds it)")
     yield
     native_lib.set_threads(1)
-
-
-@pytest.fixture(params=NATIVE_ISAS)
-def isa(request):
-    got = qm.set_isa(request.param)
-    if got != request.param:
-        pytest.skip(f"this CPU lacks {request.param}")
-    yield got
-    qm.set_isa("auto")
 
 
 def per_thread_count(compute):
