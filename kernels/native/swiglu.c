@@ -9,6 +9,7 @@
  */
 #include "attention_lanes.h"
 #include "ops.h"
+#include "pool.h"
 #include "qmatmul_impl.h"
 
 static inline float silu_lane(float g)
@@ -48,16 +49,35 @@ __attribute__((target("avx2"))) static void swiglu_avx2(const float *gate_up, in
 }
 #endif
 
+typedef struct {
+    void (*rows)(const float *, int64_t, int64_t, float *);
+    const float *gate_up;
+    float *out;
+    int64_t T, F, step;
+} split;
+
+static void piece(void *ctx, int64_t i)
+{
+    const split *p = ctx;
+    const int64_t t0 = i * p->step, n = t0 + p->step < p->T ? p->step : p->T - t0;
+    p->rows(p->gate_up + t0 * 2 * p->F, n, p->F, p->out + t0 * p->F);
+}
+
+#define PIECE (1 << 14)      /* outputs worth a task of their own: ~15 us */
+
 int lb_swiglu(const float *gate_up, int64_t T, int64_t F, float *out)
 {
     if (T < 0 || F < 1)
         return LB_OPS_ESHAPE;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (lb_chosen_isa() >= LB_ISA_AVX2) {
-        swiglu_avx2(gate_up, T, F, out);
+    if (T == 0)
         return LB_OPS_OK;
-    }
+    split p = {swiglu_rows, gate_up, out, T, F, 1};
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (lb_chosen_isa() >= LB_ISA_AVX2)
+        p.rows = swiglu_avx2;
 #endif
-    swiglu_rows(gate_up, T, F, out);
+    /* A prompt's rows over the pool (each output is its own, so any split gives the same bits). */
+    p.step = T * F <= PIECE ? T : (PIECE + F - 1) / F;
+    lb_parallel_for((T + p.step - 1) / p.step, piece, &p);
     return LB_OPS_OK;
 }

@@ -149,3 +149,12 @@ def test_a_shard_config_refuses_no_threads():
     from services.shard.service import ShardConfig
     with pytest.raises(ValueError, match="threads"):
         ShardConfig(model=Path("m.gguf"), start=0, end=2, threads=0)
+
+
+def test_swiglu_bits_do_not_depend_on_threads(isa):
+    from kernels.ffn import native_swiglu
+    rng = np.random.default_rng(40)
+    for t in (0, 1, 11, 64, 300):                                    # none, one piece, several
+        gu = (rng.standard_normal((t, 2 * 1536)) * 4).astype(np.float32)
+        for threads, got, want in per_thread_count(lambda: native_swiglu(gu)):
+            np.testing.assert_array_equal(got, want, err_msg=f"{threads} threads, {t} rows")
