@@ -149,14 +149,6 @@ INLINE __m256i q8_dot(__m256i u, __m256i x, __m256i ones) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(x, u)), ones);
 }
 
-/* Lane i: the sum of v[i]'s 8 lanes, exact (a block's sums are far from int32's limits). */
-INLINE __m256i sum8_epi32(const __m256i v[8]) {
-    const __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    /* lo: v0..v3's sums over their low 128 bits, then over their high; hi: v4..v7's likewise */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
-}
-
 /* One activation row against 8 weight rows (a decode step), lane c for weight row c: the 8 blocks'
  * sums meet in one vector, then one conversion, product and sum for the 8 outputs. The next block's
  * scale products are formed while this one is multiplied, and the weights prefetched as tile8's. */
