@@ -4,7 +4,7 @@
  * integers are summed across lanes before any float is touched, so each output is the same float
  * operations in the same order as qk_generic.c: the same bits. Q6_K's -32 comes back as
  * -32 * scale . bsums. Q5_0/Q5_1 also sum a block's integers first, in qk_generic.c's order (see
- * q5_tile8), the fifth bit spread from qh to bytes. Up to 16 rows of x (K kinds; 8 for Q5, 16 weight rows at a
+ * q5_tile8), the fifth bit spread from qh to bytes. Up to 16 rows of x (for Q5, 16 weight rows at a
  * time) share each unpacked weight block, so a batch of 16 streams the weights once. */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -227,48 +227,61 @@ INLINE void q5_one(int kind, const lb_act *a, int64_t t, const uint8_t *w, float
     *out = acc;
 }
 
-/* Up to 8 rows of x (a group of qv, from t0) against one weight row, lane r for row t0 + r: each 4
- * quants of the block, broadcast, meet 4 of every row's at once, so the sums come out one a lane. Four
- * vpmaddubsw pairs (each at most 2 * 31 * 127) add in 16 bits before widening. */
-INLINE void q5_vtile(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w, float *out0, int64_t N) {
+/* Up to 8 G rows of x (G = 1 or 2 groups of qv from t0) against one weight row, lane r of group g for
+ * row t0 + 8 g + r: each 4 quants of the block, broadcast, meet 4 of every row's at once, so the sums
+ * come out one a lane; 2 groups share the unpacking. Four vpmaddubsw pairs (each at most 2 * 31 * 127)
+ * add in 16 bits before widening. */
+INLINE void q5_vtile(int kind, int G, int R, const lb_act *a, int64_t t0, const uint8_t *w, float *out0, int64_t N) {
     const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind), head = kind == LB_Q5_1 ? 4 : 2, ts = a->T + 8;
     const __m256i ones = _mm256_set1_epi16(1);
     const int8_t *xv = a->qv + t0 / 8 * nb * 8 * QK;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w + b * bb;
         const __m256i u = q5_quants(p, head);
-        const int8_t *x = xv + b * 8 * QK;
-        __m256i sum = _mm256_setzero_si256();
+        __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         for (int half = 0; half < 2; half++) {          /* elements 0..15, then 16..31, in both 128-bit halves */
             const __m256i uh = _mm256_permute2x128_si256(u, u, half ? 0x11 : 0x00);
-#define Q5_QUAD(K, IMM) _mm256_maddubs_epi16(_mm256_shuffle_epi32(uh, IMM), \
-                                             _mm256_loadu_si256((const __m256i *)(x + (4 * half + K) * QK)))
-            const __m256i p16 = _mm256_add_epi16(_mm256_add_epi16(Q5_QUAD(0, 0x00), Q5_QUAD(1, 0x55)),
-                                                 _mm256_add_epi16(Q5_QUAD(2, 0xaa), Q5_QUAD(3, 0xff)));
+            const __m256i q0 = _mm256_shuffle_epi32(uh, 0x00), q1 = _mm256_shuffle_epi32(uh, 0x55);
+            const __m256i q2 = _mm256_shuffle_epi32(uh, 0xaa), q3 = _mm256_shuffle_epi32(uh, 0xff);
+            for (int g = 0; g < G; g++) {
+                const int8_t *x = xv + ((g * nb + b) * 8 + 4 * half) * QK;
+#define Q5_QUAD(Q, K) _mm256_maddubs_epi16(Q, _mm256_loadu_si256((const __m256i *)(x + (K) * QK)))
+                const __m256i p16 = _mm256_add_epi16(_mm256_add_epi16(Q5_QUAD(q0, 0), Q5_QUAD(q1, 1)),
+                                                     _mm256_add_epi16(Q5_QUAD(q2, 2), Q5_QUAD(q3, 3)));
 #undef Q5_QUAD
-            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p16, ones));
+                sum[g] = _mm256_add_epi32(sum[g], _mm256_madd_epi16(p16, ones));
+            }
         }
-        if (kind == LB_Q5_0) sum = _mm256_sub_epi32(sum, _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(a->sq_t + b * ts + t0)), 4));
-        const __m256 prod = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(lb_u16(p))), _mm256_loadu_ps(a->d_t + b * ts + t0));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(sum), prod));
-        if (kind == LB_Q5_1)
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(lb_u16(p + 2))), _mm256_loadu_ps(a->side_t + b * ts + t0)));
+        const __m256 dw = _mm256_set1_ps(_cvtsh_ss(lb_u16(p))), mw = _mm256_set1_ps(_cvtsh_ss(lb_u16(p + 2)));
+        for (int g = 0; g < G; g++) {
+            const int64_t i = b * ts + t0 + 8 * g;
+            if (kind == LB_Q5_0) sum[g] = _mm256_sub_epi32(sum[g], _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(a->sq_t + i)), 4));
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(sum[g]), _mm256_mul_ps(dw, _mm256_loadu_ps(a->d_t + i))));
+            if (kind == LB_Q5_1) acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(mw, _mm256_loadu_ps(a->side_t + i)));
+        }
     }
-    float lane[8];
-    _mm256_storeu_ps(lane, acc);
+    float lane[16];
+    _mm256_storeu_ps(lane, acc[0]);
+    _mm256_storeu_ps(lane + 8, acc[1]);
     for (int r = 0; r < R; r++) out0[r * N] = lane[r];
 }
 
-/* nn weight rows from w against R rows of x from t0, into out (rows N apart). */
+/* nn weight rows from w against R (<= 16) rows of x from t0, into out (rows N apart): one row by the
+ * decode tiles; 10 to 16 in one pass of 2 groups; otherwise 8 at a time (9 rows: 8, then 1). */
 INLINE void rows_q5(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t nn, int64_t N, float *out) {
     const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind);
-    int64_t n = 0;
     if (R == 1) {
+        int64_t n = 0;
         for (; n + 8 <= nn; n += 8) q5_tile8(kind, a, t0, w + n * row_bytes, row_bytes, out + n);
         for (; n < nn; n++) q5_one(kind, a, t0, w + n * row_bytes, out + n);
+    } else if (R >= 10) {
+        for (int64_t n = 0; n < nn; n++) q5_vtile(kind, 2, R, a, t0, w + n * row_bytes, out + n, N);
+    } else if (R > 8) {
+        rows_q5(kind, 8, a, t0, w, nn, N, out);
+        rows_q5(kind, R - 8, a, t0 + 8, w, nn, N, out + 8 * N);
     } else {
-        for (; n < nn; n++) q5_vtile(kind, R, a, t0, w + n * row_bytes, out + n, N);
+        for (int64_t n = 0; n < nn; n++) q5_vtile(kind, 1, R, a, t0, w + n * row_bytes, out + n, N);
     }
 }
 
@@ -332,10 +345,13 @@ TGT void lb_round_block_k_avx2(const float *x, int8_t *q, float *d, int16_t *bsu
 #define Q5_FN(KIND, R) static TGT void rows_q5_##KIND##_##R(const lb_act *a, int64_t t, const uint8_t *w, int64_t nn, \
                                                           int64_t N, float *o) { rows_q5(KIND, R, a, t, w, nn, N, o); }
 #define ROWS_Q5(KIND) Q5_FN(KIND, 1) Q5_FN(KIND, 2) Q5_FN(KIND, 3) Q5_FN(KIND, 4) Q5_FN(KIND, 5) Q5_FN(KIND, 6) \
-    Q5_FN(KIND, 7) Q5_FN(KIND, 8) \
-    static void (*const rows_q5_##KIND[9])(const lb_act *, int64_t, const uint8_t *, int64_t, int64_t, float *) = { \
+    Q5_FN(KIND, 7) Q5_FN(KIND, 8) Q5_FN(KIND, 9) Q5_FN(KIND, 10) Q5_FN(KIND, 11) Q5_FN(KIND, 12) Q5_FN(KIND, 13) \
+    Q5_FN(KIND, 14) Q5_FN(KIND, 15) Q5_FN(KIND, 16) \
+    static void (*const rows_q5_##KIND[17])(const lb_act *, int64_t, const uint8_t *, int64_t, int64_t, float *) = { \
         0, rows_q5_##KIND##_1, rows_q5_##KIND##_2, rows_q5_##KIND##_3, rows_q5_##KIND##_4, rows_q5_##KIND##_5, \
-        rows_q5_##KIND##_6, rows_q5_##KIND##_7, rows_q5_##KIND##_8};
+        rows_q5_##KIND##_6, rows_q5_##KIND##_7, rows_q5_##KIND##_8, rows_q5_##KIND##_9, rows_q5_##KIND##_10, \
+        rows_q5_##KIND##_11, rows_q5_##KIND##_12, rows_q5_##KIND##_13, rows_q5_##KIND##_14, rows_q5_##KIND##_15, \
+        rows_q5_##KIND##_16};
 #define ROWS_K(KIND) ROW_FN(KIND, rows_k, lb_act_k, 1) ROW_FN(KIND, rows_k, lb_act_k, 2) \
     ROW_FN(KIND, rows_k, lb_act_k, 3) ROW_FN(KIND, rows_k, lb_act_k, 4) ROW_FN(KIND, rows_k, lb_act_k, 8) \
     ROW_FN(KIND, rows_k, lb_act_k, 16) \
@@ -351,12 +367,12 @@ ROWS_Q5(7)
 
 TGT void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const uint8_t *w, int64_t N, float *out) {
     if (!lb_is_qk(kind)) {
-        /* a few weight rows at a time (in L1) against every group of 8 rows of x: the weights stream once */
+        /* a few weight rows at a time (in L1) against every group of 16 rows of x: the weights stream once */
         const int64_t row_bytes = a5->nb * lb_qk_block_bytes(kind), step = a5->T == 1 ? N : 16;
         for (int64_t n = 0; n < N; n += step) {
             const int64_t nn = N - n < step ? N - n : step;
-            for (int64_t t = 0; t < a5->T; t += 8) {
-                const int R = a5->T - t < 8 ? (int)(a5->T - t) : 8;
+            for (int64_t t = 0; t < a5->T; t += 16) {
+                const int R = a5->T - t < 16 ? (int)(a5->T - t) : 16;
                 (kind == LB_Q5_0 ? rows_q5_6 : rows_q5_7)[R](a5, t, w + n * row_bytes, nn, N, out + t * N + n);
             }
         }

@@ -195,43 +195,57 @@ INLINE void q8_one(const lb_act *a, int64_t t, const uint8_t *w, float *out) {
     *out = acc;
 }
 
-/* Up to 8 activation rows (a group of qv, from t0) against one weight row, lane r for row t0 + r: each
- * 4 weight quants, broadcast, meet 4 of every row's at once, so a block's sums come out one a lane
- * (16 rows a tile, sharing the broadcasts: 3% faster at 16 rows, 30% slower at 9). */
-INLINE void q8_vtile(int R, const lb_act *a, int64_t t0, const uint8_t *w, float *out0, int64_t N) {
+/* Up to 8 G activation rows (G = 1 or 2 groups of qv from t0) against one weight row, lane r of group g
+ * for row t0 + 8 g + r: each 4 weight quants, broadcast, meet 4 of every row's at once, so a block's
+ * sums come out one a lane; 2 groups share the broadcasts and |q|. */
+INLINE void q8_vtile(int G, int R, const lb_act *a, int64_t t0, const uint8_t *w, float *out0, int64_t N) {
     const int64_t nb = a->nb, ts = a->T + 8;
     const __m256i ones = _mm256_set1_epi16(1);
     const int8_t *xv = a->qv + t0 / 8 * nb * 8 * QK;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w + b * 34;
-        __m256i s = _mm256_setzero_si256();
+        __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         for (int k = 0; k < 8; k++) {
-            const __m256i u = _mm256_set1_epi32((int)lb_u32(p + 2 + 4 * k));
-            s = _mm256_add_epi32(s, q8_dot(u, _mm256_loadu_si256((const __m256i *)(xv + (b * 8 + k) * QK)), ones));
+            const __m256i u = _mm256_set1_epi32((int)lb_u32(p + 2 + 4 * k)), au = _mm256_sign_epi8(u, u);
+            for (int g = 0; g < G; g++) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(xv + ((g * nb + b) * 8 + k) * QK));
+                s[g] = _mm256_add_epi32(s[g], _mm256_madd_epi16(_mm256_maddubs_epi16(au, _mm256_sign_epi8(x, u)), ones));
+            }
         }
-        const __m256 prod = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(lb_u16(p))), _mm256_loadu_ps(a->d_t + b * ts + t0));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), prod));
+        const __m256 dw = _mm256_set1_ps(_cvtsh_ss(lb_u16(p)));
+        for (int g = 0; g < G; g++) {
+            const __m256 prod = _mm256_mul_ps(dw, _mm256_loadu_ps(a->d_t + b * ts + t0 + 8 * g));
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(s[g]), prod));
+        }
     }
-    float lane[8];
-    _mm256_storeu_ps(lane, acc);
+    float lane[16];
+    _mm256_storeu_ps(lane, acc[0]);
+    _mm256_storeu_ps(lane + 8, acc[1]);
     for (int r = 0; r < R; r++) out0[r * N] = lane[r];
 }
 
+/* Rows t0 .. t0 + R - 1 (R <= 16) against N weight rows: one row by the decode tiles; 10 to 16 in one
+ * pass of 2 groups; otherwise a group of 8 at a time (9 rows: 8, then 1 by the decode tiles). */
 INLINE void q8_rows(int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) {
     const int64_t row_bytes = a->nb * 34;
-    int64_t n = 0;
     if (R == 1) {
+        int64_t n = 0;
         for (; n + 8 <= N; n += 8) q8_tile8(a, t0, w + n * row_bytes, row_bytes, out0 + n);
         for (; n < N; n++) q8_one(a, t0, w + n * row_bytes, out0 + n);
+    } else if (R >= 10) {
+        for (int64_t n = 0; n < N; n++) q8_vtile(2, R, a, t0, w + n * row_bytes, out0 + n, N);
+    } else if (R > 8) {
+        q8_rows(8, a, t0, w, N, out0);
+        q8_rows(R - 8, a, t0 + 8, w, N, out0 + 8 * N);
     } else {
-        for (; n < N; n++) q8_vtile(R, a, t0, w + n * row_bytes, out0 + n, N);
+        for (int64_t n = 0; n < N; n++) q8_vtile(1, R, a, t0, w + n * row_bytes, out0 + n, N);
     }
 }
 
 /* Activation rows a batch tile takes (weight rows: 2 for q4 kinds, 1 for q8_0; see the top). */
 #define ROWS_Q4 4
-#define ROWS_Q8 8
+#define ROWS_Q8 16
 #define Q8_FN(R) static TGT void rows_8_##R(const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) { \
         q8_rows(R, a, t0, w, N, out0); }
 #define ROWS_FN(KIND, R, C) \
@@ -245,8 +259,10 @@ INLINE void q8_rows(int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_
 ROWS_Q4_ALL(2)
 ROWS_Q4_ALL(3)
 Q8_FN(1) Q8_FN(2) Q8_FN(3) Q8_FN(4) Q8_FN(5) Q8_FN(6) Q8_FN(7) Q8_FN(8)
+Q8_FN(9) Q8_FN(10) Q8_FN(11) Q8_FN(12) Q8_FN(13) Q8_FN(14) Q8_FN(15) Q8_FN(16)
 static void (*const rows_8[ROWS_Q8 + 1])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = {
-    0, rows_8_1, rows_8_2, rows_8_3, rows_8_4, rows_8_5, rows_8_6, rows_8_7, rows_8_8};
+    0, rows_8_1, rows_8_2, rows_8_3, rows_8_4, rows_8_5, rows_8_6, rows_8_7, rows_8_8,
+    rows_8_9, rows_8_10, rows_8_11, rows_8_12, rows_8_13, rows_8_14, rows_8_15, rows_8_16};
 
 /* lb_act_round_generic with 8 lanes: the same IEEE operations (cvtps2dq rounds ties to even like
  * nearbyintf; vcvtps2ph like lb_to_f16), so the same bits. Only what this path's kernels read (q, d,
