@@ -100,18 +100,16 @@ int lb_act_init(lb_act *a, int kind, const float *x, int64_t T, int64_t K, lb_ro
     for (int64_t t = 0; t < T; t++)
         for (int64_t b = 0; b < a->nb; b++) {
             a->side_t[b * (T + 8) + t] = a->side[t * a->nbp + b];
-            a->d_t[b * (T + 8) + t] = a->d[t * a->nbp + b];
+            if (kind != LB_Q8_0) continue;       /* d_t, sq_t and qv: only kernels of q8_0's order read them */
+            const int8_t *q = a->q + t * a->nbp * QK + b * QK;
             int32_t sq = 0;
-            for (int e = 0; e < QK; e++) sq += a->q[t * a->nbp * QK + lb_act_index(kind, b, e)];
+            for (int e = 0; e < QK; e++) sq += q[e];
+            a->d_t[b * (T + 8) + t] = a->d[t * a->nbp + b];
             a->sq_t[b * (T + 8) + t] = sq;
+            if (nv)
+                for (int k = 0; k < QK / 4; k++)
+                    memcpy(a->qv + (t / 8 * a->nb + b) * 8 * QK + k * QK + t % 8 * 4, q + 4 * k, 4);
         }
-    if (nv)
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t b = 0; b < a->nb; b++)
-                for (int e = 0; e < QK; e++) {
-                    const int64_t i = ((t / 8 * a->nb + b) * 8 + e / 4) * 32 + t % 8 * 4 + e % 4;
-                    a->qv[i] = a->q[t * a->nbp * QK + b * QK + e];
-                }
     return LB_OK;
 }
 
