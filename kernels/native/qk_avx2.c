@@ -185,13 +185,13 @@ INLINE __m256i q5_dot(__m256i u, const int8_t *x) {
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-/* One row of x (a decode step) against 8 weight rows, lane c for weight row c: x's block loaded once
- * for the 8, their scales converted in one vector, their sums met in one vector (sum8_epi32). */
-INLINE void q5_tile8(int kind, const lb_act *a, int64_t t, const uint8_t *w0, int64_t row_bytes, float *out0) {
+/* R (<= 6) rows of x (R = 1: a decode step) against 8 weight rows, lane c for weight row c: the 8 rows'
+ * blocks unpacked once for the R, their scales converted in one vector, per row their sums met in one
+ * vector (sum8_epi32). */
+INLINE void q5_tile8(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
     const int64_t nb = a->nb, nbp = a->nbp, bb = lb_qk_block_bytes(kind), head = kind == LB_Q5_1 ? 4 : 2, ts = a->T + 8;
-    const int8_t *row = a->q + t * nbp * QK;
-    const float *dxs = a->d + t * nbp, *sxs = a->side + t * nbp;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[6];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w0 + b * bb;
         /* each weight row is a few cache lines: too short a stream for the hardware prefetcher */
@@ -199,14 +199,19 @@ INLINE void q5_tile8(int kind, const lb_act *a, int64_t t, const uint8_t *w0, in
         for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
         __m256 dw, mw;
         scales_f16x8(p, row_bytes, &dw, &mw);
-        __m256i s[8];
-        for (int c = 0; c < 8; c++) s[c] = q5_dot(q5_quants(p + c * row_bytes, head), row + b * QK);
-        __m256i sum = sum8_epi32(s);
-        if (kind == LB_Q5_0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(16 * a->sq_t[b * ts + t]));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, _mm256_broadcast_ss(dxs + b))));
-        if (kind == LB_Q5_1) acc = _mm256_add_ps(acc, _mm256_mul_ps(mw, _mm256_broadcast_ss(sxs + b)));
+        __m256i u[8];
+        for (int c = 0; c < 8; c++) u[c] = q5_quants(p + c * row_bytes, head);
+        for (int r = 0; r < R; r++) {
+            const int64_t i = (t0 + r) * nbp + b;
+            __m256i s[8];
+            for (int c = 0; c < 8; c++) s[c] = q5_dot(u[c], a->q + i * QK);
+            __m256i sum = sum8_epi32(s);
+            if (kind == LB_Q5_0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(16 * a->sq_t[b * ts + t0 + r]));
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, _mm256_broadcast_ss(a->d + i))));
+            if (kind == LB_Q5_1) acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(mw, _mm256_broadcast_ss(a->side + i)));
+        }
     }
-    _mm256_storeu_ps(out0, acc);
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(out0 + r * N, acc[r]);
 }
 
 /* One row of x against one weight row: q5_tile8's operations for one output, in scalars. */
@@ -267,19 +272,22 @@ INLINE void q5_vtile(int kind, int G, int R, const lb_act *a, int64_t t0, const 
     for (int r = 0; r < R; r++) out0[r * N] = lane[r];
 }
 
-/* nn weight rows from w against R (<= 16) rows of x from t0, into out (rows N apart): one row by the
- * decode tiles; 10 to 16 in one pass of 2 groups; otherwise 8 at a time (9 rows: 8, then 1). */
+/* nn weight rows from w against R (<= 16) rows of x from t0, into out (rows N apart): up to 6 rows by
+ * the 8-weight-row tiles (an 8-lane tile of few rows mostly computes empty lanes); 7 and 8 in one
+ * group, 10 to 16 in one pass of 2 groups, 9 as 8 and 1. */
 INLINE void rows_q5(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t nn, int64_t N, float *out) {
     const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind);
-    if (R == 1) {
+    if (R <= 6) {
         int64_t n = 0;
-        for (; n + 8 <= nn; n += 8) q5_tile8(kind, a, t0, w + n * row_bytes, row_bytes, out + n);
-        for (; n < nn; n++) q5_one(kind, a, t0, w + n * row_bytes, out + n);
+        for (; n + 8 <= nn; n += 8) q5_tile8(kind, R, a, t0, w + n * row_bytes, row_bytes, out + n, N);
+        for (; n < nn; n++)
+            for (int r = 0; r < R; r++) q5_one(kind, a, t0 + r, w + n * row_bytes, out + r * N + n);
     } else if (R >= 10) {
         for (int64_t n = 0; n < nn; n++) q5_vtile(kind, 2, R, a, t0, w + n * row_bytes, out + n, N);
     } else if (R > 8) {
-        rows_q5(kind, 8, a, t0, w, nn, N, out);
-        rows_q5(kind, R - 8, a, t0 + 8, w, nn, N, out + 8 * N);
+        const int head = 8;
+        rows_q5(kind, head, a, t0, w, nn, N, out);
+        rows_q5(kind, R - head, a, t0 + head, w, nn, N, out + head * N);
     } else {
         for (int64_t n = 0; n < nn; n++) q5_vtile(kind, 1, R, a, t0, w + n * row_bytes, out + n, N);
     }
