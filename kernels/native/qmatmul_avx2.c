@@ -7,9 +7,10 @@
  * whatever the tile, so the bits are too.
  * q8_0 (a tied output head: most of a batch step of Gemma 3) takes each block's exact integer sum per
  * output before any float operation, as lb_qmatmul_generic does, and its bits: per 8 outputs one
- * conversion, product and sum instead of one an output. A batch tile is 8 activation rows against one
- * weight row with a lane a row (lb_act's interleaved qv), so no sum crosses lanes; the decode tile sums
- * its 8 weight rows' lanes with vphaddd (blends and shuffles instead ran 10% slower at 16 rows). */
+ * conversion, product and sum instead of one an output. A batch of 7 rows or more goes 8 (or 16)
+ * activation rows against one weight row with a lane a row (lb_act's interleaved qv), so no sum
+ * crosses lanes; fewer rows go against 8 weight rows, whose lanes vphaddd sums (blends and shuffles
+ * instead ran 10% slower). */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
