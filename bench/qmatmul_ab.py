@@ -1,13 +1,14 @@
 """Interleaved A/B of the native quantized matmul: two builds of the library on a GGUF's own layer matrices.
 
     OPENBLAS_NUM_THREADS=1 python3 bench/qmatmul_ab.py BASELINE.so [CANDIDATE.so] [--model PATH]
-        [--threads 1] [--rows 1 16 256] [--rounds 7]
+        [--threads 1] [--rows 1 16 256] [--rounds 7] [--part layers|head|all]
 
 For a kernel change: copy kernels/_native*.so aside (the baseline), change and rebuild, then run this;
 CANDIDATE defaults to the library built in kernels/. Both builds are loaded into this one process and
 timed in alternating rounds (best of --rounds each), so a shared machine's noise hits both alike.
 The matrices are the model's layer tensors as stored (every layer's, so a decode streams them from
-memory as a forward does), grouped by kind and shape; x is random. Prints per group and row count
+memory as a forward does), grouped by kind and shape; x is random. --part head times the output head
+instead (output.weight, or the tied token_embd.weight where the file has none), --part all both. Prints per group and row count
 the ms of each build, their ratio, the candidate's weight bytes per second, and whether both gave the
 same bits; then the whole layer stack's ratio per row count.
 """
@@ -46,12 +47,21 @@ def load(path: Path, threads: int) -> ctypes.CDLL:
     return lib
 
 
-def layer_groups(path: Path) -> dict[tuple[str, int, int], list[np.ndarray]]:
-    """(kind, rows, cols) -> the blocks (rows, row bytes) of every layer tensor of that kind and shape."""
+def head_name(tensors) -> str:
+    """The output head's tensor: output.weight, or the token embedding a tied model multiplies by."""
+    names = {t.name for t in tensors}
+    return "output.weight" if "output.weight" in names else "token_embd.weight"
+
+
+def layer_groups(path: Path, part: str = "layers") -> dict[tuple[str, int, int], list[np.ndarray]]:
+    """(kind, rows, cols) -> the blocks (rows, row bytes) of every tensor of `part` of that kind and shape."""
     groups = defaultdict(list)
-    for t in GGUFReader(path).tensors:
+    tensors = GGUFReader(path).tensors
+    head = head_name(tensors)
+    for t in tensors:
         kind = kind_of(t)
-        if t.name.startswith("blk.") and kind is not None and len(t.shape) == 2:
+        wanted = (part != "head" and t.name.startswith("blk.")) or (part != "layers" and t.name == head)
+        if wanted and kind is not None and len(t.shape) == 2:
             cols, rows = int(t.shape[0]), int(t.shape[1])
             groups[(kind, rows, cols)].append(np.ascontiguousarray(t.data).reshape(rows, -1))
     return dict(sorted(groups.items()))
@@ -65,6 +75,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 16, 256], help="rows of x (T)")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--part", choices=("layers", "head", "all"), default="layers",
+                    help="the layer tensors, the output head, or both")
     args = ap.parse_args()
     candidate = args.candidate or library_path()
     if candidate is None:
@@ -72,7 +84,7 @@ def main() -> None:
     if args.baseline.resolve() == Path(candidate).resolve():
         sys.exit("the baseline is the candidate: copy the built library aside before rebuilding")
     libs = [load(args.baseline, args.threads), load(Path(candidate), args.threads)]
-    groups = layer_groups(args.model or pull())
+    groups = layer_groups(args.model or pull(), args.part)
     rng = np.random.default_rng(0)
     print(f"A = {args.baseline}, B = {candidate}, {args.threads} thread(s), best of {args.rounds} "
           f"interleaved rounds, load average {os.getloadavg()[0]:.2f}")
@@ -99,7 +111,7 @@ def main() -> None:
             gbs = sum(m.nbytes for m in mats) / best[1] / 1e9
             print(f"{kind:<6} {f'{rows}x{cols}':>12} {t:>5} {best[0] * 1e3:9.3f} {best[1] * 1e3:9.3f} "
                   f"{best[0] / best[1]:5.2f}x {gbs:7.1f}  {same} ({len(mats)} layers)")
-        print(f"{'all layers':<19} {t:>5} {total[0] * 1e3:9.3f} {total[1] * 1e3:9.3f} {total[0] / total[1]:5.2f}x")
+        print(f"{'all ' + args.part:<19} {t:>5} {total[0] * 1e3:9.3f} {total[1] * 1e3:9.3f} {total[0] / total[1]:5.2f}x")
 
 
 if __name__ == "__main__":

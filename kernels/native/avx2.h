@@ -1,5 +1,5 @@
 /* What both AVX2 kernel files (qmatmul_avx2.c, qk_avx2.c) use: the target attributes, the weight
- * prefetch distance, a horizontal sum and the gathered float16 scales of 8 weight rows. */
+ * prefetch distance, horizontal sums and the gathered float16 scales of 8 weight rows. */
 #ifndef LB_AVX2_H
 #define LB_AVX2_H
 #if defined(__x86_64__)
@@ -19,6 +19,14 @@ INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* Lane i: the sum of v[i]'s 8 lanes, exact (a block's sums are far from int32's limits). */
+INLINE __m256i sum8_epi32(const __m256i v[8]) {
+    const __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    /* lo: v0..v3's sums over their low 128 bits, then over their high; hi: v4..v7's likewise */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
 /* The 32-bit words at p + i * stride for i < 8: rows 0..3 in *lo, 4..7 in *hi. */

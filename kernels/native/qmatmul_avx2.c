@@ -2,10 +2,15 @@
  * bytes into 16-bit pairs and vpmaddwd sums them to 8 int32 lanes, exactly: q4_1's nibbles go in as they
  * are (at most 15); q4_0's nibble - 8 and q8_0's quants go in as |q| against x with q's sign, as ggml
  * does. For a batch, up to 4 rows of activations share each q4 weight block and 2 weight rows go
- * together; q8_0 takes 8 rows of activations to one weight row (with two, its 8 accumulators and sign
- * flips spill out of the 16 registers: 4 x 2 ran 1.5x slower at 16 rows). A single row of activations
- * (a decode step) goes against 8 weight rows, whose kernel is otherwise bound by converting each
- * block's scales. Every output's float operations are the same whatever the tile, so the bits are too. */
+ * together. A single row of activations (a decode step) goes against 8 weight rows, whose kernel is
+ * otherwise bound by converting each block's scales. Every output's float operations are the same
+ * whatever the tile, so the bits are too.
+ * q8_0 (a tied output head: most of a batch step of Gemma 3) takes each block's exact integer sum per
+ * output before any float operation, as lb_qmatmul_generic does, and its bits: per 8 outputs one
+ * conversion, product and sum instead of one an output. A batch of 7 rows or more goes 8 (or 16)
+ * activation rows against one weight row with a lane a row (lb_act's interleaved qv), so no sum
+ * crosses lanes; fewer rows go against 8 weight rows, whose lanes vphaddd sums (blends and shuffles
+ * instead ran 10% slower). */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -137,9 +142,116 @@ INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
     for (; n < N; n++) tile(kind, R, 1, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
 }
 
+/* q8_0 has tiles of its own (see the top): per block every output's exact integer sum p, then
+ * acc + p * (d_w * d_x) in float32, lb_qmatmul_generic's operations in its order. */
+
+/* A q8_0 block's products of quants u and activations x in 8 int32 lanes (|u| against x with u's sign). */
+INLINE __m256i q8_dot(__m256i u, __m256i x, __m256i ones) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(x, u)), ones);
+}
+
+/* R (<= 6) activation rows against 8 weight rows (R = 1: a decode step), lane c for weight row c: per
+ * row the 8 blocks' sums meet in one vector, then one conversion, product and sum for the 8 outputs.
+ * The next block's scales are converted while this one is multiplied, and the weights prefetched (each
+ * weight row is only a few cache lines: too short a stream for the hardware prefetcher). */
+INLINE void q8_tile8(int R, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
+    const int64_t nb = a->nb, nbp = a->nbp, bb = 34;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[6], dw, mw;
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    scales_f16x8(w0, row_bytes, &dw, &mw);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w0 + b * bb;
+        const char *ahead = (const char *)w0 + PREFETCH + b * 8 * bb;
+        for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+        __m256 next = dw;
+        if (b + 1 < nb) scales_f16x8(p + bb, row_bytes, &next, &mw);
+        for (int r = 0; r < R; r++) {
+            const int64_t i = (t0 + r) * nbp + b;
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(a->q + i * QK));
+            __m256i s[8];
+            for (int c = 0; c < 8; c++) s[c] = q8_dot(_mm256_loadu_si256((const __m256i *)(p + c * row_bytes + 2)), x, ones);
+            const __m256 prod = _mm256_mul_ps(dw, _mm256_broadcast_ss(a->d + i));
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(sum8_epi32(s)), prod));
+        }
+        dw = next;
+    }
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(out0 + r * N, acc[r]);
+}
+
+/* One activation row against one weight row: q8_tile8's operations for one output, in scalars. */
+INLINE void q8_one(const lb_act *a, int64_t t, const uint8_t *w, float *out) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t *row = a->q + t * a->nbp * QK;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < a->nb; b++) {
+        const __m256i v = q8_dot(_mm256_loadu_si256((const __m256i *)(w + b * 34 + 2)),
+                                 _mm256_loadu_si256((const __m256i *)(row + b * QK)), ones);
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+        const float prod = _cvtsh_ss(lb_u16(w + b * 34)) * a->d[t * a->nbp + b];
+        acc = acc + (float)_mm_cvtsi128_si32(s) * prod;
+    }
+    *out = acc;
+}
+
+/* Up to 8 G activation rows (G = 1 or 2 groups of qv from t0) against one weight row, lane r of group g
+ * for row t0 + 8 g + r: each 4 weight quants, broadcast, meet 4 of every row's at once, so a block's
+ * sums come out one a lane; 2 groups share the broadcasts and |q|. */
+INLINE void q8_vtile(int G, int R, const lb_act *a, int64_t t0, const uint8_t *w, float *out0, int64_t N) {
+    const int64_t nb = a->nb, ts = a->T + 8;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int8_t *xv = a->qv + t0 / 8 * nb * 8 * QK;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + b * 34;
+        __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int k = 0; k < 8; k++) {
+            const __m256i u = _mm256_set1_epi32((int)lb_u32(p + 2 + 4 * k)), au = _mm256_sign_epi8(u, u);
+            for (int g = 0; g < G; g++) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(xv + ((g * nb + b) * 8 + k) * QK));
+                s[g] = _mm256_add_epi32(s[g], _mm256_madd_epi16(_mm256_maddubs_epi16(au, _mm256_sign_epi8(x, u)), ones));
+            }
+        }
+        const __m256 dw = _mm256_set1_ps(_cvtsh_ss(lb_u16(p)));
+        for (int g = 0; g < G; g++) {
+            const __m256 prod = _mm256_mul_ps(dw, _mm256_loadu_ps(a->d_t + b * ts + t0 + 8 * g));
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(s[g]), prod));
+        }
+    }
+    float lane[16];
+    _mm256_storeu_ps(lane, acc[0]);
+    _mm256_storeu_ps(lane + 8, acc[1]);
+    for (int r = 0; r < R; r++) out0[r * N] = lane[r];
+}
+
+/* Rows t0 .. t0 + R - 1 (R <= 16) against N weight rows: up to 6 rows by the 8-weight-row tiles (an
+ * 8-lane tile of few rows mostly computes empty lanes: 0.5x at 2 rows, 0.9x at 5); 7 and 8 in one
+ * group, 10 to 16 in one pass of 2 groups, 9 as 8 and 1. */
+INLINE void q8_rows(int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) {
+    const int64_t row_bytes = a->nb * 34;
+    if (R <= 6) {
+        int64_t n = 0;
+        for (; n + 8 <= N; n += 8) q8_tile8(R, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
+        for (; n < N; n++)
+            for (int r = 0; r < R; r++) q8_one(a, t0 + r, w + n * row_bytes, out0 + r * N + n);
+    } else if (R >= 10) {
+        for (int64_t n = 0; n < N; n++) q8_vtile(2, R, a, t0, w + n * row_bytes, out0 + n, N);
+    } else if (R > 8) {
+        const int head = 8;
+        q8_rows(head, a, t0, w, N, out0);
+        q8_rows(R - head, a, t0 + head, w, N, out0 + head * N);
+    } else {
+        for (int64_t n = 0; n < N; n++) q8_vtile(1, R, a, t0, w + n * row_bytes, out0 + n, N);
+    }
+}
+
 /* Activation rows a batch tile takes (weight rows: 2 for q4 kinds, 1 for q8_0; see the top). */
 #define ROWS_Q4 4
-#define ROWS_Q8 8
+#define ROWS_Q8 16
+#define Q8_FN(R) static TGT void rows_8_##R(const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) { \
+        q8_rows(R, a, t0, w, N, out0); }
 #define ROWS_FN(KIND, R, C) \
     static TGT void rows_##KIND##_##R(const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) { \
         rows(KIND, R, C, a, t0, w, N, out0); }
@@ -150,10 +262,11 @@ INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
 
 ROWS_Q4_ALL(2)
 ROWS_Q4_ALL(3)
-ROWS_FN(8, 1, 1) ROWS_FN(8, 2, 1) ROWS_FN(8, 3, 1) ROWS_FN(8, 4, 1)
-ROWS_FN(8, 5, 1) ROWS_FN(8, 6, 1) ROWS_FN(8, 7, 1) ROWS_FN(8, 8, 1)
+Q8_FN(1) Q8_FN(2) Q8_FN(3) Q8_FN(4) Q8_FN(5) Q8_FN(6) Q8_FN(7) Q8_FN(8)
+Q8_FN(9) Q8_FN(10) Q8_FN(11) Q8_FN(12) Q8_FN(13) Q8_FN(14) Q8_FN(15) Q8_FN(16)
 static void (*const rows_8[ROWS_Q8 + 1])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = {
-    0, rows_8_1, rows_8_2, rows_8_3, rows_8_4, rows_8_5, rows_8_6, rows_8_7, rows_8_8};
+    0, rows_8_1, rows_8_2, rows_8_3, rows_8_4, rows_8_5, rows_8_6, rows_8_7, rows_8_8,
+    rows_8_9, rows_8_10, rows_8_11, rows_8_12, rows_8_13, rows_8_14, rows_8_15, rows_8_16};
 
 /* lb_act_round_generic with 8 lanes: the same IEEE operations (cvtps2dq rounds ties to even like
  * nearbyintf; vcvtps2ph like lb_to_f16), so the same bits. Only what this path's kernels read (q, d,

@@ -26,6 +26,11 @@ typedef struct {
     int32_t *corr;           /* T rows of nbp * lanes: minus what a kernel's unsigned weight quants add per lane:
                               * -8 * (its 8 x quants) for q4_0, -128 * (its 4) for q8_0; 0 for q4_1 */
     float *side_t;           /* side transposed: nb rows of T + 8 (padding: 0), so a kernel loads a few rows' at once */
+    float *d_t;              /* q8_0 only (else 0): d transposed likewise */
+    int32_t *sq_t;           /* q8_0 only (else 0): sum(q) of each block, transposed likewise */
+    int8_t *qv;              /* q8_0 with T > 1 (else NULL): q of 8 rows at a time interleaved, 4 quants a row in
+                              * turn (group g, block b, quad k at ((g * nb + b) * 8 + k) * 32): a 32-bit lane per
+                              * row, so a batch kernel needs no sum across lanes (rows past T: 0) */
     void *mem;
 } lb_act;
 

@@ -78,6 +78,52 @@ def test_a_row_gives_the_same_bits_alone_and_in_any_batch(isa, kind):
     assert_batch_invariant(x, w, (0, 3, 4, 22, 82))
 
 
+def block_terms(w: QMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """From ggml's block layouts: per (row, block) d and m (0 but for q4_1) as float32, and the integer
+    quants (row, block, 32) in element order (q4 kinds: low nibbles are elements 0..15, high 16..31)."""
+    bb = QUANT_KINDS[w.kind][1]
+    blocks = w.data.reshape(w.data.shape[0], -1, bb)
+    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    if w.kind == "q8_0":
+        return d, np.zeros_like(d), blocks[..., 2:].view(np.int8).astype(np.int32)
+    qs = blocks[..., 4 if w.kind == "q4_1" else 2:].astype(np.int32)
+    q = np.concatenate([qs & 15, qs >> 4], -1) - (8 if w.kind == "q4_0" else 0)
+    m = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32) if w.kind == "q4_1" else np.zeros_like(d)
+    return d, m, q
+
+
+@pytest.mark.parametrize(("path", "kind"), [("generic", k) for k in KINDS] + [("avx2", "q8_0")])
+def test_each_output_sums_its_blocks_in_the_definitions_float_order(path, kind):
+    """lb_qmatmul_generic's order, and AVX2's q8_0 kernels' bit for bit: per block acc + (d_w * d_x) * p in
+    float32 (p the exact integer sum), then q4_1's + m_w * (d_x * sum q_x). x sits on its rounding grid,
+    so its quants and scales are known; T and N reach every tile and tail (the AVX2 q4 kinds sum
+    per lane, as the AVX-512 path does every kind)."""
+    require(qm.available(), "the native library is not built (pip install -e . with a C compiler builds it)")
+    if qm.set_isa(path) != path:
+        qm.set_isa("auto")
+        pytest.skip(f"this CPU lacks {path}")
+    try:
+        rng = np.random.default_rng(21)
+        w = random_qmatrix(rng, kind, 45, 576)
+        T, nb = 19, 576 // 32
+        dx = rng.normal(0.0, 0.05, (T, nb)).astype(np.float16).astype(np.float32)
+        qx = rng.integers(-127, 128, (T, nb, 32)).astype(np.int32)
+        qx[:, :, 5] = 127                                        # max|q| = 127: d is dx exactly
+        x = (qx.astype(np.float32) * dx[..., None]).reshape(T, -1)
+        np.testing.assert_array_equal(round_act(x), x)           # on the grid: rounding keeps it
+        dw, mw, qw = block_terms(w)
+        acc = np.zeros((T, w.data.shape[0]), np.float32)
+        for b in range(nb):
+            p = (qx[:, b] @ qw[:, b].T).astype(np.float32)       # exact: |p| < 2^24
+            acc = acc + (dw[None, :, b] * dx[:, b, None]) * p
+            if kind == "q4_1":
+                acc = acc + mw[None, :, b] * (dx[:, b] * qx[:, b].sum(-1).astype(np.float32))[:, None]
+        for t in (1, 3, 8, 9, T):                                # decode tile, batch tiles and their tails
+            np.testing.assert_array_equal(qm.qmatmul(x[:t], w), acc[:t])
+    finally:
+        qm.set_isa("auto")
+
+
 def test_activations_round_as_llama_cpp_rounds_them():
     """quantize_row_q8_0: d = max|x| / 127 as float16, q = rint(x / d) with ties to even."""
     x = np.zeros((1, 64), np.float32)
