@@ -1,15 +1,15 @@
-"""Single-stream decode time per token, split into the quantized matmuls and everything else.
+"""Single-stream decode time per token, split by the kind of work: each kind of C op, the head, the rest.
 
     OPENBLAS_NUM_THREADS=1 python3 bench/decode_profile.py [--model PATH] [--reps 200] [--context 64]
+        [--threads 1]
 
-One sequence with a `--context`-token prompt in its cache decodes one token per forward, always
-at the same position (the KV slot is rewritten, so every step does the same work). The forward is
-timed as a whole; then every qmatmul call it made (recorded once, inputs copied) is replayed
-alone with the same inputs in the same order. "everything else" is forward minus the replay:
-norms, rope, KV writes, attention, SwiGLU, residuals, embedding, array allocation, Python. As a
-cross-check, the forward is also timed with qmatmul replaced by a stub that copies in the recorded
-results (it leaves out whatever the matmuls' memory traffic costs the rest, so it reads lower).
-Both are the best of several rounds (a 2-core machine shared with others is noisy).
+One sequence with a `--context`-token prompt in its cache decodes one token per forward, always at
+the same position (the KV slot is rewritten, so every step does the same work). The forward is timed
+as a whole; then the layers' ops of each kind (kernels.program: qmatmul, attend, rms_norm, ...) are
+run alone, as the forward ran them, on the same buffers, and the output head on its own.
+"everything else" is the forward minus all of those: embedding, the plan, RoPE tables, Python. Each
+figure is the best of several rounds, the rounds interleaved (a 2-core machine shared with others is
+noisy). Ops run alone find their inputs in cache more often than in the forward, so they read low.
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-import kernels.qmatmul as qm  # noqa: E402
+from kernels import native_lib  # noqa: E402
 from services.modelstore.pull import pull  # noqa: E402
 from services.modelstore.weight_cache import load_weights  # noqa: E402
 from services.modelstore.weights import read_config  # noqa: E402
-from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
 from services.shard.inprocess import Chunk, PageAllocator, build_batch  # noqa: E402
+from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
 from services.shard.model import ShardModel  # noqa: E402
+from services.shard.native_layers import NativeLayers  # noqa: E402
 
 
 def parse():
@@ -40,115 +41,54 @@ def parse():
     ap.add_argument("--reps", type=int, default=200, help="decode steps per round")
     ap.add_argument("--rounds", type=int, default=5, help="rounds; the best is reported")
     ap.add_argument("--context", type=int, default=64, help="tokens in the cache before the timed token")
+    ap.add_argument("--threads", type=int, default=1, help="native kernel threads")
     return ap.parse_args()
 
 
-import services.shard.native_layers as native_layers  # noqa: E402
-
-# The layer loop binds its projections once (kernels.qmatmul.bound_qmatmul), past this script's
-# reach: here they call qmatmul through a name it patches (a bound call saves ~1 us of checks).
-native_layers.qmatmul = qm.qmatmul
-native_layers.bound_qmatmul = lambda x, w, out: lambda: native_layers.qmatmul(x, w, out)
-
-
-def patched_qmatmul(fn):
-    """Put fn in place of kernels.qmatmul.qmatmul in every module that imported it; returns an undo."""
-    real = qm.qmatmul
-    mods = [m for m in list(sys.modules.values())
-            if m is not None and m is not qm and getattr(m, "qmatmul", None) is real]
-    for m in mods:
-        m.qmatmul = fn
-
-    def undo():
-        for m in mods:
-            m.qmatmul = real
-    return undo
-
-
-def record_calls(make, batch) -> list[tuple]:
-    """(x, w, result) of every qmatmul call one forward makes, copied; make() builds the model
-    (after the patch: a model may bind qmatmul when it is built)."""
-    calls, real = [], qm.qmatmul
-
-    def spy(x, w, out=None):
-        r = real(x, w, out)
-        calls.append((np.array(x, copy=True), w, r.copy()))
-        return r
-
-    undo = patched_qmatmul(spy)
-    try:
-        make().forward(batch)
-    finally:
-        undo()
-    return calls
-
-
-def stubbed(calls):
-    """A qmatmul that hands back the recorded results in order: the forward without the matmuls."""
-    i = 0
-
-    def stub(x, w, out=None):
-        nonlocal i
-        r = calls[i][2]
-        i = (i + 1) % len(calls)
-        if out is None:
-            return r
-        out[...] = r
-        return out
-    return stub
-
-
-def best_per_call(fn, reps: int, rounds: int) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        best = min(best, (time.perf_counter() - t) / reps)
-    return best
+def per_call(fn, reps: int) -> float:
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t) / reps
 
 
 def main() -> None:
     args = parse()
+    native_lib.set_threads(args.threads)
     path = args.model or pull()
     loaded = load_weights(path, 0, read_config(path)[0].n_layers, "quantized")
     cfg = loaded.config
     kv = PagedKVCache.for_model(cfg, 0, cfg.n_layers, KVConfig(num_pages=64, page_size=16))
     model = ShardModel(cfg, loaded.weights, kv)
+    if not isinstance(model.runner, NativeLayers):
+        sys.exit("the native library is not built: nothing to split (pip install -e . with a C compiler)")
     pages = PageAllocator(kv.num_pages, kv.page_size)
-    prompt = np.random.default_rng(0).integers(3, 49000, size=args.context).tolist()
+    prompt = np.random.default_rng(0).integers(3, min(cfg.vocab_size, 49000), size=args.context).tolist()
     model.forward(build_batch([Chunk(0, prompt, 0)], pages))
     batch = build_batch([Chunk(0, [11], args.context)], pages)
     for _ in range(3):
         model.forward(batch)                                      # warm: pages touched, caches filled
-    make = lambda: ShardModel(cfg, loaded.weights, kv)           # noqa: E731  (the cache carries the state)
-    calls = record_calls(make, batch)
-    outs = [np.empty((x.shape[0], w.rows), np.float32) for x, w, _ in calls]
+    program = next(iter(model.runner.scratches[1].programs.values()))
+    kinds = list(dict.fromkeys(program.names()))
+    parts = {name: program.only(name) for name in kinds}
+    x = np.random.default_rng(1).standard_normal((1, cfg.d_model)).astype(np.float32)
+    def head():
+        return model.runner.head(x, model.output_norm, model.output, cfg.norm_eps)
 
-    def replay():
-        for (x, w, _), o in zip(calls, outs):
-            qm.qmatmul(x, w, o)
-
-    def forward():
-        model.forward(batch)
-
-    undo = patched_qmatmul(stubbed(calls))
-    try:
-        bare_model = make()
-        bare = best_per_call(lambda: bare_model.forward(batch), args.reps, args.rounds)
-    finally:
-        undo()
-    fwd = qmm = float("inf")
-    for _ in range(args.rounds):                                  # interleaved: both see the same load
-        fwd = min(fwd, best_per_call(forward, args.reps, 1))
-        qmm = min(qmm, best_per_call(replay, args.reps, 1))
-    print(f"single-stream decode, context {args.context}, native kernel "
-          f"{'built' if qm.available() else 'NOT built'}, {len(calls)} qmatmul calls per token, "
-          f"best of {args.rounds} rounds x {args.reps} tokens, load average {os.getloadavg()[0]:.2f}")
-    print(f"forward                            {fwd * 1e3:7.3f} ms/token")
-    print(f"qmatmul (its calls replayed alone) {qmm * 1e3:7.3f} ms/token")
-    print(f"everything else (the difference)   {(fwd - qmm) * 1e3:7.3f} ms/token")
-    print(f"forward with qmatmul stubbed out   {bare * 1e3:7.3f} ms/token (results copied in from a recording)")
+    timed = {"forward": lambda: model.forward(batch), **parts, "head (norm + matmul)": head}
+    best = {name: float("inf") for name in timed}
+    for _ in range(args.rounds):                                  # interleaved: all see the same load
+        for name, fn in timed.items():
+            best[name] = min(best[name], per_call(fn, args.reps))
+    model.forward(batch)                                          # the buffers as a forward leaves them
+    print(f"single-stream decode, context {args.context}, {native_lib.threads()} thread(s), "
+          f"{len(program.names())} C ops per token in the layers, best of {args.rounds} rounds x {args.reps} "
+          f"tokens, load average {os.getloadavg()[0]:.2f}")
+    for name in timed:
+        count = f" ({program.names().count(name)} ops)" if name in parts else ""
+        print(f"{name + count:36s} {best[name] * 1e3:7.3f} ms/token")
+    rest = best["forward"] - sum(v for k, v in best.items() if k != "forward")
+    print(f"{'everything else (the difference)':36s} {rest * 1e3:7.3f} ms/token")
 
 
 if __name__ == "__main__":

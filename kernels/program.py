@@ -4,7 +4,7 @@ A decode step of the default model makes ~300 library calls; through ctypes each
 argument conversion and interpreter, about 0.5 ms a token, all of it on one thread while the
 kernels' pool waits. A Program is built once for buffers that stay alive (their addresses are its
 arguments) and run every step: each stretch of C ops is one lb_run_ops call, and a step that must stay
-in Python (numpy's SwiGLU, a float32 BLAS product, a trace) runs between stretches.
+in Python (a float32 BLAS product, a trace) runs between stretches.
 """
 
 from __future__ import annotations
@@ -108,6 +108,20 @@ class Program:
             rc = run(at, n, failed)
             if rc:
                 self._raise(first + self._failed.value, rc)
+
+    def only(self, *names: str) -> "Program":
+        """A Program of this one's ops named `names` alone, on the same buffers (to time a kind of op:
+        bench/decode_profile.py); its Python steps are left out."""
+        part = Program(self.lib)
+        part._keep = self._keep
+        for name, args, where in self._ops:
+            if name in names:
+                part.op(name, *args, where=where)
+        return part.finish()
+
+    def names(self) -> list[str]:
+        """The names of the ops, in order."""
+        return [name for name, _, _ in self._ops]
 
     def _raise(self, i: int, rc: int):
         name, _, where = self._ops[i]

@@ -10,8 +10,6 @@ rounded x and the dequantized weight: equal up to float32 summation order, not b
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 from kernels.native_lib import load
@@ -89,42 +87,6 @@ def qmatmul_args(x: np.ndarray, w: QMatrix, out: np.ndarray) -> tuple[int, ...]:
     if not isinstance(w, QMatrix) or not x.flags.c_contiguous:
         raise ValueError("lb_qmatmul takes a QMatrix and a C-contiguous x")
     return KIND_CODES[w.kind], x.ctypes.data, x.shape[0], x.shape[1], w.address, w.rows, out.ctypes.data
-
-
-def bound_qmatmul(x: np.ndarray, w: QMatrix, out: np.ndarray):
-    """qmatmul(x, w, out) as a call without arguments, for buffers reused every step: their checks and
-    addresses (ctypes' .ctypes.data costs ~1 us) are done once. Only valid while x and out live."""
-    _check(x, w, out)
-    lib = _load()
-    if isinstance(w, QRows):
-        return _bound_parts(x, w, out)
-    if lib is None or not x.flags.c_contiguous:
-        return partial(qmatmul, x, w, out)
-    fn, args = lib.lb_qmatmul, qmatmul_args(x, w, out)
-
-    def call():
-        rc = fn(*args)
-        if rc != 0:
-            raise (MemoryError if rc == -3 else ValueError)(f"native qmatmul failed for x {x.shape} w {w.shape} "
-                                                            f"(code {rc})")
-        return out
-    return call
-
-
-def _bound_parts(x: np.ndarray, w: QRows, out: np.ndarray):
-    """bound_qmatmul of a QRows: each part into a buffer of its own, then copied into its columns."""
-    calls, a = [], 0
-    for p in w.parts:
-        buf = np.empty((x.shape[0], p.rows), np.float32)
-        calls.append((bound_qmatmul(x, p, buf), buf, out[:, a:a + p.rows]))
-        a += p.rows
-
-    def call():
-        for fn, buf, cols in calls:
-            fn()
-            np.copyto(cols, buf)
-        return out
-    return call
 
 
 def rounded_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -2,12 +2,12 @@
 
 At one token per step, the numpy layer spends more time dispatching ~20 small ops, allocating
 their results and reading array addresses than computing them. Here each layer is its four
-projections plus four C ops (RMSNorm with the residual add before it, RoPE with the KV write,
-attention with every row a decode query of its own length) and SwiGLU's ufuncs into fixed buffers.
-The ops of all layers form one Program (kernels.program), built once per batch size over buffers
-whose addresses do not change (a step's pages, lengths and RoPE tables are copied into them), so a
-step is a few calls into C, between which only SwiGLU runs in Python. Same arithmetic in the same
-order as NumpyLayers with rows_alone: the hidden states come out bit-identical.
+projections plus five C ops (RMSNorm with the residual add before it, RoPE with the KV write,
+attention with every row a decode query of its own length, the gate) into fixed buffers. The ops
+of all layers form one Program (kernels.program), built once per batch size over buffers whose
+addresses do not change (a step's pages, lengths and RoPE tables are copied into them), so a step
+is one call into C (more only for float32 weights, whose products BLAS makes). Same arithmetic in
+the same order as NumpyLayers with rows_alone: the hidden states come out bit-identical.
 
 Every query row attends alone, prompt rows too (plan_attention's rows_alone): the quantized
 kernels round activations to 8 bits, which turns a 1-ulp difference between a prompt's chunkings
@@ -15,7 +15,7 @@ into a different token, so no row may depend on its neighbours.
 
 What an architecture adds to the llama layer runs as C ops between these (`Extras`; ops.c, with
 the bits of NumpyLayers' numpy): q/k/v biases, per-head q/k norms, post-norms, the GELU gate in
-place of SwiGLU's ufuncs, and a sliding window as the attention's first key.
+place of SwiGLU's, and a sliding window as the attention's first key.
 """
 
 from __future__ import annotations

@@ -273,7 +273,7 @@ def test_k_rows_must_be_whole_super_blocks():
 
 def test_rows_of_mixed_kinds_multiply_part_by_part(isa):
     """A QRows (Q4_K_M's q|k in Q4_K beside v in Q6_K, or Q5_0 beside Q8_0) gives each part's product
-    in its columns, called directly or bound to reused buffers."""
+    in its columns (kernels.program's matmul of one: test_program.py)."""
     rng = np.random.default_rng(9)
     parts = (weights(rng, "q4_k", 24, 512), weights(rng, "q6_k", 8, 512), weights(rng, "q5_0", 5, 512))
     w = QRows(parts)
@@ -282,8 +282,5 @@ def test_rows_of_mixed_kinds_multiply_part_by_part(isa):
     x = rng.standard_normal((3, 512)).astype(np.float32)
     want = np.concatenate([qm.qmatmul(x, p) for p in parts], axis=1)
     np.testing.assert_array_equal(qm.qmatmul(x, w), want)
-    out = np.full((3, 37), np.nan, np.float32)
-    assert qm.bound_qmatmul(x, w, out)() is out
-    np.testing.assert_array_equal(out, want)
     with pytest.raises(BadQuantShape, match="width"):
         QRows((parts[0], weights(rng, "q4_k", 4, 256)))
