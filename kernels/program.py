@@ -40,7 +40,8 @@ class Program:
         self._words: np.ndarray | None = None
 
     def op(self, name: str, *args, where: str = "") -> None:
-        """The library's lb_<name> (program.h lists them) with these arguments: arrays as addresses."""
+        """One of the library's ops (CODES; program.h names the function each calls) with these
+        arguments in that function's order: arrays as their addresses, None as a null pointer."""
         if name not in CODES:
             raise ValueError(f"unknown op {name!r}: the library runs {sorted(CODES)}")
         if len(args) > WORDS - 1:
