@@ -120,6 +120,14 @@ class Program:
                 part.op(name, *args, where=where)
         return part.finish()
 
+    def calls_into_c(self) -> int:
+        """lb_run_ops calls a run makes (its stretches of C ops)."""
+        return sum(1 for step in self._calls if not callable(step))
+
+    def python_steps(self) -> int:
+        """Python steps a run makes between its stretches."""
+        return sum(1 for step in self._calls if callable(step))
+
     def names(self) -> list[str]:
         """The names of the ops, in order."""
         return [name for name, _, _ in self._ops]

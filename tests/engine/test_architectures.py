@@ -111,6 +111,9 @@ def test_the_native_loop_gives_the_numpy_loops_bits(tiny, tmp_path):
     numpy.runner = NumpyLayers(numpy.config, numpy.runner.layers, numpy.kv, 0, rows_alone=True, extras=extras)
     np.testing.assert_array_equal(_prefill_then_decode(native.forward, PageAllocator(16, 4)),
                                   _prefill_then_decode(numpy.forward, PageAllocator(16, 4)))
+    # every step was one call into C: no Python between any architecture's ops (kernels.program)
+    programs = [p for s in native.runner.scratches.values() for p in s.programs.values()]
+    assert programs and all(p.calls_into_c() == 1 and not p.python_steps() for p in programs)
 
 
 def test_the_description_is_read_from_metadata(tiny):

@@ -37,6 +37,7 @@ def test_a_program_gives_the_bits_of_its_calls_one_by_one_with_python_steps_betw
     prog.op("add", h, z, h.size, where="residual")                          # h += z
     want_h = h.copy()
     prog.finish()()
+    assert (prog.calls_into_c(), prog.python_steps()) == (2, 1)          # C, Python, C
     want_x = add_rms_norm(want_h, None, norm_w, 1e-5)
     want_y = qm.qmatmul(want_x, w1)
     want_z = qm.qmatmul(-want_y, w2)
