@@ -65,13 +65,13 @@ def validate(batch: ForwardBatch, *, first: bool, d_model: int, vocab_size: int,
         raise BadBatch("empty batch")
     if table.shape[0] != s:
         raise BadBatch(f"page_table has {table.shape[0]} rows for {s} sequences")
-    if np.any(qlens < 1) or int(qlens.sum()) != t:
+    if (qlens < 1).any() or int(qlens.sum()) != t:
         raise BadBatch(f"query_lens (each >= 1) must sum to the {t} tokens")
     if first:
         if batch.hidden is not None or batch.tokens is None:
             raise BadBatch("the first shard takes tokens, not hidden states")
         tok = _int_array("tokens", batch.tokens, 1)
-        if tok.shape[0] != t or np.any(tok < 0) or np.any(tok >= vocab_size):
+        if tok.shape[0] != t or (tok < 0).any() or (tok >= vocab_size).any():
             raise BadBatch(f"tokens must be {t} ids in [0, {vocab_size})")
     else:
         if batch.tokens is not None or batch.hidden is None:
@@ -87,13 +87,13 @@ def validate(batch: ForwardBatch, *, first: bool, d_model: int, vocab_size: int,
     cu = batch.cu_lens()
     start = pos[cu[:-1]].astype(np.int64)                                  # (S,)
     seq_of = np.repeat(np.arange(s), qlens)                                # (T,)
-    if np.any(start < 0) or np.any(pos != start[seq_of] + (np.arange(t) - cu[seq_of])):
+    if (start < 0).any() or (pos != start[seq_of] + (np.arange(t) - cu[seq_of])).any():
         raise BadBatch("each sequence's positions must run start, start+1, ... from a start >= 0")
     needed = (start + qlens - 1) // page_size + 1                          # pages each sequence uses
-    if np.any(needed > table.shape[1]):
+    if (needed > table.shape[1]).any():
         raise BadBatch("page_table is too short for the positions it must cover")
     used = np.arange(table.shape[1])[None, :] < needed[:, None]
     bad = used & ((table < 0) | (table >= num_pages))
-    if np.any(bad):
+    if bad.any():
         seq = int(np.argwhere(bad)[0][0])
         raise BadBatch(f"sequence {seq} lists a page this shard does not have (it has {num_pages})")

@@ -66,7 +66,7 @@ class PagedKVCache:
         table = batch.page_table
         starts = batch.positions[batch.cu_lens()[:-1]].astype(np.int64)                # (S,)
         first = np.arange(table.shape[1], dtype=np.int64) * ps                           # (P,)
-        need = np.clip(starts[:, None] - first[None, :], 0, ps)                          # (S, P) slots each page must hold
+        need = np.minimum(np.maximum(starts[:, None] - first[None, :], 0), ps)           # (S, P) slots each page must hold
         have = self.written[np.maximum(table, 0)]                                        # (S, P)
         short = need > have
         if short.any():
