@@ -24,10 +24,6 @@ FLOATS = {"rms_norm": (6,), "attend": (14,), "norm_heads": (7,)}     # words hol
 NO_MEMORY = {"qmatmul": -3, "attend": -4}                           # the codes that mean out of memory
 
 
-def _addr(a: np.ndarray) -> int:
-    return a.ctypes.data
-
-
 class Program:
     """Ops appended in order (`op`, `matmul`, `py`), then `finish()`; calling it runs them all."""
 
@@ -37,7 +33,6 @@ class Program:
         self._steps: list = []                            # (first op, count) or a Python callable
         self._keep: list[np.ndarray] = []                 # buffers whose addresses ops hold
         self._addrs: dict[int, int] = {}                  # by id: .ctypes.data costs ~1 us an array
-        self._words: np.ndarray | None = None
 
     def op(self, name: str, *args, where: str = "") -> None:
         """One of the library's ops (CODES; program.h names the function each calls) with these
@@ -93,8 +88,7 @@ class Program:
                     floats[i, j] = float(a)
                 else:
                     words[i, j] = int(a)
-        self._words = words
-        base, self._failed = _addr(words), ctypes.c_int64(0)
+        base, self._failed = self._addr(words), ctypes.c_int64(0)
         self._calls = [step if callable(step) else (base + step[0] * WORDS * 8, step[1], step[0])
                        for step in self._steps]
         return self

@@ -108,13 +108,15 @@ class NativeLayers:
         """The buffers for t rows whose page tables have `pages` columns (kept while they fit: a
         sequence's table grows a page at a time, the capacity doubles)."""
         s = self.scratches.pop(t, None)             # re-inserted last: the most recently used
-        if s is None or s.cap < pages or s.cos.shape[0] != tables or 2 * s.cos.shape[2] != n_rot:
-            c = self.c
-            cap = max(pages, 2 * s.cap if s is not None else 8)
-            s = Scratch(t, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, self.ffn, cap, n_rot, tables)
-        self.scratches[t] = s
+        if s is not None and s.cap >= pages and s.cos.shape[0] == tables and 2 * s.cos.shape[2] == n_rot:
+            self.scratches[t] = s
+            return s
+        c = self.c
+        cap = max(pages, 2 * s.cap if s is not None else 8)
+        s = self.scratches[t] = Scratch(t, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, self.ffn, cap, n_rot,
+                                        tables)
         while len(self.scratches) > 1 and sum(x.nbytes for x in self.scratches.values()) > KEEP_BYTES + s.nbytes:
-            del self.scratches[next(iter(self.scratches))]
+            del self.scratches[next(iter(self.scratches))]     # only a new one adds bytes: evict here alone
         return s
 
     def _gated(self, prog: Program, s: Scratch, where: str) -> None:
