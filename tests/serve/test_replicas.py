@@ -28,8 +28,10 @@ ASKS = ["Name three rivers.", "What is a lighthouse?", "Tell me about trains.",
 
 
 def request(i: int) -> Generate:
+    # 96 tokens: the test must catch both pipelines streaming at once before the answers end; at 32 the
+    # window was ~0.25 s, and a slow CI machine's stats polls missed it
     return Generate(messages=[{"role": "user", "content": ASKS[i]}], temperature=0.0,
-                    max_tokens=32, request_id=f"ask-{i}")
+                    max_tokens=96, request_id=f"ask-{i}")
 
 
 @pytest.fixture(scope="module")
