@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 
 from bus.config import ServiceConfig
-from bus.errors import CallTimeout, PeerDead, PeerRestarted, ServiceError, ServiceNotFound
+from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError, ServiceError, ServiceNotFound
 from bus.service import Service, handles, streams
 from wire.messages.bus import Event
 from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Generate, Started, Stats,
@@ -356,6 +356,11 @@ class SchedulerService(Service):
                     return list((await self.peers.call(tok, body, timeout=30)).ids)
                 except (PeerDead, PeerRestarted, CallTimeout, ServiceNotFound) as e:
                     why = f"{tok} did not answer: {e}"
+                    self.counters["tokenizer_retries"] += 1
+                except RemoteError as e:
+                    if e.code != "loading":          # a respawned tokenizer answers before it has loaded
+                        raise
+                    why = f"{tok} is still loading"
                     self.counters["tokenizer_retries"] += 1
             if loop.time() >= give_up:
                 raise ServiceError("tokenizer_unavailable", f"{why} (waited "
