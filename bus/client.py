@@ -79,11 +79,15 @@ class RpcClient:
         deadline = time.time() + timeout
         frames = self._encode(wire.Message(body=body, id=mid, sender=self.sender,
                                            epoch=self.sender_epoch, deadline=deadline))
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         self._pending[mid] = (fut, self.peer_epoch)
+        start = loop.time()
         try:
-            await self._sock.send_multipart(frames, copy=False)
-            reply = await asyncio.wait_for(fut, timeout)
+            await self._send_within(frames, timeout, body)
+            reply = await asyncio.wait_for(fut, max(0.0, timeout - (loop.time() - start)))
+        except CallTimeout:
+            raise
         except asyncio.TimeoutError:
             raise CallTimeout(f"{self.name}: no reply to {type(body).TYPE} within {timeout:g}s") from None
         finally:
@@ -107,7 +111,7 @@ class RpcClient:
         self._pending[mid] = (waiter, self.peer_epoch)
         idle = IdleWatch(idle_timeout) if idle_timeout is not None else None
         try:
-            await self._sock.send_multipart(frames, copy=False)
+            await self._send_within(frames, idle_timeout, body)
             while True:
                 try:
                     if idle is not None:
@@ -135,6 +139,24 @@ class RpcClient:
             self._pending.pop(mid, None)
             if not waiter.done() and not self._closed:
                 self._send_cancel(mid)
+
+    async def _send_within(self, frames: list, timeout: float | None, body: Any) -> None:
+        """Queue a request, or raise CallTimeout when the socket takes nothing for `timeout` s.
+
+        A DEALER takes a message at once while it has a pipe to the peer with room. It has none
+        once the peer refused this client's CURVE handshake (libzmq drops the pipe and does not
+        reconnect), or while the peer's queue is full: a plain await would then wait forever,
+        past the call's deadline."""
+        sent = self._sock.send_multipart(frames, copy=False)
+        if sent.done():
+            sent.result()
+            return
+        try:
+            await asyncio.wait_for(sent, timeout)
+        except asyncio.TimeoutError:
+            raise CallTimeout(f"{self.name}: {type(body).TYPE} not sent within {timeout:g}s: the "
+                              f"peer takes no messages (its queue is full, or it refused this "
+                              f"client's key)") from None
 
     def _check_open(self) -> None:
         if self._closed:

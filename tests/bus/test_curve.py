@@ -69,8 +69,13 @@ async def impostor_echo(service) -> str:
     sock.curve_serverkey = KEY.public
     sock.connect(f"tcp://127.0.0.1:{service.rpc_port}")
     try:
-        await sock.send_multipart(wire.encode(wire.Message(body=Echo(text="hi"), id=1)))
+        # Bounded: once ZAP has refused the handshake the socket has no pipe and takes nothing
+        # (the refusal can come before the send when this thread is descheduled after connect).
+        await asyncio.wait_for(sock.send_multipart(wire.encode(wire.Message(body=Echo(text="hi"), id=1))),
+                               NO_ANSWER_S)
         return "answered" if await sock.poll(NO_ANSWER_S * 1000) else "silent"
+    except asyncio.TimeoutError:
+        return "silent"
     finally:
         sock.close(linger=0)
 
@@ -87,6 +92,31 @@ async def test_only_a_holder_of_the_cluster_key_is_answered_and_the_service_says
     said = "\n".join(r.getMessage() for r in caplog.records if r.name == "llmbus.bus")
     for why in ("without a key file", "another cluster's key", "not its key pair"):
         assert why in said, said
+
+
+async def test_a_client_refused_by_zap_gets_call_timeout_from_every_later_call(keyed, monkeypatch):
+    """libzmq drops a refused client's pipe and never reconnects it: its socket takes nothing
+    more. A call must still end at its timeout (it once waited on the send forever)."""
+    import bus.client
+    plain_socket = bus.client.make_socket
+
+    def impostor_socket(ctx, kind, limits, key):
+        sock = plain_socket(ctx, kind, limits, None)
+        sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
+        sock.curve_serverkey = KEY.public
+        return sock
+
+    monkeypatch.setattr(bus.client, "make_socket", impostor_socket)
+    ctx = zmq.asyncio.Context.instance()
+    before = zap.refused(ctx)
+    c = RpcClient(ctx, f"tcp://127.0.0.1:{keyed.rpc_port}", key=KEY)
+    try:
+        await until(lambda: zap.refused(ctx) > before, timeout=10, what="the handshake refused")
+        for _ in range(2):
+            with pytest.raises(CallTimeout, match="not sent within 0.3s"):
+                await asyncio.wait_for(c.call(Echo(text="hi"), timeout=0.3), 10)
+    finally:
+        await c.close()
 
 
 async def test_only_a_holder_of_the_key_hears_heartbeats(keyed):
