@@ -6,7 +6,9 @@ Prints, for each weight format a CPU shard can hold (GGUF's quantized blocks thr
 native kernel, and dequantized float32 through OpenBLAS), single-stream decode tokens/s (best of
 3 runs, llama.cpp's too: the machine is shared), aggregate decode tokens/s at batch 1..32, prefill tokens/s at 256 and 1024 tokens and resident
 memory of the weights; the memory-bandwidth roofline for the weights as stored in the GGUF and
-single-stream decode's share of it; and llama.cpp's figures with our ratio to them. --isa forces the
+single-stream decode's share of it; and llama.cpp's figures with our ratio to them. With
+--threads N > 1 it also times single-stream decode on 1 and N threads in alternating rounds, and
+holds each against what 1 and N threads read from memory at once (bench/bandwidth.py). --isa forces the
 native kernels' code path (quantized matmul and attention; `lb_set_isa`), and the header names it
 beside the llama.cpp build's own system info, so a comparison is read for one instruction set
 (bench/llamacpp_figures.py; install with `pip install .[bench]`). On a CPU whose CPUID shows AMX
@@ -57,6 +59,7 @@ from services.modelstore.weights import read_config  # noqa: E402
 from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
 from services.shard.inprocess import Chunk, PageAllocator, build_batch  # noqa: E402
 from services.shard.model import ShardModel  # noqa: E402
+from bench.bandwidth import read_bandwidth, read_bandwidth_together  # noqa: E402
 from bench.llamacpp_figures import SINGLE_ROUNDS, figures as llama_cpp_figures  # noqa: E402
 from kernels.qmatmul import available as qmatmul_available, set_isa  # noqa: E402
 from kernels import native_lib  # noqa: E402
@@ -65,26 +68,6 @@ from kernels import native_lib  # noqa: E402
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def read_bandwidth() -> dict:
-    """Bytes/s a single thread reads from memory: a sum, a copy (read side), a matrix-vector product."""
-    a = np.ones((1 << 27,), np.float32)                     # 512 MiB, far past any cache
-    dst = np.empty_like(a)
-    m = a.reshape(-1, 4096)
-    v = np.ones(4096, np.float32)
-    out = {}
-    for name, fn in (("sum", lambda: a.sum()), ("copy", lambda: np.copyto(dst, a)), ("gemv", lambda: m @ v)):
-        fn()
-        best = min(_timed(fn) for _ in range(3))
-        out[name] = a.nbytes / best
-    return out
-
-
-def _timed(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
 
 
 TOKEN_IDS = [3, 49000]    # prompts draw ids from here; main() bounds it by the model's vocabulary
@@ -183,6 +166,7 @@ def main() -> None:
     TOKEN_IDS[1] = min(TOKEN_IDS[1], config.vocab_size)
     stored = sum(int(t.n_bytes) for t in reader.tensors)
     bw = read_bandwidth()
+    together = read_bandwidth_together(args.threads) if args.threads > 1 else None
     runs = {}
     for fmt in FORMATS:
         with tempfile.TemporaryDirectory() as tmp:
@@ -225,7 +209,8 @@ def main() -> None:
     for n in PREFILLS:
         line(f"prefill {n} tokens", f"prefill{n}", "tok/s", lambda x, n=n: x["prefill"][n])
     print(f"stored in GGUF: {stored / 2**20:.1f} MiB")
-    print("read bandwidth: " + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in bw.items()))
+    print("read bandwidth: " + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in bw.items())
+          + (f"; {args.threads} threads at once (a gemv each): {together / 1e9:.1f} GB/s" if together else ""))
     print(f"roofline for weights as stored: {roof:.1f} tok/s ({best_bw / 1e9:.1f} GB/s / {stored / 1e6:.1f} MB); "
           + ", ".join(f"{f} single-stream is {runs[f]['single'] / roof:.0%} of it" for f in FORMATS))
     if "float32" in runs:
@@ -246,6 +231,9 @@ def main() -> None:
         print(f"single-stream decode ({FORMATS[0]}), rounds interleaved: {r['single_1thread']:.1f} tok/s on 1 thread, "
               f"{r['single_nthreads']:.1f} on {args.threads}: {gain:.2f}x (target on 2 free cores: 2 threads >= 1.7x; "
               f"{'met' if gain >= 1.7 else 'not met'})")
+        for n, rate, read in ((1, r["single_1thread"], bw["gemv"]), (args.threads, r["single_nthreads"], together)):
+            print(f"  on {n} thread(s) a token streams the stored weights at {rate * stored / 1e9:.1f} GB/s: "
+                  f"{rate * stored / read:.0%} of what {n} thread(s) read at once ({read / 1e9:.1f} GB/s)")
     if isinstance(ref, str):
         print(ref)
     else:

@@ -8,6 +8,7 @@ callers compute the same thing with numpy.
 from __future__ import annotations
 
 import ctypes
+import os
 from pathlib import Path
 
 P, I64, INT, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
@@ -35,6 +36,9 @@ _tried = False
 
 
 def library_path() -> Path | None:
+    """The built library; LLMBUS_NATIVE_LIB names another build of it (the tests' emulated AVX-512)."""
+    if os.environ.get("LLMBUS_NATIVE_LIB"):
+        return Path(os.environ["LLMBUS_NATIVE_LIB"])
     found = sorted(Path(__file__).resolve().parent.glob("_native*.so"))
     return found[0] if found else None
 

@@ -263,7 +263,12 @@ HOT int attend_rows(const job *j, int64_t s0, int64_t s1, int64_t h0, int64_t h1
 /* One function per instruction set, each a copy of the code compiled for it; the path is
  * lb_set_isa's (qmatmul.c), so forcing a path forces it here too. */
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f"))) static int rows_avx512(const job *j, int64_t s0, int64_t s1, int64_t h0,
+#ifdef LB_SIMDE_AVX512           /* a test build: the same code, for the native vector width */
+#define AVX512_TARGET
+#else
+#define AVX512_TARGET __attribute__((target("avx512f")))
+#endif
+AVX512_TARGET static int rows_avx512(const job *j, int64_t s0, int64_t s1, int64_t h0,
                                                           int64_t h1)
 {
     return attend_rows(j, s0, s1, h0, h1, 1);

@@ -15,6 +15,10 @@ static int chosen_isa = -1;
 static int best_isa(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
+#ifdef LB_SIMDE_AVX512        /* a test build (simde_avx512.h): the AVX-512 path runs emulated beside native AVX2 */
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return LB_ISA_AVX512;
+#endif
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx2") &&
         __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))

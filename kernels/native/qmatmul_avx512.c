@@ -7,11 +7,15 @@
  * it ends exact; it is scaled in float32 by its block's d_w * d_x (exact) and q4_1's minimum comes in
  * through lb_act's sxe. C weight rows share each load of x. */
 #if defined(__x86_64__)
-#include <immintrin.h>
-
 #include "qmatmul_impl.h"
 
+#ifdef LB_SIMDE_AVX512
+#include "simde_avx512.h"      /* a test build: the same code on emulated intrinsics */
+#define TGT
+#else
+#include <immintrin.h>
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")))
+#endif
 #define INLINE static inline __attribute__((always_inline)) TGT
 #ifndef PREFETCH
 #define PREFETCH 4096   /* bytes ahead in the weight stream */

@@ -1,0 +1,107 @@
+/* Test builds only (-DLB_SIMDE_AVX512, tests/kernels/emulated.py): the AVX-512 path compiled against
+ * SIMDe's portable definitions of the intrinsics (Debian's libsimde-dev), so that its code runs and
+ * is checked bit for bit on a CPU without AVX-512. The two intrinsics the path uses that SIMDe 0.7
+ * lacks are defined here from ones it has. Never part of the shipped library. */
+#ifndef LB_SIMDE_AVX512_H
+#define LB_SIMDE_AVX512_H
+
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#include <simde/x86/f16c.h>
+#include <stdint.h>
+
+static inline simde__m512i lb_emu_maskz_loadu_epi8(uint64_t k, const void *p) {
+    int8_t b[64];
+    for (int i = 0; i < 64; i++) b[i] = (k >> i) & 1 ? ((const int8_t *)p)[i] : 0;   /* reads only the masked-in bytes */
+    return simde_mm512_loadu_si512(b);
+}
+
+static inline simde__m512 lb_emu_cvtph_ps(simde__m256i h) {
+    const simde__m256 lo = simde_mm256_cvtph_ps(simde_mm256_castsi256_si128(h));
+    const simde__m256 hi = simde_mm256_cvtph_ps(simde_mm256_extracti128_si256(h, 1));
+    return simde_mm512_insertf32x8(simde_mm512_castps256_ps512(lo), hi, 1);
+}
+
+/* Lane by lane through memory; the float reductions pair lanes as GCC's own do (halves, then
+ * quarters, then [0]+[2], [1]+[3], then the two), so the sums round as on the hardware path. */
+static inline simde__m512 lb_emu_cvtepi32_ps(simde__m512i a) {
+    int32_t i32[16];
+    float f[16];
+    simde_mm512_storeu_si512(i32, a);
+    for (int i = 0; i < 16; i++) f[i] = (float)i32[i];
+    return simde_mm512_loadu_ps(f);
+}
+
+static inline simde__m512i lb_emu_cvtps_epi32(simde__m512 a) {   /* round to nearest even, as MXCSR's default */
+    float f[16];
+    int32_t r[16];
+    simde_mm512_storeu_ps(f, a);
+    for (int i = 0; i < 16; i++) {
+        const float n = simde_math_nearbyintf(f[i]);
+        r[i] = n >= -2147483648.0f && n < 2147483648.0f ? (int32_t)n : INT32_MIN;   /* "integer indefinite" */
+    }
+    return simde_mm512_loadu_si512(r);
+}
+
+static inline simde__m128i lb_emu_cvtepi32_epi8(simde__m512i a) {     /* truncates, as vpmovdb */
+    int32_t i32[16];
+    int8_t r[16];
+    simde_mm512_storeu_si512(i32, a);
+    for (int i = 0; i < 16; i++) r[i] = (int8_t)(uint8_t)(uint32_t)i32[i];
+    return simde_mm_loadu_si128((const simde__m128i *)r);
+}
+
+#define LB_EMU_REDUCE(name, type, op)                                             \
+    static inline type name(const type *a) {                                      \
+        type s8[8], s4[4], s2[2];                                                 \
+        for (int i = 0; i < 8; i++) s8[i] = op(a[i + 8], a[i]);                   \
+        for (int i = 0; i < 4; i++) s4[i] = op(s8[i + 4], s8[i]);                 \
+        for (int i = 0; i < 2; i++) s2[i] = op(s4[i], s4[i + 2]);                 \
+        return op(s2[0], s2[1]);                                                  \
+    }
+#define LB_EMU_ADD(x, y) ((x) + (y))
+#define LB_EMU_MAX(x, y) ((x) > (y) ? (x) : (y))      /* maxps: the second operand when either is NaN */
+LB_EMU_REDUCE(lb_emu_sum_f, float, LB_EMU_ADD)
+LB_EMU_REDUCE(lb_emu_max_f, float, LB_EMU_MAX)
+LB_EMU_REDUCE(lb_emu_sum_i, int32_t, LB_EMU_ADD)
+
+static inline float lb_emu_reduce_add_ps(simde__m512 a) {
+    float f[16];
+    simde_mm512_storeu_ps(f, a);
+    return lb_emu_sum_f(f);
+}
+
+static inline float lb_emu_reduce_max_ps(simde__m512 a) {
+    float f[16];
+    simde_mm512_storeu_ps(f, a);
+    return lb_emu_max_f(f);
+}
+
+static inline int32_t lb_emu_reduce_add_epi32(simde__m512i a) {
+    int32_t i32[16];
+    simde_mm512_storeu_si512(i32, a);
+    return lb_emu_sum_i(i32);
+}
+
+static inline float lb_emu_cvtsh_ss(uint16_t h) {
+    return simde_mm_cvtss_f32(simde_mm_cvtph_ps(simde_mm_cvtsi32_si128(h)));
+}
+
+static inline uint16_t lb_emu_cvtss_sh(float f) {          /* round to nearest even */
+    return (uint16_t)simde_mm_cvtsi128_si32(simde_mm_cvtps_ph(simde_mm_set_ss(f), 0));
+}
+
+#undef __mmask64
+#define __mmask64 simde__mmask64
+#define _mm512_maskz_loadu_epi8(k, p) lb_emu_maskz_loadu_epi8((k), (p))
+#define _mm512_cvtph_ps(h) lb_emu_cvtph_ps(h)
+#define _mm512_cvtepi32_ps(a) lb_emu_cvtepi32_ps(a)
+#define _mm512_cvtps_epi32(a) lb_emu_cvtps_epi32(a)
+#define _mm512_cvtepi32_epi8(a) lb_emu_cvtepi32_epi8(a)
+#define _mm512_reduce_add_ps(a) lb_emu_reduce_add_ps(a)
+#define _mm512_reduce_max_ps(a) lb_emu_reduce_max_ps(a)
+#define _mm512_reduce_add_epi32(a) lb_emu_reduce_add_epi32(a)
+#define _cvtsh_ss(h) lb_emu_cvtsh_ss(h)
+#define _cvtss_sh(f, mode) lb_emu_cvtss_sh(f)
+
+#endif
