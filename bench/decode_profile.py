@@ -1,15 +1,16 @@
-"""Single-stream decode time per token, split by the kind of work: each kind of C op, the head, the rest.
+"""Single-stream decode time per token, split where it is spent: each kind of C op, the head, the rest.
 
     OPENBLAS_NUM_THREADS=1 python3 bench/decode_profile.py [--model PATH] [--reps 200] [--context 64]
-        [--threads 1]
+        [--threads 1,2]
 
 One sequence with a `--context`-token prompt in its cache decodes one token per forward, always at
-the same position (the KV slot is rewritten, so every step does the same work). The forward is timed
-as a whole; then the layers' ops of each kind (kernels.program: qmatmul, attend, rms_norm, ...) are
-run alone, as the forward ran them, on the same buffers, and the output head on its own.
-"everything else" is the forward minus all of those: embedding, the plan, RoPE tables, Python. Each
-figure is the best of several rounds, the rounds interleaved (a 2-core machine shared with others is
-noisy). Ops run alone find their inputs in cache more often than in the forward, so they read low.
+the same position (the KV slot is rewritten, so every step does the same work). Each op of the
+layers' Program is timed where it runs, between the others (kernels.program `time_ops`: the clock
+read in C around each op), and the output head (final norm and matmul) around its call; "the rest"
+is the forward minus both: embedding, the batch checks, the plan, RoPE tables, Python. With several
+thread counts the rounds alternate between them (a 2-core machine shared with others is noisy),
+each figure is the best round's, and the last column is the first count's time over the last's:
+how each part scales.
 """
 
 from __future__ import annotations
@@ -39,22 +40,46 @@ def parse():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None, help="GGUF file (default: the pulled default model)")
     ap.add_argument("--reps", type=int, default=200, help="decode steps per round")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds; the best is reported")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per thread count; the best is reported")
     ap.add_argument("--context", type=int, default=64, help="tokens in the cache before the timed token")
-    ap.add_argument("--threads", type=int, default=1, help="native kernel threads")
+    ap.add_argument("--threads", default="1", help="native kernel threads, or a list of counts: 1,2")
     return ap.parse_args()
 
 
-def per_call(fn, reps: int) -> float:
+class HeadClock:
+    """Wraps the runner's head: seconds spent in it so far."""
+
+    def __init__(self, runner):
+        self.seconds, self._head = 0.0, runner.head
+        runner.head = self
+
+    def __call__(self, *args):
+        t = time.perf_counter()
+        try:
+            return self._head(*args)
+        finally:
+            self.seconds += time.perf_counter() - t
+
+
+def one_round(model, batch, program, head: HeadClock, reps: int) -> dict:
+    """ms per token of the forward, each kind of op, the head and the rest, over `reps` steps."""
+    program.op_ns[:] = 0
+    head.seconds = 0.0
     t = time.perf_counter()
     for _ in range(reps):
-        fn()
-    return (time.perf_counter() - t) / reps
+        model.forward(batch)
+    forward = (time.perf_counter() - t) / reps * 1e3
+    out = {"forward": forward}
+    for name, ns in zip(program.names(), program.op_ns):
+        out[name] = out.get(name, 0.0) + ns / reps / 1e6
+    out["head (norm + matmul)"] = head.seconds / reps * 1e3
+    out["the rest (Python, embedding, plan)"] = forward - sum(v for k, v in out.items() if k != "forward")
+    return out
 
 
 def main() -> None:
     args = parse()
-    native_lib.set_threads(args.threads)
+    counts = [int(c) for c in args.threads.split(",")]
     path = args.model or pull()
     loaded = load_weights(path, 0, read_config(path)[0].n_layers, "quantized")
     cfg = loaded.config
@@ -69,26 +94,25 @@ def main() -> None:
     for _ in range(3):
         model.forward(batch)                                      # warm: pages touched, caches filled
     program = next(iter(model.runner.scratches[1].programs.values()))
-    kinds = list(dict.fromkeys(program.names()))
-    parts = {name: program.only(name) for name in kinds}
-    x = np.random.default_rng(1).standard_normal((1, cfg.d_model)).astype(np.float32)
-    def head():
-        return model.runner.head(x, model.output_norm, model.output, cfg.norm_eps)
-
-    timed = {"forward": lambda: model.forward(batch), **parts, "head (norm + matmul)": head}
-    best = {name: float("inf") for name in timed}
+    program.time_ops()
+    head = HeadClock(model.runner)
+    best: dict[int, dict] = {}
     for _ in range(args.rounds):                                  # interleaved: all see the same load
-        for name, fn in timed.items():
-            best[name] = min(best[name], per_call(fn, args.reps))
-    model.forward(batch)                                          # the buffers as a forward leaves them
-    print(f"single-stream decode, context {args.context}, {native_lib.threads()} thread(s), "
-          f"{len(program.names())} C ops per token in the layers, best of {args.rounds} rounds x {args.reps} "
-          f"tokens, load average {os.getloadavg()[0]:.2f}")
-    for name in timed:
-        count = f" ({program.names().count(name)} ops)" if name in parts else ""
-        print(f"{name + count:36s} {best[name] * 1e3:7.3f} ms/token")
-    rest = best["forward"] - sum(v for k, v in best.items() if k != "forward")
-    print(f"{'everything else (the difference)':36s} {rest * 1e3:7.3f} ms/token")
+        for n in counts:
+            native_lib.set_threads(n)
+            got = one_round(model, batch, program, head, args.reps)
+            if n not in best or got["forward"] < best[n]["forward"]:
+                best[n] = got
+    print(f"single-stream decode, context {args.context}, {len(program.names())} C ops per token in the "
+          f"layers, best of {args.rounds} rounds x {args.reps} tokens per thread count, load average "
+          f"{os.getloadavg()[0]:.2f}; ms per token")
+    print(f"{'':36s}" + "".join(f"{f'{n} thread(s)':>13s}" for n in counts)
+          + (f"{f'{counts[0]} / {counts[-1]}':>10s}" if len(counts) > 1 else ""))
+    for name in best[counts[0]]:
+        count = program.names().count(name)
+        label = name + (f" ({count} ops)" if count else "")
+        ratio = f"{best[counts[0]][name] / best[counts[-1]][name]:9.2f}x" if len(counts) > 1 else ""
+        print(f"{label:36s}" + "".join(f"{best[n][name]:13.3f}" for n in counts) + ratio)
 
 
 if __name__ == "__main__":

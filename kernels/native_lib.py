@@ -26,6 +26,7 @@ SIGNATURES = {
     "lb_geglu": (INT, [P, I64, I64, P, P]),
     "lb_swiglu": (INT, [P, I64, I64, P]),
     "lb_run_ops": (INT, [P, I64, P]),
+    "lb_run_ops_timed": (INT, [P, I64, P, P]),
     "lb_set_threads": (INT, [INT]),
     "lb_threads": (INT, []),
     "lb_pool_noop": (INT, [I64, I64]),

@@ -33,6 +33,7 @@ class Program:
         self._steps: list = []                            # (first op, count) or a Python callable
         self._keep: list[np.ndarray] = []                 # buffers whose addresses ops hold
         self._addrs: dict[int, int] = {}                  # by id: .ctypes.data costs ~1 us an array
+        self.op_ns: np.ndarray | None = None              # time_ops(): nanoseconds of each op so far
 
     def op(self, name: str, *args, where: str = "") -> None:
         """One of the library's ops (CODES; program.h names the function each calls) with these
@@ -94,6 +95,8 @@ class Program:
         return self
 
     def __call__(self) -> None:
+        if self.op_ns is not None:
+            return self._timed()
         run, failed = self.lib.lb_run_ops, ctypes.byref(self._failed)
         for step in self._calls:
             if callable(step):
@@ -101,6 +104,23 @@ class Program:
                 continue
             at, n, first = step
             rc = run(at, n, failed)
+            if rc:
+                self._raise(first + self._failed.value, rc)
+
+    def time_ops(self) -> np.ndarray:
+        """From now on every run adds each C op's nanoseconds to the returned array (one an op, in
+        order): the ops timed in place, between the others (bench/decode_profile.py)."""
+        self.op_ns = np.zeros(len(self._ops), np.int64)
+        return self.op_ns
+
+    def _timed(self) -> None:
+        run, failed, ns = self.lib.lb_run_ops_timed, ctypes.byref(self._failed), self.op_ns.ctypes.data
+        for step in self._calls:
+            if callable(step):
+                step()
+                continue
+            at, n, first = step
+            rc = run(at, n, failed, ns + first * 8)
             if rc:
                 self._raise(first + self._failed.value, rc)
 

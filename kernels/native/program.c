@@ -4,6 +4,7 @@
 #include "program.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "attention.h"
 #include "ops.h"
@@ -61,6 +62,25 @@ static int run_op(const int64_t *o) {
 int lb_run_ops(const int64_t *ops, int64_t n, int64_t *failed) {
     for (int64_t i = 0; i < n; i++) {
         const int rc = run_op(ops + i * LB_OP_WORDS);
+        if (rc) {
+            *failed = i;
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+int lb_run_ops_timed(const int64_t *ops, int64_t n, int64_t *failed, int64_t *ns) {
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t t0 = now_ns();
+        const int rc = run_op(ops + i * LB_OP_WORDS);
+        ns[i] += now_ns() - t0;
         if (rc) {
             *failed = i;
             return rc;

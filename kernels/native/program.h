@@ -32,4 +32,8 @@ enum { LB_PROGRAM_EOP = -20 };   /* an unknown op code */
  * with the op's index in *failed. 0 when all ran. */
 LB_PROGRAM_API int lb_run_ops(const int64_t *ops, int64_t n, int64_t *failed);
 
+/* lb_run_ops that also adds each op's wall time in nanoseconds to ns[i] (profiling: the ops timed
+ * where they run, between the others, not alone). */
+LB_PROGRAM_API int lb_run_ops_timed(const int64_t *ops, int64_t n, int64_t *failed, int64_t *ns);
+
 #endif

@@ -89,3 +89,39 @@ def test_an_unknown_op_or_too_many_arguments_is_refused_when_added(lib):
         prog.op("softmax", 1, 2)
     with pytest.raises(ValueError, match="at most 15"):
         prog.op("add", *range(16))
+
+
+def test_timed_ops_give_the_same_bits_and_each_op_its_own_time(lib):
+    rng = np.random.default_rng(3)
+    w = random_qmatrix(rng, "q4_1", 96, 64)
+    norm_w = rng.standard_normal(64).astype(F)
+    start = rng.standard_normal((3, 64)).astype(F)
+    runs = []
+    for timed in (False, True):
+        h, x, y = start.copy(), np.empty((3, 64), F), np.empty((3, 96), F)
+        prog = Program(lib)
+        prog.op("rms_norm", h, None, norm_w, 3, 64, 1e-5, x)
+        prog.py(lambda: None)
+        prog.matmul(x, w, y, fallback=None)
+        prog.op("add", h, x, h.size)
+        prog.finish()
+        ns = prog.time_ops() if timed else None
+        prog()
+        runs.append((h.copy(), x.copy(), y.copy()))
+        if timed:
+            first = ns.copy()
+            assert first.shape == (3,) and (first > 0).all()     # one time an op, the Python step apart
+            prog()
+            assert (ns > first).all()                            # each run adds its times
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_timed_program_stops_at_the_failing_op_as_well(lib):
+    prog = Program(lib)
+    h = np.ones(4, F)
+    prog.op("add", h, h, 4, where="before")
+    prog.op("attend", h, h, h, h, h, 1, 4, 3, 8, 4, 1, 2, 0, 0.125, h, where="layer 0")
+    prog.finish().time_ops()
+    with pytest.raises(ValueError, match="attend of layer 0 refused its arguments"):
+        prog()
