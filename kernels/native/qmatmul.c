@@ -155,10 +155,12 @@ int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w,
     rounded r;
     if (round_x(kind, x, T, K, &r) != LB_OK) return LB_ENOMEM;
     j.r = &r;
-    /* two pieces a thread: one descheduled thread (a shared machine) leaves part of its share to the
-     * others, while a decode step's small matrices do not pay each piece's cold start four times over
-     * (four a thread: a token's matmuls 8% slower on 2 threads) */
-    lb_parallel_for(pieces(N, 2 * threads, &j.step), piece_by_w, &j);
+    /* one piece a thread: each streams one stretch of the weights and pays one cold start (the
+     * prefetchers ramp up again at every piece). On 2 free threads a decode step's matmuls scale
+     * 1.83x this way, against 1.78x with two pieces a thread and 1.73x with three (measured with
+     * bench/decode_profile.py --threads 1,2). A worker not yet awake when a call starts claims
+     * nothing: the caller runs every piece itself. */
+    lb_parallel_for(pieces(N, threads, &j.step), piece_by_w, &j);
     release(kind, &r);
     return j.err;
 }
