@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 from aiohttp import web
@@ -14,7 +15,8 @@ from .errors import BadRequest, BodyTooLarge, RequestTimeout
 
 async def read_json(request: web.Request, limit: int, timeout: float) -> Any:
     """The parsed body; 413 past `limit` bytes (refused from Content-Length before reading),
-    408 if it does not arrive within `timeout` seconds, 400 if it is not JSON."""
+    408 if it does not arrive within `timeout` seconds, 400 if it is not JSON or holds what
+    the bus cannot carry (see `parse`)."""
     declared = request.content_length
     if declared is not None and declared > limit:
         raise BodyTooLarge(f"the body is {declared} bytes; the limit is {limit}")
@@ -24,10 +26,57 @@ async def read_json(request: web.Request, limit: int, timeout: float) -> Any:
         raise RequestTimeout(f"the body did not arrive within {timeout:g} s") from None
     if not raw.strip():
         raise BadRequest("the body is empty; send a JSON object")
+    return parse(raw)
+
+
+# msgpack carries integers in [-2**63, 2**64) and strings that are UTF-8; JSON also allows
+# larger integers and escapes of unpaired UTF-16 surrogates ("\\udb92"), which would reach the
+# bus's packer (as free-form tool schemas and message text do) and fail there as a 500.
+_INT_LO, _INT_HI = -(2 ** 63), 2 ** 64 - 1
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class _Uncarriable(ValueError):
+    pass
+
+
+def _int(text: str) -> int:
+    n = int(text)
+    if not _INT_LO <= n <= _INT_HI:
+        raise _Uncarriable(f"the body holds the integer {text}, beyond the 64 bits a request "
+                           f"can carry; write it as a number with a decimal point")
+    return n
+
+
+def parse(raw: bytes) -> Any:
+    """JSON text as a request's value, every part of it something the bus can carry."""
     try:
-        return json.loads(raw)
+        value = json.loads(raw, parse_int=_int)
+        if _SURROGATE_ESCAPE.search(raw):  # paired surrogates decode to text; look for lone ones
+            _check_text(value, "the body")
+    except _Uncarriable as e:
+        raise BadRequest(str(e)) from None
     except (UnicodeDecodeError, ValueError) as e:
         raise BadRequest(f"the body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise BadRequest("the body nests arrays and objects too deeply") from None
+    return value
+
+
+def _check_text(value: Any, where: str) -> None:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise BadRequest(f"{where} holds an unpaired UTF-16 surrogate "
+                             f"(\\u{ord(value[e.start]):04x}), which is not text") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_text(k, f"a key in {where}")
+            _check_text(v, f"{where}.{k}" if where != "the body" else k)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_text(v, f"{where}[{i}]")
 
 
 async def _read_at_most(request: web.Request, limit: int) -> bytes:
