@@ -27,6 +27,8 @@ SIGNATURES = {
     "lb_swiglu": (INT, [P, I64, I64, P]),
     "lb_run_ops": (INT, [P, I64, P]),
     "lb_run_ops_timed": (INT, [P, I64, P, P]),
+    "lb_decode_plan": (INT, [P, P, P, P, I64, I64, I64, I64, I64, P, P, P, P, P, P]),
+    "lb_mark_written": (None, [P, P, P, I64]),
     "lb_set_threads": (INT, [INT]),
     "lb_threads": (INT, []),
     "lb_pool_noop": (INT, [I64, I64]),

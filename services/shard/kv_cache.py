@@ -67,7 +67,7 @@ class PagedKVCache:
         starts = batch.positions[batch.cu_lens()[:-1]].astype(np.int64)                # (S,)
         first = np.arange(table.shape[1], dtype=np.int64) * ps                           # (P,)
         need = np.minimum(np.maximum(starts[:, None] - first[None, :], 0), ps)           # (S, P) slots each page must hold
-        have = self.written[np.maximum(table, 0)]                                        # (S, P)
+        have = self.written[table.clip(0, self.num_pages - 1)]      # (S, P); unused columns may hold anything
         short = need > have
         if short.any():
             s, j = (int(x) for x in np.argwhere(short)[0])

@@ -58,10 +58,14 @@ class ShardModel:
     def forward(self, batch: ForwardBatch) -> np.ndarray:
         """Run the batch; returns logits (S_sample, vocab) float32 on the last shard, else hidden (T, D) float32."""
         c, xp = self.config, self.xp
-        validate(batch, first=self.first, d_model=c.d_model, vocab_size=c.vocab_size,
-                 num_pages=self.kv.num_pages, page_size=self.kv.page_size)
-        self.kv.check_written(batch)
-        plan = self.runner.plan(batch)
+        fast = getattr(self.runner, "decode_plan", None)        # decode steps checked and planned in C
+        plan = None if fast is None else fast(batch, self.first, c.vocab_size, c.d_model)
+        in_c = plan is not None
+        if not in_c:
+            validate(batch, first=self.first, d_model=c.d_model, vocab_size=c.vocab_size,
+                     num_pages=self.kv.num_pages, page_size=self.kv.page_size)
+            self.kv.check_written(batch)
+            plan = self.runner.plan(batch)
         tables = [rope_tables(xp, batch.positions, c.rope_dims, r[0], self.dtype, r[1]) for r in self.rope_keys]
         rope = [tables[i] for i in self.rope_of_layer]                     # per layer: cos, sin (T, n_rot/2)
         if self.first:
@@ -72,7 +76,10 @@ class ShardModel:
             h = xp.array(batch.hidden, dtype=self.dtype)                   # copy: h is updated in place
         self._trace("embed" if self.first else "hidden_in", h)
         h = self.runner.run(h, plan, rope, self.trace)                     # (T, D)
-        self.kv.mark_written(batch)
+        if in_c:
+            self.runner.mark_written(plan)
+        else:
+            self.kv.mark_written(batch)
         if not self.last:
             return self.runner.hidden_out(h)
         every_row = batch.want_logits is None and batch.num_tokens == batch.num_seqs   # decodes: no gather

@@ -26,6 +26,7 @@ from kernels.ffn import gelu_tanh_table
 from kernels.matmul import matmul
 from kernels.norm import add_rms_norm
 from kernels.program import Program
+from services.shard.decode_plan import mark_decoded, plan_decode
 from services.shard.plan import AttentionPlan, plan_attention
 
 F32 = np.float32
@@ -94,6 +95,14 @@ class NativeLayers:
 
     def plan(self, batch) -> AttentionPlan:
         return plan_attention(batch, self.kv.page_size, np.dtype(F32), np, bias=False, rows_alone=True)
+
+    def decode_plan(self, batch, first: bool, vocab: int, d_model: int) -> AttentionPlan | None:
+        """`plan` of a decode step, its checks included, in one C call; None for other batches."""
+        return plan_decode(self.lib, self.kv, batch, first=first, vocab_size=vocab, d_model=d_model)
+
+    def mark_written(self, plan: AttentionPlan) -> None:
+        """The cache's mark_written after a step of decode_plan's."""
+        mark_decoded(self.lib, self.kv, plan)
 
     def hidden_out(self, h: np.ndarray) -> np.ndarray:
         """A middle shard's output: a copy, since `h` is this object's buffer."""
