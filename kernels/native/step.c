@@ -1,6 +1,6 @@
 /* lb_decode_plan (step.h): for a batch of decode tokens, what services/shard/batch.validate,
  * PagedKVCache.check_written and plan_attention(rows_alone=True) compute, without their ~40 numpy
- * calls (about 0.15 ms a token in a decode step, serial while the kernels' pool waits). Those
+ * calls (about 0.1 ms each decode step, serial while the kernels' pool waits). Those
  * stay the definition: a batch this refuses goes through them, and they say what is wrong. */
 #include "step.h"
 

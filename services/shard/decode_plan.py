@@ -1,7 +1,7 @@
 """A step of decode tokens (one a sequence) checked and planned in one C call (kernels/native/step.c).
 
 For such a batch, `batch.validate`, the cache's `check_written` and `plan_attention(rows_alone=True)`
-make ~40 numpy calls, ~0.15 ms a step while the kernels' threads wait. They stay the definition:
+make ~40 numpy calls, ~0.1 ms a step while the kernels' threads wait. They stay the definition:
 `plan_decode` gives their plan when they would pass the batch, and None when the batch is of
 another kind or fails a check, so that they run and say what is wrong.
 """
