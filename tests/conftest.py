@@ -28,3 +28,20 @@ def require(present: bool, why: str) -> None:
 def model_path():
     from services.modelstore.pull import pull
     return pull()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test that used a real `llmbus up` (tests.serve.stack.Stack) shows the stack's
+    own output and the end of each service's log: what a hang or an error looked like inside."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    from tests.serve.stack import Stack
+    stacks = {id(v): v for v in getattr(item, "funcargs", {}).values() if isinstance(v, Stack)}
+    for stack in stacks.values():
+        report.sections.append(("llmbus up output", "".join(stack.output[-200:])))
+        for log in sorted(stack.runtime.glob("logs/*/*.log")):
+            lines = log.read_text(errors="replace").splitlines()[-80:]
+            report.sections.append((f"{log.name}, last {len(lines)} lines", "\n".join(lines)))
