@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -14,8 +15,38 @@ from pathlib import Path
 from .forked import Forked, ForkServer, ForkServerGone
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10000
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out as outgoing connections' source ports (Linux's default if
+    it does not say)."""
+    try:
+        lo, hi = (int(x) for x in EPHEMERAL_RANGE.read_text().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port free now on 127.0.0.1, below the ephemeral range where there is room.
+
+    A child keeps its ports for life and its respawn binds them again. A port in the ephemeral
+    range can be taken while the child is down: as any outgoing connection's source port, or by
+    TCP's self-connect, where a client retrying the dead service's port draws that very port as
+    its source, connects to itself and holds it (one in ~1500 tries here). CI saw it: a killed
+    scheduler's port held, its respawn unable to bind, every request to it silent."""
+    lo, _ = ephemeral_range()
+    if lo - LOWEST_PORT >= 1000:
+        for port in random.sample(range(LOWEST_PORT, lo), 200):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    with socket.socket() as s:           # no room below the range: any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

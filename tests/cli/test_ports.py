@@ -1,0 +1,40 @@
+"""llmbus up's fixed ports lie below the kernel's ephemeral range, where no outgoing connection
+(nor a client's self-connect to a dead service's port) can take them while a child is down."""
+
+import socket
+
+import pytest
+
+from services.cli import children
+from services.cli.children import ephemeral_range, free_port
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_can_be_bound():
+    lo, _ = ephemeral_range()
+    if lo - children.LOWEST_PORT < 1000:
+        pytest.skip(f"this machine's ephemeral range starts at {lo}: no room below it")
+    ports = {free_port() for _ in range(50)}
+    assert len(ports) > 40                                  # drawn at random, not one after another
+    for port in ports:
+        assert children.LOWEST_PORT <= port < lo
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports.pop()))
+
+
+def test_a_port_in_use_is_not_given(monkeypatch):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        monkeypatch.setattr(children, "LOWEST_PORT", taken)
+        monkeypatch.setattr(children, "ephemeral_range", lambda: (taken + 1000, 65535))
+        assert all(free_port() != taken for _ in range(200))
+
+
+def test_with_no_room_below_the_range_any_free_port_is_given(tmp_path, monkeypatch):
+    wide = tmp_path / "range"
+    wide.write_text("1024\t65535\n")
+    monkeypatch.setattr(children, "EPHEMERAL_RANGE", wide)
+    assert ephemeral_range() == (1024, 65535)
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
