@@ -29,17 +29,28 @@ def ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+_cursor: int | None = None       # where this process looks for its next free port, below the range
+
+
 def free_port() -> int:
-    """A port free now on 127.0.0.1, below the ephemeral range where there is room.
+    """A port free now on 127.0.0.1, below the ephemeral range where there is room, and none that
+    this process has handed out before (until it has gone through the whole span).
 
     A child keeps its ports for life and its respawn binds them again. A port in the ephemeral
     range can be taken while the child is down: as any outgoing connection's source port, or by
     TCP's self-connect, where a client retrying the dead service's port draws that very port as
     its source, connects to itself and holds it (one in ~1500 tries here). CI saw it: a killed
-    scheduler's port held, its respawn unable to bind, every request to it silent."""
+    scheduler's port held, its respawn unable to bind, every request to it silent. The search
+    walks on from a random start: the ports of one stack are handed out before any is bound, so
+    a port free a moment ago is no proof that it was not just given to a sibling."""
+    global _cursor
     lo, _ = ephemeral_range()
-    if lo - LOWEST_PORT >= 1000:
-        for port in random.sample(range(LOWEST_PORT, lo), 200):
+    span = lo - LOWEST_PORT
+    if span >= 1000:
+        if _cursor is None:
+            _cursor = random.randrange(span)
+        for _ in range(2000):
+            port, _cursor = LOWEST_PORT + _cursor % span, (_cursor + 1) % span
             with socket.socket() as s:
                 try:
                     s.bind(("127.0.0.1", port))
