@@ -91,12 +91,16 @@ class BindError(OSError):
     """A socket could not take its address: the port is in use, or the host is not this machine's."""
 
 
+RANDOM_PORTS = (20000, 60000)     # where a socket asked for port 0 takes one (llmbus up's fixed ones lie below)
+
+
 def bind(sock: zmq.Socket, host: str, port: int) -> int:
     """Bind to host:port (port 0 picks a free one) and return the port actually bound; BindError
     (an OSError, which `llmbus run` reports in one line) when the address cannot be had."""
     try:
         if port == 0:
-            return sock.bind_to_random_port(f"tcp://{host}", min_port=20000, max_port=60000, max_tries=200)
+            return sock.bind_to_random_port(f"tcp://{host}", min_port=RANDOM_PORTS[0], max_port=RANDOM_PORTS[1],
+                                            max_tries=200)
         sock.bind(f"tcp://{host}:{port}")
     except zmq.ZMQError as e:
         where = f"tcp://{host}:{port}" if port else f"a free port of tcp://{host}"

@@ -12,6 +12,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bus.sockets import RANDOM_PORTS
+
 from .forked import Forked, ForkServer, ForkServerGone
 
 
@@ -33,8 +35,9 @@ _cursor: int | None = None       # where this process looks for its next free po
 
 
 def free_port() -> int:
-    """A port free now on 127.0.0.1, below the ephemeral range where there is room, and none that
-    this process has handed out before (until it has gone through the whole span).
+    """A port free now on 127.0.0.1, below the ephemeral range and below where sockets asked for
+    port 0 bind (bus.sockets.RANDOM_PORTS) where there is room, and none that this process has
+    handed out before (until it has gone through the whole span).
 
     A child keeps its ports for life and its respawn binds them again. A port in the ephemeral
     range can be taken while the child is down: as any outgoing connection's source port, or by
@@ -44,8 +47,7 @@ def free_port() -> int:
     walks on from a random start: the ports of one stack are handed out before any is bound, so
     a port free a moment ago is no proof that it was not just given to a sibling."""
     global _cursor
-    lo, _ = ephemeral_range()
-    span = lo - LOWEST_PORT
+    span = min(ephemeral_range()[0], RANDOM_PORTS[0]) - LOWEST_PORT      # nor where port 0 binds land
     if span >= 1000:
         if _cursor is None:
             _cursor = random.randrange(span)

@@ -1,5 +1,6 @@
 """llmbus up's fixed ports lie below the kernel's ephemeral range, where no outgoing connection
-(nor a client's self-connect to a dead service's port) can take them while a child is down."""
+(nor a client's self-connect to a dead service's port) can take them while a child is down, and
+below where port-0 binds land; a process hands out none twice."""
 
 import socket
 
@@ -10,13 +11,13 @@ from services.cli.children import ephemeral_range, free_port
 
 
 def test_free_ports_lie_below_the_ephemeral_range_and_can_be_bound():
-    lo, _ = ephemeral_range()
-    if lo - children.LOWEST_PORT < 1000:
-        pytest.skip(f"this machine's ephemeral range starts at {lo}: no room below it")
+    top = min(ephemeral_range()[0], children.RANDOM_PORTS[0])
+    if top - children.LOWEST_PORT < 1000:
+        pytest.skip(f"this machine's ephemeral range starts at {top}: no room below it")
     ports = {free_port() for _ in range(50)}
     assert len(ports) == 50          # none handed out twice: a stack's ports are drawn before any is bound
     for port in ports:
-        assert children.LOWEST_PORT <= port < lo
+        assert children.LOWEST_PORT <= port < top
     with socket.socket() as s:
         s.bind(("127.0.0.1", ports.pop()))
 
@@ -27,6 +28,7 @@ def test_a_port_in_use_is_not_given(monkeypatch):
         taken = held.getsockname()[1]
         monkeypatch.setattr(children, "LOWEST_PORT", taken)
         monkeypatch.setattr(children, "ephemeral_range", lambda: (taken + 1000, 65535))
+        monkeypatch.setattr(children, "RANDOM_PORTS", (taken + 1000, 65535))
         monkeypatch.setattr(children, "_cursor", 0)                 # the search starts at the held port
         got = [free_port() for _ in range(1200)]                    # and goes round the span
         assert taken not in got and taken + 1 in got
