@@ -42,8 +42,8 @@ def free_port() -> int:
     A child keeps its ports for life and its respawn binds them again. A port in the ephemeral
     range can be taken while the child is down: as any outgoing connection's source port, or by
     TCP's self-connect, where a client retrying the dead service's port draws that very port as
-    its source, connects to itself and holds it (one in ~1500 tries here). CI saw it: a killed
-    scheduler's port held, its respawn unable to bind, every request to it silent. The search
+    its source, connects to itself and holds it (one in ~1500 tries here); a CI run whose killed
+    scheduler never served again, every request to its port silent, fits this. The search
     walks on from a random start: the ports of one stack are handed out before any is bound, so
     a port free a moment ago is no proof that it was not just given to a sibling."""
     global _cursor
