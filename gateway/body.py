@@ -53,7 +53,7 @@ def parse(raw: bytes) -> Any:
     try:
         value = json.loads(raw, parse_int=_int)
         if _SURROGATE_ESCAPE.search(raw):  # paired surrogates decode to text; look for lone ones
-            _check_text(value, "the body")
+            _check_text(value)
     except _Uncarriable as e:
         raise BadRequest(str(e)) from None
     except (UnicodeDecodeError, ValueError) as e:
@@ -63,20 +63,21 @@ def parse(raw: bytes) -> Any:
     return value
 
 
-def _check_text(value: Any, where: str) -> None:
+def _check_text(value: Any, path: str = "") -> None:
+    """BadRequest naming the first string (key or value) under `path` that is not text."""
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise BadRequest(f"{where} holds an unpaired UTF-16 surrogate "
+            raise BadRequest(f"{path or 'the body'} holds an unpaired UTF-16 surrogate "
                              f"(\\u{ord(value[e.start]):04x}), which is not text") from None
     elif isinstance(value, dict):
         for k, v in value.items():
-            _check_text(k, f"a key in {where}")
-            _check_text(v, f"{where}.{k}" if where != "the body" else k)
+            _check_text(k, f"a key in {path or 'the body'}")
+            _check_text(v, f"{path}.{k}" if path else k)
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            _check_text(v, f"{where}[{i}]")
+            _check_text(v, f"{path}[{i}]")
 
 
 async def _read_at_most(request: web.Request, limit: int) -> bytes:
