@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -71,6 +72,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--model", type=Path, default=None,
                     help="GGUF file (default: the default model, pulled if missing)")
     ap.add_argument("--pages", type=int, default=None, help="KV pages per shard (llmbus up's default)")
+    ap.add_argument("--up-args", default="",
+                    help="more `llmbus up` options for every stack, one string "
+                         "(e.g. \"--inflight 2 --threads 1\")")
     ap.add_argument("--no-gateway", action="store_true",
                     help="drive the stacks on the bus only (not also through the gateway)")
     ap.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp even if importable")
@@ -134,7 +138,8 @@ def bench_stack(shards: int, args, tok, prompts: dict, gateway: bool = False,
     engine = engine_name(shards, replicas)
     results: dict[str, dict[int, Summary]] = {engine: {}}
     with LocalStack(shards, model=args.model, pages=args.pages,
-                    max_queue=max(256, 2 * max(args.concurrency)), replicas=replicas) as stack:
+                    max_queue=max(256, 2 * max(args.concurrency)), replicas=replicas,
+                    up_args=tuple(shlex.split(args.up_args))) as stack:
         print(f"# {engine}: up in {stack.ready_s:.1f}s at {stack.scheduler}", flush=True)
         if replicas > 1:   # the stack is up with its first pipeline; the others join as they load
             waited = wait_pipelines(stack.scheduler, replicas)

@@ -27,10 +27,11 @@ class LocalStack:
 
     def __init__(self, shards: int, *, model: Path | None = None, pages: int | None = None,
                  max_queue: int | None = None, start_timeout: float = 180.0,
-                 key_file: Path | None = None, replicas: int = 1):
+                 key_file: Path | None = None, replicas: int = 1, up_args: tuple[str, ...] = ()):
         self.shards = shards
         self.key_file = key_file          # the cluster's CURVE key: every link of the stack keyed
         self.replicas = replicas          # shard processes per range: one pipeline each
+        self.up_args = tuple(up_args)     # more `llmbus up` options, e.g. ("--inflight", "2")
         self.model = model
         self.pages = pages
         self.max_queue = max_queue
@@ -75,6 +76,7 @@ class LocalStack:
             cmd += ["--key-file", str(self.key_file)]
         if self.replicas != 1:
             cmd += ["--replicas", str(self.replicas)]
+        cmd += list(self.up_args)
         env = {**os.environ, "LLMBUS_RUNTIME_DIR": str(self.runtime)}
         t0 = time.monotonic()
         with open(self._stderr_path, "wb") as err:
