@@ -1,0 +1,73 @@
+"""Where a shard runs a batch: a decode step of a few tokens on its event loop's thread (no hand-off
+to the compute thread and back), a prompt on the compute thread, and never two batches at once."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import wire
+from bus.config import BusConfig, ServiceConfig
+from services.shard.service import INLINE_TOKENS, ShardConfig, ShardService
+from wire.messages.sampling import SamplingParams
+from wire.messages.shard import Forward, RouteStage
+
+from ..bus.serving import client_of, running
+
+pytestmark = pytest.mark.slow
+
+
+def forward(s: ShardService, batch_id: int, ids: list[int], start: int, first_page: int) -> Forward:
+    n = len(ids)
+    pages = (start + n + 15) // 16
+    return Forward(batch_id=batch_id, first_layer=0,
+                   positions=wire.Tensor(np.arange(start, start + n, dtype=np.int32)),
+                   query_lens=wire.Tensor(np.array([n], np.int32)),
+                   page_table=wire.Tensor(np.arange(first_page, first_page + pages, dtype=np.int32)[None, :]),
+                   tokens=wire.Tensor(np.asarray(ids, np.int32)),
+                   sampling=[SamplingParams(temperature=0.0)], steps=[0],
+                   route=[RouteStage(s.name, s.epoch)])
+
+
+async def test_decodes_run_on_the_loop_prompts_on_the_compute_thread_one_at_a_time(model_path):
+    shard = ShardService(ServiceConfig(name="inline", kind="shard", bus=BusConfig(mdns=False)),
+                         ShardConfig(model=model_path, start=0, end=30, num_pages=32))
+    async with running(shard) as s, client_of(s) as c:
+        runs: list[tuple[int, int]] = []           # (tokens, thread) of each batch run
+        active, most = 0, 0
+        inner = s.model.forward
+
+        def watched(batch):
+            nonlocal active, most
+            active += 1
+            most = max(most, active)
+            try:
+                time.sleep(0.05)                  # long enough for a second batch to arrive
+                return inner(batch)
+            finally:
+                active -= 1
+                runs.append((batch.num_tokens, threading.get_ident()))
+
+        s.model.forward = watched
+        loop_thread = threading.get_ident()
+        prompt = list(range(1, 41))
+        assert 1 <= INLINE_TOKENS < len(prompt)
+        first = await c.call(forward(s, 1, prompt, 0, 0), 60)
+        step = await c.call(forward(s, 2, [int(first.tokens.array()[0])], len(prompt), 0), 60)
+        assert runs[0] == (40, runs[0][1]) and runs[0][1] != loop_thread
+        assert runs[1] == (1, loop_thread)
+
+        # A decode arriving while a prompt computes waits for the compute thread behind it.
+        runs.clear()
+        big = asyncio.ensure_future(c.call(forward(s, 3, prompt, 0, 8), 60))
+        while not s._computing:
+            await asyncio.sleep(0.001)
+        small = await c.call(forward(s, 4, [int(step.tokens.array()[0])], len(prompt) + 1, 0), 60)
+        await big
+        assert most == 1, "two batches touched the model at once"
+        assert [n for n, _ in runs] == [40, 1] and all(t != loop_thread for _, t in runs)
+        assert small.tokens.array().shape == (1,)
