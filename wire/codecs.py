@@ -17,6 +17,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .tensor import dtype_name
+
 RAW_DTYPES = frozenset({"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                         "int64", "uint64", "float16", "float32", "float64"})
 # Measured on synthetic hidden states, 256 rows of 576 (tests/wire/activations.py; relative L2
@@ -70,7 +72,7 @@ class Raw(Codec):
     name = "raw"
 
     def encode(self, x):
-        if str(x.dtype) not in RAW_DTYPES:
+        if dtype_name(x.dtype) not in RAW_DTYPES:
             raise ValueError(f"raw codec cannot carry dtype {x.dtype}")
         return {}, [np.ascontiguousarray(x)]
 

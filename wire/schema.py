@@ -179,6 +179,7 @@ def _compile(tp) -> Callable:
 # Item types a list[T] may hold as decoded, with nothing more to check or convert: what
 # `_scalar` accepts as is (a str's length is bounded by msgpack's max_str_len already).
 _PLAIN_ITEMS = {int: {int}, float: {float}, str: {str}}
+_SCALARS = frozenset({int, float, str, bytes, bool, type(None)})   # to_wire sends these as they are
 
 
 def _scalar(make, accepted, exclude_bool=False):
@@ -206,10 +207,28 @@ def _plain(v, p):
 # ----------------------------------------------------------------------------------- encode
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}   # of each dataclass type, as to_wire meets them
+
+
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """The fields of a dataclass type (None for any other type), looked up once per type."""
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        names = (tuple(f.name for f in dataclasses.fields(cls))
+                 if dataclasses.is_dataclass(cls) else None)
+        _FIELD_NAMES[cls] = names
+        return names
+
+
 def to_wire(obj: Any, put_tensor: Callable[[Tensor], dict]) -> Any:
     """Turn a message (or any value inside one) into msgpack-ready data."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_wire(getattr(obj, f.name), put_tensor) for f in dataclasses.fields(obj)}
+    cls = type(obj)
+    if cls in _SCALARS:
+        return obj
+    names = _field_names(cls)
+    if names is not None:
+        return {name: to_wire(getattr(obj, name), put_tensor) for name in names}
     if isinstance(obj, Tensor):
         return put_tensor(obj)
     if isinstance(obj, (list, tuple)):

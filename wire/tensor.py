@@ -13,6 +13,17 @@ from typing import Any, Sequence
 import numpy as np
 
 
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """str(dtype), which takes numpy ~10 us, remembered per dtype (a message makes several)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name
+
+
 class Tensor:
     __slots__ = ("codec", "shape", "dtype", "meta", "_array", "_buffers")
 
@@ -22,7 +33,7 @@ class Tensor:
             raise ValueError(f"unknown codec {codec!r}; known: {', '.join(CODECS)}")
         self.codec = codec
         self.shape = tuple(int(d) for d in array.shape)
-        self.dtype = str(array.dtype)
+        self.dtype = dtype_name(array.dtype)
         self.meta: dict[str, Any] = {}
         self._array: np.ndarray | None = array
         self._buffers: Sequence[memoryview] = ()
