@@ -104,8 +104,9 @@ class _Range:
 
 # A batch of this many tokens or fewer (decode steps) runs on the event loop's thread when the
 # compute thread is idle: handing it over and back costs ~0.2 ms (two thread wake-ups), a tenth
-# of a step, while the step blocks the loop a few ms at most. Bigger batches, and any batch that
-# comes while another computes, go to the compute thread and the loop keeps reading meanwhile.
+# of a step of the default model. The loop waits for that one decode step (heartbeats and reads
+# with it: a few ms here, longer for a big range). Bigger batches, and any batch that comes while
+# another computes, go to the compute thread and the loop keeps reading meanwhile.
 INLINE_TOKENS = 4
 
 
