@@ -58,8 +58,9 @@ async def test_decodes_run_on_the_loop_prompts_on_the_compute_thread_one_at_a_ti
         assert 1 <= INLINE_TOKENS < len(prompt)
         first = await c.call(forward(s, 1, prompt, 0, 0), 60)
         step = await c.call(forward(s, 2, [int(first.tokens.array()[0])], len(prompt), 0), 60)
-        assert runs[0] == (40, runs[0][1]) and runs[0][1] != loop_thread
-        assert runs[1] == (1, loop_thread)
+        (prompt_tokens, prompt_thread), (decode_tokens, decode_thread) = runs
+        assert (prompt_tokens, decode_tokens) == (40, 1)
+        assert prompt_thread != loop_thread and decode_thread == loop_thread
 
         # A decode arriving while a prompt computes waits for the compute thread behind it.
         runs.clear()
