@@ -108,6 +108,22 @@ class RpcClient:
             raise RemoteError(reply.body.code, reply.body.message, reply.body.retry_after, self.name)
         return reply.body
 
+    def tell(self, body: Any) -> bool:
+        """Send a one-way message (the peer handles it with `dispatch.receives` and answers
+        nothing). Never waits: False when the socket takes nothing now (no pipe to the peer, or
+        its queue is full), and the message is dropped. MessageTooLarge as `call`."""
+        self._check_open()
+        frames = self._encode(wire.Message(body=body, id=next(_ids), sender=self.sender,
+                                           epoch=self.sender_epoch))
+        try:
+            sent = self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.ZMQError:
+            return False
+        if sent.done():
+            return not sent.cancelled() and sent.exception() is None
+        sent.add_done_callback(lambda f: f.cancelled() or f.exception())
+        return True
+
     async def stream(self, body: Any, idle_timeout: float | None = None) -> AsyncIterator[Any]:
         """Send a request to a streaming handler and yield each reply body as it comes.
 

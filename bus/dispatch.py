@@ -30,6 +30,19 @@ def streams(msg_cls: type) -> Callable[[Handler], Handler]:
     return mark
 
 
+def receives(msg_cls: type) -> Callable[[Callable[[Any, wire.Message], None]], Callable]:
+    """Mark a plain (not async) method as the handler of a one-way message type: the request loop
+    calls it as the message is read, and nothing is answered (see RpcClient.tell). It must not
+    block; what it raises is counted and logged, and the loop goes on."""
+
+    def mark(fn: Callable) -> Callable:
+        fn.__handles__ = msg_cls.TYPE
+        fn.__one_way__ = True
+        return fn
+
+    return mark
+
+
 def handler_table(cls: type) -> dict[str, Handler]:
     """Message type -> handler over a class and its bases; a subclass's handler wins."""
     table: dict[str, Handler] = {}
@@ -43,3 +56,7 @@ def handler_table(cls: type) -> dict[str, Handler]:
 
 def is_stream(handler: Handler) -> bool:
     return getattr(handler, "__streams__", False)
+
+
+def is_one_way(handler: Handler | None) -> bool:
+    return getattr(handler, "__one_way__", False)

@@ -55,3 +55,14 @@ class BadReply(BusError):
 
 class ClientClosed(BusError):
     """The client was closed: calls in flight end with this, and it takes no new calls."""
+
+
+def code_of(e: BusError) -> str:
+    """The `bus.error` code a handler answers with when a call it made failed with `e`."""
+    if isinstance(e, (RemoteError, ServiceError)):
+        return e.code
+    return _CODES.get(type(e), "upstream_failed")
+
+
+_CODES = {ServiceNotFound: "not_found", CallTimeout: "timeout", PeerDead: "peer_dead",
+          PeerRestarted: "peer_restarted"}

@@ -3,6 +3,7 @@ follow the peer across restarts (new epoch, possibly a new endpoint)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,6 +24,7 @@ class Peers:
         self.me = me
         self.epoch = epoch
         self._clients: dict[str, RpcClient] = {}
+        self._closing: set[asyncio.Task] = set()   # clients of a peer's old endpoint
         directory.on_expire.append(self._expired)
         directory.on_replaced.append(self._replaced)
 
@@ -45,11 +47,26 @@ class Peers:
     async def client(self, name: str, wait: float = 5.0) -> RpcClient:
         entry = await self.directory.wait_for(name, wait)
         c = self._clients.get(name)
-        limits = limits_for_kind(entry.kind)
-        if c is not None and (c.endpoint != entry.rpc_endpoint or c.limits != limits):
+        if c is not None and self._outdated(c, entry):
             await c.close()
+            if self._clients.get(name) is c:
+                del self._clients[name]
+        return self._client_for(entry)
+
+    @staticmethod
+    def _outdated(c: RpcClient, entry: PeerEntry) -> bool:
+        return c.endpoint != entry.rpc_endpoint or c.limits != limits_for_kind(entry.kind)
+
+    def _client_for(self, entry: PeerEntry) -> RpcClient:
+        name = entry.name
+        c = self._clients.get(name)
+        if c is not None and self._outdated(c, entry):   # tell() does not wait for the close
+            closing = asyncio.get_running_loop().create_task(c.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
             c = None
         if c is None:
+            limits = limits_for_kind(entry.kind)
             c = RpcClient(self.ctx, entry.rpc_endpoint, sender=self.me, sender_epoch=self.epoch,
                           name=name, limits=limits, key=self.directory.config.key)
             self._clients[name] = c
@@ -59,6 +76,12 @@ class Peers:
     async def call(self, name: str, body: Any, timeout: float = 5.0) -> Any:
         c = await self.client(name, wait=timeout)
         return await c.call(body, timeout)
+
+    def tell(self, name: str, body: Any) -> bool:
+        """A one-way message to `name` (RpcClient.tell), never waiting: False, and nothing sent,
+        when the directory does not know it live, or its socket takes nothing now."""
+        entry = self.directory.get(name)
+        return entry is not None and self._client_for(entry).tell(body)
 
     async def stream(self, name: str, body: Any, wait: float = 5.0,
                      idle_timeout: float | None = None) -> AsyncIterator[Any]:
@@ -73,6 +96,7 @@ class Peers:
         return sum(c.stale_dropped for c in self._clients.values())
 
     async def close(self) -> None:
+        await asyncio.gather(*self._closing, return_exceptions=True)
         for c in self._clients.values():
             await c.close()
         self._clients.clear()

@@ -5,6 +5,7 @@ message type, streamed replies, and every send (a reply too large to send become
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import zmq
@@ -14,16 +15,14 @@ from wire.errors import Oversized
 from wire.messages.bus import Cancel, Error, StreamEnd
 
 from .bus_methods import ALWAYS
-from .dispatch import Handler, is_stream
-from .errors import (BusError, CallTimeout, PeerDead, PeerRestarted, RemoteError, ServiceError,
-                     ServiceNotFound)
+from .dispatch import Handler, is_one_way, is_stream
+from .errors import BusError, ServiceError, code_of
+
+log = logging.getLogger("llmbus.bus")
 
 # A refused caller retries after about this long: requests here take milliseconds to seconds,
 # and a short hint spreads retries without idling a service that frees up fast.
 BUSY_RETRY_AFTER = 0.5
-
-_BUS_ERROR_CODES = {ServiceNotFound: "not_found", CallTimeout: "timeout", PeerDead: "peer_dead",
-                    PeerRestarted: "peer_restarted"}
 
 
 class _Gone(Exception):
@@ -58,6 +57,10 @@ class RequestLoop:
             if isinstance(msg.body, Cancel):
                 self._cancel_stream(ident, msg.body.id)
                 continue
+            handler = self._handlers.get(msg.type)
+            if is_one_way(handler):   # answered by nothing, so never refused as busy
+                self._receive(handler, msg)
+                continue
             counted = msg.type not in ALWAYS
             if counted and len(self._capped) >= self.config.max_requests:
                 self.counters["errors.busy"] += 1
@@ -72,6 +75,15 @@ class RequestLoop:
             if counted:
                 self._capped.add(task)
                 task.add_done_callback(self._capped.discard)
+
+    def _receive(self, handler: Handler, msg: wire.Message) -> None:
+        """A one-way message, handled here on the reader (see dispatch.receives)."""
+        try:
+            handler(self, msg)
+            self.progress += 1
+        except Exception:   # a handler bug: nobody waits for an answer, so say it in the log
+            self.counters["errors.one_way"] += 1
+            log.exception("%s: handling one-way %s failed", self.name, msg.type)
 
     def _cancel_stream(self, ident: bytes, mid: int) -> None:
         task = self._streams.get((ident, mid))
@@ -99,8 +111,7 @@ class RequestLoop:
             self.counters[f"errors.{e.code}"] += 1
             body = Error(code=e.code, message=e.message, retry_after=e.retry_after)
         except BusError as e:  # a call this handler made to another service failed
-            code = _BUS_ERROR_CODES.get(type(e), "upstream_failed")
-            code = e.code if isinstance(e, RemoteError) else code
+            code = code_of(e)
             self.counters[f"errors.{code}"] += 1
             body = Error(code=code, message=str(e)[:500])
         except Exception as e:  # a handler bug answers the caller and keeps the loop alive
