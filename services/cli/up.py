@@ -40,6 +40,9 @@ def add_parser(sub) -> None:
                         "every stage has work; more only split the batch)")
     p.add_argument("--max-batch-tokens", type=int, default=512,
                    help="token budget of one micro-batch (decodes + prefill chunks)")
+    p.add_argument("--no-direct-results", dest="direct_results", action="store_false",
+                   help="each batch's answer comes back only along the chain of shards, not "
+                        "straight from the last shard as well")
     p.add_argument("--cluster", default=None, help="bus cluster name (default: a private one)")
     p.add_argument("--port", type=int, default=0, help="scheduler RPC port (default: any free)")
     p.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
@@ -140,7 +143,8 @@ async def _up(args) -> int:
                                "--threads", str(threads)]
             for a, b in ranges for r in range(args.replicas)},
         "scheduler-0": ["run", "scheduler", "--max-queue", str(args.max_queue),
-                        "--inflight", str(inflight), "--max-batch-tokens", str(args.max_batch_tokens)],
+                        "--inflight", str(inflight), "--max-batch-tokens", str(args.max_batch_tokens)]
+                       + ([] if args.direct_results else ["--no-direct-results"]),
         "gateway-0": ["run", "gateway", "--http", args.http]
         + (["--api-key-file", str(args.api_key_file.resolve())] if args.api_key_file else []),
     }

@@ -26,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pace-ms", type=float, default=120.0,
                    help="while any stream decodes, prefill chunks are cut to keep a batch's "
                         "predicted compute near this (a decode waits for the batches ahead)")
+    p.add_argument("--no-direct-results", dest="direct_results", action="store_false",
+                   help="take each batch's answer only back along the chain of shards, not "
+                        "straight from the last shard as well (one message back per stage)")
     p.add_argument("--pace-max-wait", type=float, default=10.0, metavar="SECONDS",
                    help="no pacing once a request has waited this long for its first token")
 
@@ -39,4 +42,5 @@ def build(args: argparse.Namespace, config):
         max_batch_seqs=args.max_batch_seqs, max_inflight=args.inflight,
         max_queue=args.max_queue, context_length=args.context,
         unserved_budget_s=args.unserved_budget, max_refill_tokens=args.refill_tokens,
-        pace_step_s=args.pace_ms / 1e3, pace_max_wait_s=args.pace_max_wait))
+        pace_step_s=args.pace_ms / 1e3, pace_max_wait_s=args.pace_max_wait,
+        direct_results=args.direct_results))

@@ -2,7 +2,8 @@
 (`scheduler.stats` keys `hop.bytes.A>B`, `hop.latency_ms.A>B`, `hop.batches.A>B`).
 
 Pure: fed the route a batch took, its reply's per-hop figures, and the round trip of the
-scheduler's own call to the first shard.
+scheduler's own call to the first shard. A batch answered straight by the last shard (direct.py)
+has no round trips: each stage measured its hop one way, from the sender's clock to its own.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ class HopStats:
             hop = f"{prev}>{name}"
             self.totals[f"hop.batches.{hop}"] += 1
             self.totals[f"hop.bytes.{hop}"] += reply.hop_bytes[name]
-            if i == 0:   # the scheduler's own call: its round trip less the first stage's time
-                latency = max(0.0, call_ms - reply.stage_ms.get(name, call_ms))
-            else:        # measured the same way by the shard that sent it
+            if i == 0 and name in reply.stage_ms:
+                # The scheduler's own call: its round trip less the first stage's time.
+                latency = max(0.0, call_ms - reply.stage_ms[name])
+            else:   # measured the same way by the shard that sent it, or one way by the receiver
                 latency = reply.hop_latency_ms.get(name, 0.0)
             self.totals[f"hop.latency_ms.{hop}"] += latency
             prev = name

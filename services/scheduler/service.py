@@ -19,17 +19,19 @@ from dataclasses import dataclass
 
 from bus.config import ServiceConfig
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError, ServiceError, ServiceNotFound
+from bus.dispatch import receives
 from bus.service import Service, handles, streams
 from wire.messages.bus import Event
 from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Generate, Started, Stats,
                                      StatsRequest, Tokens)
 from wire.messages.sampling import SamplingParams
-from wire.messages.shard import Forward, ForwardReply
+from wire.messages.shard import Forward, ForwardFailed, ForwardReply, ForwardResult
 from wire.messages.tokenizer import Encode, InfoRequest, Render, VocabRequest
 
 from .admission import check_sampling
 from .config import SchedulerConfig
 from .breaker import Breakers
+from .direct import DirectReplies
 from .driver import Driver
 from .errors import BadRequest, QueueFull
 from .failed_ranges import FAILED_TOPIC, FailedRanges
@@ -61,6 +63,7 @@ class SchedulerServiceConfig:
     tokenizer_wait_s: float = 30.0    # how long a request waits for a tokenizer to come back
     pace_step_s: float = 0.12        # a batch's target compute while streams decode (pacing.py)
     pace_max_wait_s: float = 10.0    # ... unless a request has waited this long for a first token
+    direct_results: bool = True      # the last shard answers here straight too (direct.py)
 
     def __post_init__(self):
         for name in ("max_batch_tokens", "max_batch_seqs", "max_queue", "batch_timeout",
@@ -87,6 +90,7 @@ class SchedulerService(Service):
         self.token_bytes: list[bytes] = []
         self.failed_ranges = FailedRanges()
         self.hops = HopStats(config.name)
+        self.direct = DirectReplies(config.name, self._chain_forward, self.hops.record)
         self.placer: Placer | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -94,6 +98,9 @@ class SchedulerService(Service):
         self.directory.subscribe(FAILED_TOPIC)
         self.directory.on_event.append(self._on_health_event)
         self.directory.on_expire.append(self._on_peer_expired)
+        # A batch answered straight has no chain of calls to end when a stage of it is lost.
+        self.directory.on_expire.append(lambda entry: self.direct.lost(entry.name, None))
+        self.directory.on_replaced.append(lambda old, new: self.direct.lost(new.name, new.epoch))
         tok = await self._wait_for(self._tokenizer, "a tokenizer")
         info = await self.peers.call(tok, InfoRequest(), timeout=10)
         self.model = info.model
@@ -189,6 +196,7 @@ class SchedulerService(Service):
             for lane in self.lanes:
                 if lane.driver is not None:
                     await lane.driver.stop()
+        await self.direct.close()
 
     async def _wait_for(self, find, what: str):
         waited = 0.0
@@ -232,6 +240,19 @@ class SchedulerService(Service):
         return why
 
     async def _forward(self, shard: str, body, timeout: float):
+        if isinstance(body, Forward) and self.sched.direct_results:
+            return await self.direct.call(shard, body, timeout)
+        return await self._chain_forward(shard, body, timeout)
+
+    @receives(ForwardResult)
+    def _result(self, msg) -> None:
+        self.direct.received(msg.sender, msg.epoch, msg.body)
+
+    @receives(ForwardFailed)
+    def _failed(self, msg) -> None:
+        self.direct.failed(msg.sender, msg.epoch, msg.body)
+
+    async def _chain_forward(self, shard: str, body, timeout: float):
         sent = time.perf_counter()
         reply = await self.peers.call(shard, body, timeout=timeout)
         if isinstance(body, Forward) and isinstance(reply, ForwardReply):
@@ -388,5 +409,6 @@ class SchedulerService(Service):
         s.update(self.lanes.driver_stats())
         s.update(self.lanes.lane_stats())
         s.update(self.hops.stats())
+        s.update(self.direct.stats())
         return Stats(stats=s, pipeline=self.lanes.first_pipeline())
 

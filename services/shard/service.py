@@ -8,7 +8,10 @@ A `shard.forward` arrives at the first shard with token ids. Each shard runs its
 hands its activations to the next stage of the batch's route (the scheduler's pipeline, see
 services.shard.route) in the configured codec, and awaits that shard's reply. The last shard
 applies the output head, samples, and answers with token ids and log-probabilities; the answer
-travels back along the chain, so a failure anywhere reaches the caller as a typed error.
+travels back along the chain, so a failure anywhere reaches the caller as a typed error. A
+caller named in `Forward.reply_to` gets that answer straight from the last shard too, first;
+with `only`, each stage answers its caller as soon as it has handed the batch on, and a failure
+further on is told to that caller straight (wire.messages.shard).
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ import numpy as np
 
 import wire
 from bus.config import ServiceConfig
-from bus.errors import ServiceError
+from bus.errors import BusError, ServiceError, code_of
 from bus.service import Service, handles
 from wire.messages.placement import (FootprintReply, FootprintRequest, Place, Placed, Switch,
                                      Switched)
-from wire.messages.shard import Forward, ForwardReply
+from wire.messages.shard import (Forward, ForwardFailed, ForwardReply, ForwardResult, HandedOn,
+                                 ReplyTo)
 
 from .route import BadRoute, StaleRoute, check_self, next_stage
 
@@ -102,6 +106,8 @@ class _Range:
     kv_bytes: int
 
 
+_REPLY_FIELDS = tuple(ForwardReply.__dataclass_fields__)
+
 # A batch of this many tokens or fewer (decode steps) runs on the event loop's thread when the
 # compute thread is idle: handing it over and back costs ~0.2 ms (two thread wake-ups), a tenth
 # of a step of the default model. The loop waits for that one decode step (heartbeats and reads
@@ -130,6 +136,7 @@ class ShardService(Service):
         self._computing = 0                    # batches handed to it and not yet back
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="load")
         self._loading: dict[tuple[int, int, int], asyncio.Future] = {}   # (plan, start, end)
+        self._handing: set[asyncio.Task] = set()   # batches handed on whose answer goes elsewhere
 
     # ------------------------------------------------------------------ lifecycle
     async def on_start(self) -> None:
@@ -175,6 +182,9 @@ class ShardService(Service):
         self.loaded, self.model, self.kv_bytes, self.plan = r.loaded, r.model, r.kv_bytes, r.plan
 
     async def on_stop(self) -> None:
+        for task in list(self._handing):
+            task.cancel()
+        await asyncio.gather(*self._handing, return_exceptions=True)
         self._loader.shutdown(wait=False, cancel_futures=True)
         self._compute.shutdown(wait=True)
 
@@ -267,9 +277,9 @@ class ShardService(Service):
 
     # ------------------------------------------------------------------ the work
     @handles(Forward)
-    async def forward(self, msg: wire.Message) -> ForwardReply:
+    async def forward(self, msg: wire.Message) -> ForwardReply | HandedOn:
         f: Forward = msg.body
-        received = time.perf_counter()
+        received, arrived = time.perf_counter(), time.time()
         self.counters["forwards"] += 1
         if self.model is None:
             raise ServiceError("loading", f"{self.name} is still loading", retry_after=1.0)
@@ -285,21 +295,99 @@ class ShardService(Service):
                                                  f"{self.shard.end}, not {f.first_layer}:")
         batch = self._batch(f)
         inline = batch.num_tokens <= INLINE_TOKENS and not self._computing
+        payload = f.tokens if f.tokens is not None else f.hidden
+        # This stage's figures join those of the stages before (the last shard answers with all).
+        hop_bytes = {**f.hop_bytes, self.name: payload.nbytes_on_wire}
+        latency = dict(f.hop_latency_ms)
+        if f.sent_at:
+            latency[self.name] = round(max(0.0, arrived - f.sent_at) * 1e3, 3)
         t0 = time.perf_counter()
         if model.last:
             # Forward and sampling in one job: each hand-off to the compute thread and back is a
             # wake-up per token that a decode step waits for.
             reply = await self._run(self._forward_and_sample, model, batch, f, inline=inline)
-            ms = (time.perf_counter() - t0) * 1e3
-        else:
-            out = await self._run(model.forward, batch, inline=inline)
-            ms = (time.perf_counter() - t0) * 1e3
-            reply = await self._hand_on(msg, f, out, end)
-        reply.hop_ms[self.name] = round(ms, 3)
-        payload = f.tokens if f.tokens is not None else f.hidden
-        reply.hop_bytes[self.name] = payload.nbytes_on_wire
-        reply.stage_ms[self.name] = round((time.perf_counter() - received) * 1e3, 3)
+            reply.hop_ms.update(f.hop_ms)
+            reply.hop_ms[self.name] = round((time.perf_counter() - t0) * 1e3, 3)
+            reply.hop_bytes.update(hop_bytes)
+            reply.hop_latency_ms.update(latency)
+            reply.stage_ms[self.name] = round((time.perf_counter() - received) * 1e3, 3)
+            return self._answer(f, reply)
+        out = await self._run(model.forward, batch, inline=inline)
+        ms = round((time.perf_counter() - t0) * 1e3, 3)
+        nxt, timeout = self._next_stage(msg, f, end)
+        onward = replace(f, first_layer=end, tokens=None, hop=f.hop + 1,
+                         hidden=wire.Tensor(out, self.shard.codec), hop_ms={**f.hop_ms, self.name: ms},
+                         hop_bytes=hop_bytes, hop_latency_ms=latency, sent_at=time.time())
+        if f.reply_to is not None and f.reply_to.only:
+            # Answer the caller now; the answer, or the next stage's failure, goes to reply_to.
+            task = asyncio.get_running_loop().create_task(
+                self._hand_on_detached(nxt.name, onward, timeout, f.reply_to))
+            self._handing.add(task)
+            task.add_done_callback(self._handing.discard)
+            await asyncio.sleep(0)   # its send first: the next stage waits for it, the caller not
+            return HandedOn(batch_id=f.batch_id)
+        sent = time.perf_counter()
+        reply = await self.peers.call(nxt.name, onward, timeout=timeout)
+        if isinstance(reply, ForwardReply):
+            if nxt.name in reply.stage_ms:   # the round trip less the next stage's own time
+                call_ms = (time.perf_counter() - sent) * 1e3
+                reply.hop_latency_ms[nxt.name] = round(max(0.0, call_ms - reply.stage_ms[nxt.name]), 3)
+            reply.stage_ms[self.name] = round((time.perf_counter() - received) * 1e3, 3)
         return reply
+
+    def _answer(self, f: Forward, reply: ForwardReply) -> ForwardReply | HandedOn:
+        """The last shard's answer: straight to Forward.reply_to when it asks, and back along
+        the chain unless it says `only` (then the chain hears `shard.handed_on`)."""
+        to = f.reply_to
+        if to is None or f.return_logits:   # logits only travel the chain (Forward.check)
+            return reply
+        result = ForwardResult(**{k: getattr(reply, k) for k in _REPLY_FIELDS}, key=to.key)
+        try:
+            sent = self.peers.tell(to.name, result)
+        except BusError as e:   # too large for the socket, say
+            log.warning("%s: result of batch %d not sent to %s: %s", self.name, f.batch_id,
+                        to.name, e)
+            sent = False
+        self.counters["results_sent" if sent else "results_not_sent"] += 1
+        if not to.only:
+            return reply
+        if not sent:
+            raise ServiceError("unreachable", f"{self.name} could not send the result of batch "
+                                              f"{f.batch_id} to {to.name}")
+        return HandedOn(batch_id=f.batch_id)
+
+    def _next_stage(self, msg: wire.Message, f: Forward, end: int):
+        """The route's next stage and the time left to reach it, or the typed refusal."""
+        try:
+            nxt = next_stage(f.route, f.hop, self._live_epoch, end)
+        except StaleRoute as e:
+            raise self._refuse("stale_route", e) from None
+        except BadRoute as e:
+            raise ServiceError("bad_batch", str(e)) from None
+        timeout = (msg.deadline - time.time()) if msg.deadline else 30.0
+        if timeout <= 0:
+            raise ServiceError("deadline_exceeded", "no time left to reach the next shard")
+        return nxt, timeout
+
+    async def _hand_on_detached(self, nxt: str, onward: Forward, timeout: float,
+                                to: ReplyTo) -> None:
+        """Hand a batch on whose answer goes straight to `to`; tell `to` when the next stage
+        fails it or cannot be reached, with the error the chain would have carried."""
+        try:
+            await self.peers.call(nxt, onward, timeout=timeout)
+            return
+        except BusError as e:
+            failed = ForwardFailed(key=to.key, batch_id=onward.batch_id, stage=self.name,
+                                   code=code_of(e), message=str(e)[:500],
+                                   retry_after=getattr(e, "retry_after", None) or 0.0)
+        self.counters[f"handed_on_failed.{failed.code}"] += 1
+        try:
+            told = self.peers.tell(to.name, failed)
+        except BusError:
+            told = False
+        if not told:   # the caller's call runs out its time instead
+            log.warning("%s: batch %d failed at %s (%s) and %s cannot be told", self.name,
+                        onward.batch_id, nxt, failed.code, to.name)
 
     def _batch(self, f: Forward):
         from services.shard.batch import ForwardBatch
@@ -337,26 +425,6 @@ class ShardService(Service):
             raise self._refuse("kv_missing", e) from None
         except (BadBatch, BadSamplerInput) as e:
             raise ServiceError("bad_batch", str(e)) from None
-
-    async def _hand_on(self, msg: wire.Message, f: Forward, hidden: np.ndarray,
-                       end: int) -> ForwardReply:
-        try:
-            nxt = next_stage(f.route, f.hop, self._live_epoch, end)
-        except StaleRoute as e:
-            raise self._refuse("stale_route", e) from None
-        except BadRoute as e:
-            raise ServiceError("bad_batch", str(e)) from None
-        onward = replace(f, first_layer=end, tokens=None, hop=f.hop + 1,
-                         hidden=wire.Tensor(hidden, self.shard.codec))
-        timeout = (msg.deadline - time.time()) if msg.deadline else 30.0
-        if timeout <= 0:
-            raise ServiceError("deadline_exceeded", "no time left to reach the next shard")
-        sent = time.perf_counter()
-        reply = await self.peers.call(nxt.name, onward, timeout=timeout)
-        if isinstance(reply, ForwardReply) and nxt.name in reply.stage_ms:
-            call_ms = (time.perf_counter() - sent) * 1e3
-            reply.hop_latency_ms[nxt.name] = round(max(0.0, call_ms - reply.stage_ms[nxt.name]), 3)
-        return reply
 
     def _live_epoch(self, name: str) -> int | None:
         e = self.directory.get(name)

@@ -15,14 +15,18 @@ import pytest_asyncio
 import zmq.asyncio
 
 import wire
-from bus.config import BusConfig
+from bus.config import BusConfig, ServiceConfig
 from bus.directory import Directory
+from bus.dispatch import receives
 from bus.errors import RemoteError
 from bus.peers import Peers
+from bus.service import Service
 from wire.messages.sampling import SamplingParams
-from wire.messages.shard import Forward, RouteStage
+from wire.messages.shard import (Forward, ForwardFailed, ForwardResult, HandedOn, ReplyTo,
+                                 RouteStage)
 
 from ..bus.procs import Procs, cli, unique_cluster
+from ..bus.serving import running
 from .driver import Driver, shards_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -187,6 +191,68 @@ async def test_a_batch_resting_on_kv_the_shards_never_wrote_is_refused(pipeline)
     assert e.value.code == "kv_missing" and "shard-0" in e.value.message
     await drive.step(ids[:4], 0, table=page)                    # positions 0..3 written on every shard
     assert (await drive.step(ids[4:], 4, table=page)).tokens.array().shape == (1,)
+
+
+class Caller(Service):
+    """The scheduler's end of a straight answer (services.scheduler.direct): what the shards
+    tell it, one-way."""
+    kind = "test"
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.told: asyncio.Queue = asyncio.Queue()
+
+    @receives(ForwardResult)
+    def result(self, msg):
+        self.told.put_nowait(msg)
+
+    @receives(ForwardFailed)
+    def failed(self, msg):
+        self.told.put_nowait(msg)
+
+
+async def test_the_last_shard_answers_straight_the_same_and_a_later_failure_is_told(pipeline):
+    _, _, d, drive, cluster = pipeline
+    ids = REFERENCE["chats"][0]["prompt_ids"][:5]
+    top5 = SamplingParams(temperature=0.0, top_logprobs=5)
+
+    def same(a, b):
+        for f in ("tokens", "logprobs", "top_ids", "top_logprobs"):
+            np.testing.assert_array_equal(getattr(a, f).array(), getattr(b, f).array())
+
+    caller = Caller(ServiceConfig(name="caller", kind="test", bus=BusConfig(
+        cluster=cluster, mdns_interfaces=("127.0.0.1",))))
+    async with running(caller):
+        want = await drive.step(ids, 0, sampling=top5)      # back along the chain alone
+        # Both ways: the chain still answers, and the last shard tells the caller the same once
+        # it has discovered it.
+        for key in range(1, 200):
+            chained = await drive.step(ids, 0, sampling=top5, reply_to=ReplyTo("caller", key))
+            same(chained, want)
+            if not caller.told.empty():
+                break
+            await asyncio.sleep(0.1)
+        told = await caller.told.get()
+        assert (told.sender, told.epoch) == ("shard-20", d.get("shard-20").epoch)
+        assert isinstance(told.body, ForwardResult) and told.body.key == key
+        same(told.body, want)
+        assert set(told.body.hop_ms) == set(NAMES) and set(told.body.hop_bytes) == set(NAMES)
+        assert set(told.body.hop_latency_ms) == {"shard-10", "shard-20"}   # one way, from the sender
+        # Only straight: every stage answers once it has handed the batch on.
+        assert isinstance(await drive.step(ids, 0, sampling=top5,
+                                           reply_to=ReplyTo("caller", 1000, only=True)), HandedOn)
+        told = await asyncio.wait_for(caller.told.get(), 30)
+        assert told.sender == "shard-20" and told.body.key == 1000
+        same(told.body, want)
+        # A failure past the first stage: the route ends at shard-10, before the last layer.
+        # shard-0 handed the batch on, so it answers handed_on and tells the caller the error.
+        assert isinstance(await drive.step(ids, 0, route=drive.route()[:2],
+                                           reply_to=ReplyTo("caller", 1001, only=True)), HandedOn)
+        told = await asyncio.wait_for(caller.told.get(), 30)
+        assert told.sender == "shard-0" and isinstance(told.body, ForwardFailed)
+        assert (told.body.key, told.body.stage, told.body.code) == (1001, "shard-0", "bad_batch")
+        assert "route ends" in told.body.message
+        assert caller.told.empty()
 
 
 async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_model, model_path):

@@ -1,5 +1,12 @@
 """Messages of the shard pipeline: a batch goes in at the first shard, hops through every
-layer range, and comes back from the last as sampled token ids (never logits)."""
+layer range, and comes back from the last as sampled token ids (never logits).
+
+The answer comes back along the chain of calls, so that a failure at any stage reaches the caller
+typed. A caller that names itself in `Forward.reply_to` also gets the last shard's answer
+straight, as a one-way `shard.result`, ahead of the chain's: a decode step then waits for one
+message back instead of one per stage. With `ReplyTo.only`, the chain carries back only
+`shard.handed_on` (or a stage's own error), and a stage whose next stage fails the batch tells
+the caller with a one-way `shard.failed` (services.scheduler.direct)."""
 
 from __future__ import annotations
 
@@ -15,6 +22,16 @@ class RouteStage:
     """One shard of a batch's route: the process (name) and the run of it (epoch) that holds the KV."""
     name: str
     epoch: int
+
+
+@record
+class ReplyTo:
+    """A service that wants the last shard's answer straight (see ForwardResult)."""
+    name: str
+    key: int                           # names the call: the result carries it back
+    # Only there: each stage answers its caller with `shard.handed_on` as soon as it has handed
+    # the batch on, and a stage that cannot hand it on tells `name` with `shard.failed`.
+    only: bool = False
 
 
 @message("shard.forward")
@@ -37,6 +54,13 @@ class Forward:
     # other, since only the shards the scheduler planned for hold the batch's KV.
     route: list[RouteStage] = field(default_factory=list)
     hop: int = 0                       # the receiver's index in route
+    reply_to: ReplyTo | None = None    # also send the result straight there (the last shard)
+    # The figures of the stages before (see ForwardReply), for the last shard's answer, and when
+    # (wall clock, s) the sender sent this message: the receiver's one-way hop latency.
+    hop_ms: dict[str, float] = field(default_factory=dict)
+    hop_bytes: dict[str, int] = field(default_factory=dict)
+    hop_latency_ms: dict[str, float] = field(default_factory=dict)
+    sent_at: float = 0.0
 
     def check(self):
         if self.batch_id < 0 or self.first_layer < 0:
@@ -45,6 +69,8 @@ class Forward:
             raise ValueError(f"hop {self.hop} is not a stage of the route ({len(self.route)} stages)")
         if (self.tokens is None) == (self.hidden is None):
             raise ValueError("exactly one of tokens and hidden")
+        if self.return_logits and self.reply_to is not None and self.reply_to.only:
+            raise ValueError("logits travel back along the chain: return_logits with reply_to.only")
         if len(self.steps) != len(self.sampling) or any(t < 0 for t in self.steps):
             raise ValueError(f"{len(self.sampling)} sampling rows need as many steps >= 0, "
                              f"got {len(self.steps)}")
@@ -69,3 +95,30 @@ class ForwardReply:
     hop_bytes: dict[str, int] = field(default_factory=dict)
     stage_ms: dict[str, float] = field(default_factory=dict)
     hop_latency_ms: dict[str, float] = field(default_factory=dict)
+
+
+@message("shard.result")
+class ForwardResult(ForwardReply):
+    """The last shard's ForwardReply, sent one-way to `Forward.reply_to` as soon as it is sampled.
+    Unless ReplyTo says `only`, the same reply also travels back along the chain, and whichever
+    comes first answers the batch."""
+    key: int = 0                       # ReplyTo.key of the call it answers
+
+
+@message("shard.handed_on")
+class HandedOn:
+    """A stage's answer to a `shard.forward` whose ReplyTo says `only`: it ran its layers and
+    handed the batch to the next stage (the answer goes to ReplyTo.name)."""
+    batch_id: int
+
+
+@message("shard.failed")
+class ForwardFailed:
+    """Told one-way to ReplyTo.name (`only`) when the stage after `stage` failed the batch, or
+    could not be reached: the error the chain of calls would have carried back."""
+    key: int
+    batch_id: int
+    stage: str                         # the shard that called the one that failed
+    code: str
+    message: str
+    retry_after: float = 0.0
