@@ -113,8 +113,11 @@ class RpcClient:
         nothing). Never waits: False when the socket takes nothing now (no pipe to the peer, or
         its queue is full), and the message is dropped. MessageTooLarge as `call`."""
         self._check_open()
-        frames = self._encode(wire.Message(body=body, id=next(_ids), sender=self.sender,
-                                           epoch=self.sender_epoch))
+        return self._send_now(self._encode(wire.Message(body=body, id=next(_ids), sender=self.sender,
+                                                        epoch=self.sender_epoch)))
+
+    def _send_now(self, frames: list) -> bool:
+        """Queue frames without waiting: False when the socket takes nothing now."""
         try:
             sent = self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
         except zmq.ZMQError:
@@ -199,11 +202,7 @@ class RpcClient:
     def _send_cancel(self, mid: int) -> None:
         cancel = wire.Message(body=Cancel(id=mid), id=next(_ids), sender=self.sender,
                               epoch=self.sender_epoch)
-        try:  # best effort and never blocking: runs inside finally blocks
-            sent = self._sock.send_multipart(wire.encode(cancel), flags=zmq.NOBLOCK, copy=False)
-            sent.add_done_callback(lambda f: f.cancelled() or f.exception())
-        except zmq.ZMQError:
-            pass
+        self._send_now(wire.encode(cancel))   # best effort, never blocking: runs in finally blocks
 
     async def handshake(self, cluster: str, timeout: float = 2.0) -> Welcome:
         welcome = await self.call(Hello(cluster=cluster), timeout)
