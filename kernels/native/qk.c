@@ -70,8 +70,11 @@ void lb_qk_multiply(int kind, const lb_qk_act *a, const uint8_t *w, int64_t N, f
     const lb_act_k *ak = lb_is_qk(kind) ? &a->ak : NULL;
     const lb_act *a5 = lb_is_qk(kind) ? NULL : &a->a5;
 #if defined(__x86_64__)
-    /* AVX-512 machines run the AVX2 code for these kinds: no AVX-512 path of theirs yet. */
-    if (lb_chosen_isa() >= LB_ISA_AVX2) {
+    if (ak != NULL && lb_chosen_isa() >= LB_ISA_AVX512) {
+        lb_qk_matmul_avx512(kind, ak, w, N, out);
+        return;
+    }
+    if (lb_chosen_isa() >= LB_ISA_AVX2) {     /* Q5_0/Q5_1 run it on AVX-512 machines too */
         lb_qk_matmul_avx2(kind, ak, a5, w, N, out);
         return;
     }

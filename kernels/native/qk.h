@@ -72,10 +72,20 @@ static inline void lb_k4_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) 
     }
 }
 
+/* lb_k4_scales as four 32-bit words, the bytes in order: sc[0..3], sc[4..7], mn[0..3], mn[4..7]. */
+static inline void lb_k4_scale_words(const uint8_t *s, uint32_t w[4]) {
+    const uint32_t a0 = lb_u32(s), a1 = lb_u32(s + 4), a2 = lb_u32(s + 8), low6 = 0x3f3f3f3fu, top2 = 0x03030303u;
+    w[0] = a0 & low6;
+    w[1] = (a2 & 0x0f0f0f0fu) | (((a0 >> 6) & top2) << 4);
+    w[2] = a1 & low6;
+    w[3] = ((a2 >> 4) & 0x0f0f0f0fu) | (((a1 >> 6) & top2) << 4);
+}
+
 /* out (T, N) for a weight of kind lb_is_qk/lb_is_q5 (K checked by the caller); a: the kind's rounding. */
 void lb_qk_matmul_generic(int kind, const lb_act_k *ak, const lb_act *a5, const uint8_t *w, int64_t N, float *out);
 #if defined(__x86_64__)
 void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const uint8_t *w, int64_t N, float *out);
+void lb_qk_matmul_avx512(int kind, const lb_act_k *ak, const uint8_t *w, int64_t N, float *out);   /* K kinds */
 #endif
 
 #endif

@@ -28,14 +28,11 @@ typedef struct {
     float d, dmin;
 } kblock;
 
-/* Q4_K/Q5_K's 12 scale bytes as lb_k4_scales reads them, four at a time in 32-bit words:
- * bytes sc[0..7] then mn[0..7]. */
+/* Q4_K/Q5_K's 12 scale bytes as lb_k4_scales reads them: bytes sc[0..7] then mn[0..7]. */
 INLINE __m128i k4_scales(const uint8_t *s) {
-    const uint32_t a0 = lb_u32(s), a1 = lb_u32(s + 4), a2 = lb_u32(s + 8), low6 = 0x3f3f3f3fu, top2 = 0x03030303u;
-    const uint32_t sc03 = a0 & low6, mn03 = a1 & low6;
-    const uint32_t sc47 = (a2 & 0x0f0f0f0fu) | (((a0 >> 6) & top2) << 4);
-    const uint32_t mn47 = ((a2 >> 4) & 0x0f0f0f0fu) | (((a1 >> 6) & top2) << 4);
-    return _mm_set_epi32((int)mn47, (int)mn03, (int)sc47, (int)sc03);
+    uint32_t w[4];
+    lb_k4_scale_words(s, w);
+    return _mm_set_epi32((int)w[3], (int)w[2], (int)w[1], (int)w[0]);
 }
 
 INLINE void unpack_k(int kind, const uint8_t *blk, kblock *k) {

@@ -1,6 +1,6 @@
 /* Test builds only (-DLB_SIMDE_AVX512, tests/kernels/emulated.py): the AVX-512 path compiled against
  * SIMDe's portable definitions of the intrinsics (Debian's libsimde-dev), so that its code runs and
- * is checked bit for bit on a CPU without AVX-512. The two intrinsics the path uses that SIMDe 0.7
+ * is checked bit for bit on a CPU without AVX-512. The intrinsics the path uses that SIMDe 0.7
  * lacks are defined here from ones it has. Never part of the shipped library. */
 #ifndef LB_SIMDE_AVX512_H
 #define LB_SIMDE_AVX512_H
@@ -103,5 +103,6 @@ static inline uint16_t lb_emu_cvtss_sh(float f) {          /* round to nearest e
 #define _mm512_reduce_add_epi32(a) lb_emu_reduce_add_epi32(a)
 #define _cvtsh_ss(h) lb_emu_cvtsh_ss(h)
 #define _cvtss_sh(f, mode) lb_emu_cvtss_sh(f)
+#define _mm512_zextsi256_si512(a) simde_mm512_inserti64x4(simde_mm512_setzero_si512(), (a), 0)
 
 #endif
