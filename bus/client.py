@@ -76,9 +76,11 @@ class RpcClient:
         self._closed = False
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
-    async def call(self, body: Any, timeout: float = 5.0) -> Any:
+    async def call(self, body: Any, timeout: float = 5.0, epoch: int = 0) -> Any:
         """Send a request, await its reply body; raises RemoteError, CallTimeout, PeerRestarted,
-        MessageTooLarge, BadReply, ClientClosed."""
+        MessageTooLarge, BadReply, ClientClosed. `epoch`: the peer's epoch the caller addresses,
+        where it knows of a restart this client has not seen yet (a route planned by a service
+        that has): an answer from that epoch is then the answer, not news of a restart."""
         self._check_open()
         mid = next(_ids)
         deadline = time.time() + timeout
@@ -86,7 +88,7 @@ class RpcClient:
                                            epoch=self.sender_epoch, deadline=deadline))
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self._pending[mid] = (fut, self.peer_epoch)
+        self._pending[mid] = (fut, max(self.peer_epoch, epoch))
         start = loop.time()
         try:
             await self._send_within(frames, timeout, body)

@@ -73,9 +73,10 @@ class Peers:
         c.saw_epoch(entry.epoch)
         return c
 
-    async def call(self, name: str, body: Any, timeout: float = 5.0) -> Any:
+    async def call(self, name: str, body: Any, timeout: float = 5.0, epoch: int = 0) -> Any:
+        """RpcClient.call on `name`'s client (`epoch`: the one addressed, when known)."""
         c = await self.client(name, wait=timeout)
-        return await c.call(body, timeout)
+        return await c.call(body, timeout, epoch=epoch)
 
     def tell(self, name: str, body: Any) -> bool:
         """A one-way message to `name` (RpcClient.tell), never waiting: False, and nothing sent,

@@ -33,7 +33,7 @@ from bus.service import Service, handles
 from wire.messages.placement import (FootprintReply, FootprintRequest, Place, Placed, Switch,
                                      Switched)
 from wire.messages.shard import (Forward, ForwardFailed, ForwardReply, ForwardResult, HandedOn,
-                                 ReplyTo)
+                                 ReplyTo, RouteStage)
 
 from .route import BadRoute, StaleRoute, check_self, next_stage
 
@@ -321,13 +321,14 @@ class ShardService(Service):
         if f.reply_to is not None and f.reply_to.only:
             # Answer the caller now; the answer, or the next stage's failure, goes to reply_to.
             task = asyncio.get_running_loop().create_task(
-                self._hand_on_detached(nxt.name, onward, timeout, f.reply_to))
+                self._hand_on_detached(nxt, onward, timeout, f.reply_to))
             self._handing.add(task)
             task.add_done_callback(self._handing.discard)
             await asyncio.sleep(0)   # its send first: the next stage waits for it, the caller not
             return HandedOn(batch_id=f.batch_id)
         sent = time.perf_counter()
-        reply = await self.peers.call(nxt.name, onward, timeout=timeout)
+        # The route names the epoch planned for: this shard may not have heard of that restart yet.
+        reply = await self.peers.call(nxt.name, onward, timeout=timeout, epoch=nxt.epoch)
         if isinstance(reply, ForwardReply):
             if nxt.name in reply.stage_ms:   # the round trip less the next stage's own time
                 call_ms = (time.perf_counter() - sent) * 1e3
@@ -369,12 +370,12 @@ class ShardService(Service):
             raise ServiceError("deadline_exceeded", "no time left to reach the next shard")
         return nxt, timeout
 
-    async def _hand_on_detached(self, nxt: str, onward: Forward, timeout: float,
+    async def _hand_on_detached(self, nxt: RouteStage, onward: Forward, timeout: float,
                                 to: ReplyTo) -> None:
         """Hand a batch on whose answer goes straight to `to`; tell `to` when the next stage
         fails it or cannot be reached, with the error the chain would have carried."""
         try:
-            await self.peers.call(nxt, onward, timeout=timeout)
+            await self.peers.call(nxt.name, onward, timeout=timeout, epoch=nxt.epoch)
             return
         except BusError as e:
             failed = ForwardFailed(key=to.key, batch_id=onward.batch_id, stage=self.name,
@@ -387,7 +388,7 @@ class ShardService(Service):
             told = False
         if not told:   # the caller's call runs out its time instead
             log.warning("%s: batch %d failed at %s (%s) and %s cannot be told", self.name,
-                        onward.batch_id, nxt, failed.code, to.name)
+                        onward.batch_id, nxt.name, failed.code, to.name)
 
     def _batch(self, f: Forward):
         from services.shard.batch import ForwardBatch

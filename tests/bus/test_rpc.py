@@ -184,6 +184,23 @@ async def test_a_new_epoch_fails_calls_sent_to_the_old_one_at_once():
     router.close()
 
 
+async def test_a_call_addressed_to_the_new_epoch_takes_its_answer():
+    """A shard hands a batch on to the epoch its route names, which may be newer than the one its
+    client has heard of: the answer from that epoch is the answer, where a call that did not say
+    which epoch it addressed ends as PeerRestarted (the answer came from a process it did not
+    send to)."""
+    router, port, task = await _impostor([11, 12])
+    c = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{port}")
+    c.saw_epoch(10)
+    assert (await c.call(Echo(), timeout=5, epoch=11)).text == "epoch 11"
+    assert c.peer_epoch == 11 and c.stale_dropped == 0
+    with pytest.raises(PeerRestarted):
+        await c.call(Echo(), timeout=5)           # sent to 11, answered by 12
+    await task
+    await c.close()
+    router.close()
+
+
 async def test_directory_finds_a_static_peer_and_expires_it_after_missed_heartbeats(service):
     ctx = zmq.asyncio.Context.instance()
     bus = BusConfig(cluster="rpc-test", mdns=False, peers=(f"127.0.0.1:{service.rpc_port}",))
