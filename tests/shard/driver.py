@@ -7,10 +7,14 @@ import asyncio
 import time
 
 import numpy as np
+import zmq.asyncio
 
 import wire
+from bus.client import RpcClient
 from bus.directory import Directory
+from bus.errors import BusError
 from bus.peers import Peers
+from wire.messages.bus import Status
 from wire.messages.sampling import SamplingParams
 from wire.messages.shard import Forward, RouteStage
 
@@ -60,12 +64,26 @@ class Driver:
 
 
 async def shards_ready(d: Directory, names, timeout: float = 240.0):
-    """The entries of the shards `names` once each is ready with its model loaded."""
+    """The entries of the shards `names` once each is ready with its model loaded and sees every
+    other live: a shard hands a batch on only to a next stage its own directory knows, and each
+    finds the others on its own (mDNS), maybe after this test's directory has."""
     names = set(names)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         ready = [e for e in d.of_kind("shard") if e.name in names and e.state == "ready" and "model" in e.info]
-        if len(ready) == len(names):
+        if len(ready) == len(names) and await _see_each_other(ready, names):
             return ready
         await asyncio.sleep(0.1)
     raise AssertionError(f"shards {sorted(names)} not ready: {d.explain()}")
+
+
+async def _see_each_other(entries, names: set) -> bool:
+    for e in entries:
+        async with RpcClient(zmq.asyncio.Context.instance(), e.rpc_endpoint, name=e.name) as c:
+            try:
+                seen = set((await c.call(Status(), timeout=2.0)).info.get("peers", ()))
+            except BusError:
+                return False
+        if not names - {e.name} <= seen:
+            return False
+    return True
