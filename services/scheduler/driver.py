@@ -342,5 +342,5 @@ class Driver:
 
     def _deliver(self, output: Output, top_ids=(), top_logprobs=()) -> None:
         stream = self.requests.get(output.request_id)
-        if stream is not None:
-            stream.deliver(StreamEvent(output, list(top_ids), list(top_logprobs)))
+        if stream is not None and not stream.deliver(StreamEvent(output, list(top_ids), list(top_logprobs))):
+            self.counters["outputs_after_finish"] += 1

@@ -28,8 +28,16 @@ class RequestStream:
         self.sampling = sampling
         self.events: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self.completion_tokens = 0
+        self.finished = False
 
-    def deliver(self, event: StreamEvent) -> None:
+    def deliver(self, event: StreamEvent) -> bool:
+        """Queue an event for the caller; False, and nothing queued, once the request has ended.
+        A finish is the stream's last event, whatever comes after it: a batch's token can reach
+        here after a step that ran before its delivery ended the request (a deadline, say)."""
+        if self.finished:
+            return False
+        self.finished = event.output.finish is not None
         if event.output.token_id is not None:
             self.completion_tokens += 1
         self.events.put_nowait(event)
+        return True

@@ -508,6 +508,26 @@ async def test_a_silent_shard_replaced_by_a_new_process_is_reprefilled_once(rig)
     r.assert_nothing_left()
 
 
+async def test_a_deadline_that_passes_while_its_batch_returns_is_the_streams_last_event(rig):
+    """The batch comes back after the deadline passed but before its timer woke the driver: the
+    step run before the batch's tokens go out ends the request, and the token computed before must
+    not follow: a caller reads a stream up to its finish (the scheduler's handler did, and then
+    waited for ever: tests/health/test_drills.py hung on it about one run in six)."""
+    r = rig()
+
+    def late(body):
+        r.clock.t += 30.0                                # the deadline passes while it is out
+        return answer(body)
+    r.pipe.script = [late]
+    r.submit("a", first=10, max_tokens=6, deadline_s=20.0)
+    await r.until(lambda: r.finish("a") is not None or r.tokens("a"), "the batch back")
+    outs = r.events["a"]
+    assert [o.finish is not None for o in outs] == [True], outs
+    assert outs[0].finish.reason == "failed" and outs[0].finish.detail.startswith("deadline: 20 s passed")
+    assert r.requests["a"].completion_tokens == 0 and r.driver.counters["outputs_after_finish"] == 1
+    r.assert_nothing_left()
+
+
 async def test_a_request_past_its_deadline_fails_with_reason_deadline_while_others_wait(rig):
     r = rig(budget=300.0)
 
