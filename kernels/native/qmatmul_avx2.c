@@ -268,6 +268,10 @@ static void (*const rows_8[ROWS_Q8 + 1])(const lb_act *, int64_t, const uint8_t 
     0, rows_8_1, rows_8_2, rows_8_3, rows_8_4, rows_8_5, rows_8_6, rows_8_7, rows_8_8,
     rows_8_9, rows_8_10, rows_8_11, rows_8_12, rows_8_13, rows_8_14, rows_8_15, rows_8_16};
 
+TGT void lb_q8_rows_avx2(int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) {
+    rows_8[R](a, t0, w, N, out0);
+}
+
 /* lb_act_round_generic with 8 lanes: the same IEEE operations (cvtps2dq rounds ties to even like
  * nearbyintf; vcvtps2ph like lb_to_f16), so the same bits. Only what this path's kernels read (q, d,
  * side; lb_act_init transposes side): the AVX-512 kernels' per-lane copies are left unfilled. */

@@ -1,11 +1,13 @@
-/* AVX-512 VNNI path. Weights stay 4 or 8-bit: vpdpbusd multiplies unsigned weight quants by the int8
- * activation quants (lb_act) and sums four products per 32-bit lane, exactly. A q4 "unit" is four
+/* AVX-512 VNNI path of q4_0 and q4_1. Weights stay 4-bit: vpdpbusd multiplies unsigned weight quants by
+ * the int8 activation quants (lb_act) and sums four products per 32-bit lane, exactly. A "unit" is four
  * blocks: their 16 nibble bytes in the four 128-bit lanes of one register (one two-table byte permute
  * of the unit's bytes), low nibbles (elements 0..15) and high nibbles (16..31) each against their half
- * of the activations. A q8_0 unit is two blocks, the quants made unsigned by + 128. Each lane's sum
- * starts from lb_act's corr, which takes away what the unsigned form adds (q4_0's 8, q8_0's 128), so
- * it ends exact; it is scaled in float32 by its block's d_w * d_x (exact) and q4_1's minimum comes in
- * through lb_act's sxe. C weight rows share each load of x. */
+ * of the activations. Each lane's sum starts from lb_act's corr, which takes away what the unsigned
+ * form adds (q4_0's 8), so it ends exact; it is scaled in float32 by its block's d_w * d_x (exact) and
+ * q4_1's minimum comes in through lb_act's sxe. C weight rows share each load of x. q8_0 (q8_vtile
+ * below) gives lb_qmatmul_generic's bits, as qmatmul_avx2.c's kernels do, so below 7 rows of x it runs
+ * theirs: its decode tile of 8 weight rows read a 178 MB head at 29 GB/s on a Zen 4, where this file's
+ * former q8_0 units of two blocks, 4 weight rows a tile, read it at 8.6 GB/s. */
 #if defined(__x86_64__)
 #include "qmatmul_impl.h"
 
@@ -28,14 +30,10 @@
     (L) * (bb) + (off) + 12, (L) * (bb) + (off) + 13, (L) * (bb) + (off) + 14, (L) * (bb) + (off) + 15
 static const uint8_t NIBBLES_Q4_1[64] = {G4(20, 4, 0), G4(20, 4, 1), G4(20, 4, 2), G4(20, 4, 3)};
 static const uint8_t NIBBLES_Q4_0[64] = {G4(18, 2, 0), G4(18, 2, 1), G4(18, 2, 2), G4(18, 2, 3)};
-#define G8(off) (off) + 0, (off) + 1, (off) + 2, (off) + 3, (off) + 4, (off) + 5, (off) + 6, (off) + 7, \
-    (off) + 8, (off) + 9, (off) + 10, (off) + 11, (off) + 12, (off) + 13, (off) + 14, (off) + 15
-static const uint8_t QUANTS_Q8_0[64] = {G8(2), G8(18), G8(36), G8(52)};
 /* 16-bit word of each 32-bit lane's block scale (d, or q4_1's m one word later) in the unit's bytes. */
 #define W4(bb, o) (o), (o), (o), (o), (bb) / 2 + (o), (bb) / 2 + (o), (bb) / 2 + (o), (bb) / 2 + (o), \
     (bb) + (o), (bb) + (o), (bb) + (o), (bb) + (o), 3 * (bb) / 2 + (o), 3 * (bb) / 2 + (o), 3 * (bb) / 2 + (o), 3 * (bb) / 2 + (o)
 static const int16_t D_Q4_1[32] = {W4(20, 0)}, M_Q4_1[32] = {W4(20, 1)}, D_Q4_0[32] = {W4(18, 0)};
-static const int16_t D_Q8_0[32] = {0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17, 17};
 
 /* One unit of a weight row from block b (valid: its blocks inside the row): the unsigned quants that
  * meet the activations' first and second 64 bytes, each lane's d_w, and (q4_1) each lane's m. The unit's
@@ -46,16 +44,10 @@ INLINE void load_unit(int kind, const uint8_t *p, int valid, __m512i *lo, __m512
     const __m512i A = bytes >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8((((__mmask64)1) << bytes) - 1, p);
     const __m512i B = bytes > 64 ? _mm512_maskz_loadu_epi8((((__mmask64)1) << (bytes - 64)) - 1, p + 64)
                                  : _mm512_setzero_si512();
-    const int16_t *dw = kind == LB_Q4_1 ? D_Q4_1 : kind == LB_Q4_0 ? D_Q4_0 : D_Q8_0;
+    const int16_t *dw = kind == LB_Q4_1 ? D_Q4_1 : D_Q4_0;
     *d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(dw), A)));
     if (kind == LB_Q4_1)
         *m = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(M_Q4_1), A)));
-    if (kind == LB_Q8_0) {
-        *lo = _mm512_xor_si512(_mm512_permutex2var_epi8(A, _mm512_loadu_si512(QUANTS_Q8_0), B),
-                               _mm512_set1_epi8((char)0x80));
-        *hi = _mm512_setzero_si512();
-        return;
-    }
     const __m512i v = _mm512_permutex2var_epi8(A, _mm512_loadu_si512(kind == LB_Q4_1 ? NIBBLES_Q4_1 : NIBBLES_Q4_0), B);
     const __m512i mask = _mm512_set1_epi8(0x0f);
     *lo = _mm512_and_si512(v, mask);
@@ -67,7 +59,7 @@ INLINE void load_unit(int kind, const uint8_t *p, int valid, __m512i *lo, __m512
  * depend on the batch around it. Per unit and lane: acc += (d_w d_x) P, and for q4_1 then m sxe. */
 INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes,
                  float *out0, int64_t N) {
-    const int unit = kind == LB_Q8_0 ? 2 : 4, lanes = a->lanes;
+    const int unit = 4, lanes = a->lanes;
     const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind);
     __m512 acc[8][4];
     for (int r = 0; r < R; r++)
@@ -84,10 +76,10 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
             const __m512i corr = kind == LB_Q4_1 ? _mm512_setzero_si512()
                                                  : _mm512_loadu_si512(a->corr + (t0 + r) * nbp * lanes + b * lanes);
             const __m512i x0 = _mm512_loadu_si512(xq);
-            const __m512i x1 = kind == LB_Q8_0 ? x0 : _mm512_loadu_si512(xq + 64);
+            const __m512i x1 = _mm512_loadu_si512(xq + 64);
             for (int c = 0; c < C; c++) {
                 __m512i p = _mm512_dpbusd_epi32(corr, lo[c], x0);
-                if (kind != LB_Q8_0) p = _mm512_dpbusd_epi32(p, hi[c], x1);
+                p = _mm512_dpbusd_epi32(p, hi[c], x1);
                 acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[c], dx), acc[r][c]);
                 if (kind == LB_Q4_1) acc[r][c] = _mm512_fmadd_ps(mw[c], sx, acc[r][c]);
             }
@@ -119,7 +111,6 @@ INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
 
 ROWS_ALL(2)
 ROWS_ALL(3)
-ROWS_ALL(8)
 
 /* lb_act_round_generic with 16 lanes: the same IEEE operations (cvtps2dq rounds ties to even like
  * nearbyintf; vcvtps2ph like lb_to_f16), so the same bits. */
@@ -166,11 +157,54 @@ TGT void lb_act_round_avx512(lb_act *a, const float *x) {
     }
 }
 
+/* q8_0, 7 to 16 rows of x (G = 1 or 2 groups of lb_act's qv from t0) against one weight row, lane r for
+ * row t0 + r: each 4 weight quants, made unsigned (+ 128) and broadcast, meet 4 of every row's in one
+ * vpdpbusd, so a block's sums come out one a lane, exact once 128 * sum(q_x) is taken away; then acc +
+ * p * (d_w * d_x), qmatmul_avx2.c's q8_vtile's operations (lb_qmatmul_generic's, so its bits). */
+INLINE void q8_vtile(int G, int R, const lb_act *a, int64_t t0, const uint8_t *w, float *out0, int64_t N) {
+    const int64_t nb = a->nb, ts = a->T + 8;
+    const __mmask16 lanes = G == 2 ? 0xffff : 0x00ff;
+    const int8_t *xv = a->qv + t0 / 8 * nb * 8 * QK;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + b * 34;
+        const int8_t *x0 = xv + b * 8 * QK, *x1 = xv + (nb + b) * 8 * QK;
+        __m512i s = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k++) {
+            const __m512i u = _mm512_xor_si512(_mm512_set1_epi32((int)lb_u32(p + 2 + 4 * k)), flip);
+            const __m256i lo = _mm256_loadu_si256((const __m256i *)(x0 + k * QK));
+            const __m512i x = G == 2 ? _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)(x1 + k * QK)), 1)
+                                     : _mm512_zextsi256_si512(lo);
+            s = _mm512_dpbusd_epi32(s, u, x);
+        }
+        const __m512i sq = _mm512_maskz_loadu_epi32(lanes, a->sq_t + b * ts + t0);
+        s = _mm512_sub_epi32(s, _mm512_slli_epi32(sq, 7));
+        const __m512 prod = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(lb_u16(p))), _mm512_maskz_loadu_ps(lanes, a->d_t + b * ts + t0));
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(s), prod));
+    }
+    float lane[16];
+    _mm512_storeu_ps(lane, acc);
+    for (int r = 0; r < R; r++) out0[r * N] = lane[r];
+}
+
+#define Q8_FN(G) static TGT void q8_rows_##G(int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) { \
+        for (int64_t n = 0; n < N; n++) q8_vtile(G, R, a, t0, w + n * a->nb * 34, out0 + n, N); }
+Q8_FN(1)
+Q8_FN(2)
+
 TGT void lb_qmatmul_avx512(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out) {
+    if (kind == LB_Q8_0) {          /* 16 rows at a time; fewer than 7 on AVX2's tiles (see the top) */
+        for (int64_t t = 0; t < a->T; t += 16) {
+            const int R = a->T - t < 16 ? (int)(a->T - t) : 16;
+            if (R < 7) lb_q8_rows_avx2(R, a, t, w, N, out + t * N);
+            else (R > 8 ? q8_rows_2 : q8_rows_1)(R, a, t, w, N, out + t * N);
+        }
+        return;
+    }
     for (int64_t t = 0; t < a->T; t += 8) {
         const int R = a->T - t < 8 ? (int)(a->T - t) : 8;
         if (kind == LB_Q4_1) rows_3[R](a, t, w, N, out + t * N);
-        else if (kind == LB_Q8_0) rows_8[R](a, t, w, N, out + t * N);
         else rows_2[R](a, t, w, N, out + t * N);
     }
 }

@@ -57,6 +57,8 @@ void lb_qmatmul_generic(int kind, const lb_act *a, const uint8_t *w, int64_t N, 
 #if defined(__x86_64__)
 void lb_qmatmul_avx2(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out);
 void lb_qmatmul_avx512(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out);
+/* q8_0, AVX2: rows t0 .. t0 + R - 1 (R <= 16) of x against N weight rows (the AVX-512 path runs it below 7) */
+void lb_q8_rows_avx2(int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0);
 #endif
 
 static inline int lb_block_bytes(int kind) {

@@ -16,6 +16,18 @@ static inline simde__m512i lb_emu_maskz_loadu_epi8(uint64_t k, const void *p) {
     return simde_mm512_loadu_si512(b);
 }
 
+static inline simde__m512i lb_emu_maskz_loadu_epi32(uint16_t k, const void *p) {
+    int32_t v[16];
+    for (int i = 0; i < 16; i++) v[i] = (k >> i) & 1 ? ((const int32_t *)p)[i] : 0;
+    return simde_mm512_loadu_si512(v);
+}
+
+static inline simde__m512 lb_emu_maskz_loadu_ps(uint16_t k, const void *p) {
+    float v[16];
+    for (int i = 0; i < 16; i++) v[i] = (k >> i) & 1 ? ((const float *)p)[i] : 0.0f;
+    return simde_mm512_loadu_ps(v);
+}
+
 static inline simde__m512 lb_emu_cvtph_ps(simde__m256i h) {
     const simde__m256 lo = simde_mm256_cvtph_ps(simde_mm256_castsi256_si128(h));
     const simde__m256 hi = simde_mm256_cvtph_ps(simde_mm256_extracti128_si256(h, 1));
@@ -93,7 +105,11 @@ static inline uint16_t lb_emu_cvtss_sh(float f) {          /* round to nearest e
 
 #undef __mmask64
 #define __mmask64 simde__mmask64
+#undef __mmask16
+#define __mmask16 simde__mmask16
 #define _mm512_maskz_loadu_epi8(k, p) lb_emu_maskz_loadu_epi8((k), (p))
+#define _mm512_maskz_loadu_epi32(k, p) lb_emu_maskz_loadu_epi32((k), (p))
+#define _mm512_maskz_loadu_ps(k, p) lb_emu_maskz_loadu_ps((k), (p))
 #define _mm512_cvtph_ps(h) lb_emu_cvtph_ps(h)
 #define _mm512_cvtepi32_ps(a) lb_emu_cvtepi32_ps(a)
 #define _mm512_cvtps_epi32(a) lb_emu_cvtps_epi32(a)
