@@ -5,7 +5,8 @@
  * operations in the same order as qk_generic.c: the same bits. Q6_K's -32 comes back as
  * -32 * scale . bsums. Q5_0/Q5_1 also sum a block's integers first, in qk_generic.c's order (see
  * q5_tile8), the fifth bit spread from qh to bytes. Up to 16 rows of x (for Q5, 16 weight rows at a
- * time) share each unpacked weight block, so a batch of 16 streams the weights once. */
+ * time) share each unpacked weight block, so a batch of 16 streams the weights once; up to 4 take the
+ * K kinds' weight rows 8 at a time (tile8_k), their float steps as vectors. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -113,14 +114,14 @@ INLINE __m256i sum_lanes8(const __m256i v[8]) {
 /* R rows of x from t0 against each weight row, its blocks unpacked once for the R. Per row and block the
  * float steps of qk_generic.c: acc += (d * d_x) * sumi, accm += (dmin * d_x) * summin; with 8 rows
  * or more they run as vectors, lane r for row r (the same operations, so the same bits). */
-INLINE void rows_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
+INLINE void rows_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t nn, int64_t N, float *out) {
     const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind);
     const int G = R / 8;                            /* groups of 8 rows summed as vectors */
     float dxt[G ? nb * R : 1];                      /* d_x by block, then row */
     for (int64_t b = 0; G && b < nb; b++)
         for (int r = 0; r < R; r++) dxt[b * R + r] = a->d[(t0 + r) * nb + b];
     kblock k;
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t n = 0; n < nn; n++) {
         float acc[16] = {0}, accm[16] = {0};
         __m256 accv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, accmv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int64_t b = 0; b < nb; b++) {
@@ -154,6 +155,55 @@ INLINE void rows_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t
         }
         for (int r = 0; r < R; r++) out[r * N + n] = acc[r] - accm[r];
     }
+}
+
+/* The float16 at p in each of 8 weight rows (row_bytes apart), widened. */
+INLINE __m256 f16x8(const uint8_t *p, int64_t row_bytes) {
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)lb_u16(p), (short)lb_u16(p + row_bytes), (short)lb_u16(p + 2 * row_bytes),
+                                          (short)lb_u16(p + 3 * row_bytes), (short)lb_u16(p + 4 * row_bytes),
+                                          (short)lb_u16(p + 5 * row_bytes), (short)lb_u16(p + 6 * row_bytes),
+                                          (short)lb_u16(p + 7 * row_bytes)));
+}
+
+/* R (<= 4) rows of x from t0 against 8 weight rows from w0, lane c for weight row c: each row's block
+ * sums met in one vector, then rows_k's float steps for the 8 at once (so its bits). Each step reads a
+ * block of every row, all over the tile's bytes: the next tile's (contiguous) are fetched into L2 (into
+ * L1 they evict the tile in use), 8 blocks' worth a step. */
+INLINE void tile8_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
+    const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind);
+    __m256 acc[4], accm[4];
+    for (int r = 0; r < R; r++) acc[r] = accm[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const char *ahead = (const char *)w0 + 8 * row_bytes + b * 8 * bb;
+        for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T1);
+        __m256i sv[4][8], mv[4][8];
+        for (int c = 0; c < 8; c++) {
+            kblock k;
+            unpack_k(kind, w0 + c * row_bytes + b * bb, &k);
+            for (int r = 0; r < R; r++) {
+                const int64_t t = t0 + r;
+                sv[r][c] = k_dot(kind, &k, a->q + t * a->K + b * QKK, a->bsums + (t * nb + b) * 16, &mv[r][c]);
+            }
+        }
+        const uint8_t *head = w0 + b * bb;
+        const __m256 d = f16x8(head + (kind == LB_Q6_K ? 208 : 0), row_bytes);
+        const __m256 dmin = kind == LB_Q6_K ? _mm256_setzero_ps() : f16x8(head + 2, row_bytes);
+        for (int r = 0; r < R; r++) {
+            const __m256 dx = _mm256_set1_ps(a->d[(t0 + r) * nb + b]);
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sum_lanes8(sv[r]))));
+            if (kind != LB_Q6_K)
+                accm[r] = _mm256_add_ps(accm[r], _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(sum_lanes8(mv[r]))));
+        }
+    }
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(out0 + r * N, _mm256_sub_ps(acc[r], accm[r]));
+}
+
+/* Every weight row against R (<= 4) rows of x: 8 weight rows at a time, then the rest one by one. */
+INLINE void rows_few_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
+    const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind);
+    int64_t n = 0;
+    for (; n + 8 <= N; n += 8) tile8_k(kind, R, a, t0, w + n * row_bytes, row_bytes, out + n, N);
+    if (n < N) rows_k(kind, R, a, t0, w + n * row_bytes, N - n, N, out + n);
 }
 
 /* Q5_0 and Q5_1 as one kind, in qk_generic.c's operations (so its bits): per block the exact integer
@@ -345,8 +395,6 @@ TGT void lb_round_block_k_avx2(const float *x, int8_t *q, float *d, int16_t *bsu
 }
 
 /* One instantiation per (kind, R): the row count is known to the compiler. */
-#define ROW_FN(KIND, FN, ACT, R) \
-    static TGT void FN##_##KIND##_##R(const ACT *a, int64_t t, const uint8_t *w, int64_t N, float *o) { FN(KIND, R, a, t, w, N, o); }
 #define Q5_FN(KIND, R) static TGT void rows_q5_##KIND##_##R(const lb_act *a, int64_t t, const uint8_t *w, int64_t nn, \
                                                           int64_t N, float *o) { rows_q5(KIND, R, a, t, w, nn, N, o); }
 #define ROWS_Q5(KIND) Q5_FN(KIND, 1) Q5_FN(KIND, 2) Q5_FN(KIND, 3) Q5_FN(KIND, 4) Q5_FN(KIND, 5) Q5_FN(KIND, 6) \
@@ -357,9 +405,11 @@ TGT void lb_round_block_k_avx2(const float *x, int8_t *q, float *d, int16_t *bsu
         rows_q5_##KIND##_6, rows_q5_##KIND##_7, rows_q5_##KIND##_8, rows_q5_##KIND##_9, rows_q5_##KIND##_10, \
         rows_q5_##KIND##_11, rows_q5_##KIND##_12, rows_q5_##KIND##_13, rows_q5_##KIND##_14, rows_q5_##KIND##_15, \
         rows_q5_##KIND##_16};
-#define ROWS_K(KIND) ROW_FN(KIND, rows_k, lb_act_k, 1) ROW_FN(KIND, rows_k, lb_act_k, 2) \
-    ROW_FN(KIND, rows_k, lb_act_k, 3) ROW_FN(KIND, rows_k, lb_act_k, 4) ROW_FN(KIND, rows_k, lb_act_k, 8) \
-    ROW_FN(KIND, rows_k, lb_act_k, 16) \
+#define FEW_FN(KIND, R) static TGT void rows_k_##KIND##_##R(const lb_act_k *a, int64_t t, const uint8_t *w, int64_t N, \
+                                                            float *o) { rows_few_k(KIND, R, a, t, w, N, o); }
+#define MANY_FN(KIND, R) static TGT void rows_k_##KIND##_##R(const lb_act_k *a, int64_t t, const uint8_t *w, int64_t N, \
+                                                             float *o) { rows_k(KIND, R, a, t, w, N, N, o); }
+#define ROWS_K(KIND) FEW_FN(KIND, 1) FEW_FN(KIND, 2) FEW_FN(KIND, 3) FEW_FN(KIND, 4) MANY_FN(KIND, 8) MANY_FN(KIND, 16) \
     static void (*const rows_k_##KIND[17])(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) = { \
         0, rows_k_##KIND##_1, rows_k_##KIND##_2, rows_k_##KIND##_3, rows_k_##KIND##_4, 0, 0, 0, rows_k_##KIND##_8, \
         0, 0, 0, 0, 0, 0, 0, rows_k_##KIND##_16};
