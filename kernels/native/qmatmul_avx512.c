@@ -169,7 +169,7 @@ INLINE void q8_vtile(int G, int R, const lb_act *a, int64_t t0, const uint8_t *w
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w + b * 34;
-        const int8_t *x0 = xv + b * 8 * QK, *x1 = xv + (nb + b) * 8 * QK;
+        const int8_t *x0 = xv + b * 8 * QK, *x1 = G == 2 ? xv + (nb + b) * 8 * QK : x0;
         __m512i s = _mm512_setzero_si512();
         for (int k = 0; k < 8; k++) {
             const __m512i u = _mm512_xor_si512(_mm512_set1_epi32((int)lb_u32(p + 2 + 4 * k)), flip);
