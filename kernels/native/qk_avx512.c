@@ -94,12 +94,7 @@ INLINE __m256i k_dot(int kind, const kblock *k, const int8_t *xq, const int16_t 
     return _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
 }
 
-/* Lane r of the result: the sum of v[r]'s lanes (exact). */
-INLINE __m256i sum_lanes8(const __m256i v[8]) {
-    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
+#include "qk_tiles.h"
 
 INLINE int32_t sum_lanes(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -107,50 +102,7 @@ INLINE int32_t sum_lanes(__m256i v) {
     return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
 }
 
-/* The float16 at byte off of block b of 8 weight rows (row_bytes apart), widened. */
-INLINE __m256 f16x8(const uint8_t *p, int64_t row_bytes) {
-    return _mm256_cvtph_ps(_mm_setr_epi16((short)lb_u16(p), (short)lb_u16(p + row_bytes), (short)lb_u16(p + 2 * row_bytes),
-                                          (short)lb_u16(p + 3 * row_bytes), (short)lb_u16(p + 4 * row_bytes),
-                                          (short)lb_u16(p + 5 * row_bytes), (short)lb_u16(p + 6 * row_bytes),
-                                          (short)lb_u16(p + 7 * row_bytes)));
-}
-
-/* R (<= 4) rows of x from t0 against 8 weight rows from w0 (lane c: weight row c). Per row, weight row
- * and block the float steps of qk_generic.c: acc += (d * d_x) * sumi, accm += (dmin * d_x) * summin;
- * out = acc - accm. */
-INLINE void tile8(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
-    const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind);
-    __m256 acc[4], accm[4];
-    for (int r = 0; r < R; r++) acc[r] = accm[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        /* each step reads a block of every row, all over the tile's bytes: fetch the next tile's (the
-         * 8 rows after, contiguous), 8 blocks' worth a step */
-        const char *ahead = (const char *)w0 + 8 * row_bytes + b * 8 * bb;
-        for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T1);
-        __m256i sv[4][8], mv[4][8];
-        for (int c = 0; c < 8; c++) {
-            const uint8_t *blk = w0 + c * row_bytes + b * bb;
-            kblock k;
-            unpack_k(kind, blk, &k);
-            for (int r = 0; r < R; r++) {
-                const int64_t t = t0 + r;
-                sv[r][c] = k_dot(kind, &k, a->q + t * a->K + b * QKK, a->bsums + (t * nb + b) * 16, &mv[r][c]);
-            }
-        }
-        const uint8_t *head = w0 + b * bb;
-        const __m256 d = f16x8(head + (kind == LB_Q6_K ? 208 : 0), row_bytes);
-        const __m256 dmin = kind == LB_Q6_K ? _mm256_setzero_ps() : f16x8(head + 2, row_bytes);
-        for (int r = 0; r < R; r++) {
-            const __m256 dx = _mm256_set1_ps(a->d[(t0 + r) * nb + b]);
-            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sum_lanes8(sv[r]))));
-            if (kind != LB_Q6_K)
-                accm[r] = _mm256_add_ps(accm[r], _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(sum_lanes8(mv[r]))));
-        }
-    }
-    for (int r = 0; r < R; r++) _mm256_storeu_ps(out0 + r * N, _mm256_sub_ps(acc[r], accm[r]));
-}
-
-/* R (<= 4) rows of x against one weight row: tile8's operations for one lane. */
+/* R (<= 4) rows of x against one weight row: tile8_k's operations for one lane. */
 INLINE void one(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, float *out0, int64_t N) {
     const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind);
     float acc[4] = {0}, accm[4] = {0};
@@ -176,12 +128,12 @@ INLINE void one(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w
 INLINE void rows_few(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
     const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind);
     int64_t n = 0;
-    for (; n + 8 <= N; n += 8) tile8(kind, R, a, t0, w + n * row_bytes, row_bytes, out + n, N);
+    for (; n + 8 <= N; n += 8) tile8_k(kind, R, a, t0, w + n * row_bytes, row_bytes, out + n, N);
     for (; n < N; n++) one(kind, R, a, t0, w + n * row_bytes, out + n, N);
 }
 
 /* 8 G rows of x from t0 against each weight row, its blocks unpacked once for all of them; lane r of
- * group g for row t0 + 8 g + r, in the float steps of tile8. */
+ * group g for row t0 + 8 g + r, in the float steps of tile8_k. */
 INLINE void rows_many(int kind, int G, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
     const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind), R = 8 * G;
     for (int64_t n = 0; n < N; n++) {
