@@ -21,13 +21,7 @@ INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* Lane i: the sum of v[i]'s 8 lanes, exact (a block's sums are far from int32's limits). */
-INLINE __m256i sum8_epi32(const __m256i v[8]) {
-    const __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    /* lo: v0..v3's sums over their low 128 bits, then over their high; hi: v4..v7's likewise */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
-}
+#include "sum8.h"
 
 /* The 32-bit words at p + i * stride for i < 8: rows 0..3 in *lo, 4..7 in *hi. */
 INLINE void gather_u32(const uint8_t *p, int64_t stride, __m128i *lo, __m128i *hi) {

@@ -6,27 +6,18 @@
  * -32 * scale . bsums. Q5_0/Q5_1 also sum a block's integers first, in qk_generic.c's order (see
  * q5_tile8), the fifth bit spread from qh to bytes. Up to 16 rows of x (for Q5, 16 weight rows at a
  * time) share each unpacked weight block, so a batch of 16 streams the weights once; up to 4 take the
- * K kinds' weight rows 8 at a time (tile8_k), their float steps as vectors. */
+ * K kinds' weight rows 8 at a time (the K kinds' tiles are qk_tiles.h's, shared with AVX-512). */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
 #include "avx2.h"
 #include "qk.h"
 
-/* Both integer sums of a K block at once: *sa = sum of a's lanes, *sb = b's (exact in any order). */
-INLINE void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
-    const __m256i h = _mm256_hadd_epi32(a, b);                 /* per half: a01 a23 b01 b23 */
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-    s = _mm_hadd_epi32(s, s);                                  /* A B A B */
-    *sa = _mm_cvtsi128_si32(s);
-    *sb = _mm_extract_epi32(s, 1);
-}
-
 /* One K weight block as 8 chunks of 32 unsigned quants in x's order, a 16-bit scale vector per chunk
- * (two 16-groups: low and high 128 bits), Q6_K's 16 scales widened, the mins per 16-group. */
+ * (two 16-groups: low and high 128 bits), Q6_K's 16 scales widened, the mins per 16-group (its d and
+ * dmin: k_d, k_dmin in qk_tiles.h). */
 typedef struct {
     __m256i u[8], sc[8], sc16, mn16;
-    float d, dmin;
 } kblock;
 
 /* Q4_K/Q5_K's 12 scale bytes as lb_k4_scales reads them: bytes sc[0..7] then mn[0..7]. */
@@ -62,8 +53,6 @@ INLINE void unpack_k(int kind, const uint8_t *blk, kblock *k) {
             k->sc[c] = _mm256_shuffle_epi8(half[c >> 2], _mm256_set_m128i(_mm_set1_epi16((short)((hi + 1) << 8 | hi)),
                                                                          _mm_set1_epi16((short)((lo + 1) << 8 | lo))));
         }
-        k->d = _cvtsh_ss(lb_u16(blk + 208));
-        k->dmin = 0.0f;
         return;
     }
     const __m256i scales = _mm256_broadcastsi128_si256(k4_scales(blk + 4));   /* bytes sc[0..7] mn[0..7], twice */
@@ -86,8 +75,6 @@ INLINE void unpack_k(int kind, const uint8_t *blk, kblock *k) {
             k->u[2 * j + 1] = _mm256_or_si256(k->u[2 * j + 1], _mm256_slli_epi16(b1, 4));
         }
     }
-    k->d = _cvtsh_ss(lb_u16(blk));
-    k->dmin = _cvtsh_ss(lb_u16(blk + 2));
 }
 
 /* One row's integer work on a K block: the lanes of sum over chunks of scale * (u . x), Q6_K's
@@ -105,60 +92,6 @@ INLINE __m256i k_dot(int kind, const kblock *k, const int8_t *xq, const int16_t 
 }
 
 #include "qk_tiles.h"
-
-/* R rows of x from t0 against each weight row, its blocks unpacked once for the R. Per row and block the
- * float steps of qk_generic.c: acc += (d * d_x) * sumi, accm += (dmin * d_x) * summin; with 8 rows
- * or more they run as vectors, lane r for row r (the same operations, so the same bits). */
-INLINE void rows_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t nn, int64_t N, float *out) {
-    const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind);
-    const int G = R / 8;                            /* groups of 8 rows summed as vectors */
-    float dxt[G ? nb * R : 1];                      /* d_x by block, then row */
-    for (int64_t b = 0; G && b < nb; b++)
-        for (int r = 0; r < R; r++) dxt[b * R + r] = a->d[(t0 + r) * nb + b];
-    kblock k;
-    for (int64_t n = 0; n < nn; n++) {
-        float acc[16] = {0}, accm[16] = {0};
-        __m256 accv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, accmv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int64_t b = 0; b < nb; b++) {
-            unpack_k(kind, w + (n * nb + b) * bb, &k);
-            for (int g = 0; g < G; g++) {
-                __m256i sv[8], mv[8];
-                for (int r = 0; r < 8; r++) {
-                    const int64_t t = t0 + 8 * g + r;
-                    sv[r] = k_dot(kind, &k, a->q + t * a->K + b * QKK, a->bsums + (t * nb + b) * 16, &mv[r]);
-                }
-                const __m256 dx = _mm256_loadu_ps(dxt + b * R + 8 * g);
-                accv[g] = _mm256_add_ps(accv[g], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(k.d), dx),
-                                                               _mm256_cvtepi32_ps(sum_lanes8(sv))));
-                if (kind != LB_Q6_K)
-                    accmv[g] = _mm256_add_ps(accmv[g], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(k.dmin), dx),
-                                                                     _mm256_cvtepi32_ps(sum_lanes8(mv))));
-            }
-            for (int r = 8 * G; r < R; r++) {
-                __m256i m;
-                const __m256i s = k_dot(kind, &k, a->q + (t0 + r) * a->K + b * QKK, a->bsums + ((t0 + r) * nb + b) * 16, &m);
-                const float dx = a->d[(t0 + r) * nb + b];
-                int32_t sumi, summin;
-                hsum2_i32(s, m, &sumi, &summin);
-                acc[r] += k.d * dx * (float)sumi;
-                if (kind != LB_Q6_K) accm[r] += k.dmin * dx * (float)summin;
-            }
-        }
-        for (int g = 0; g < G; g++) {
-            _mm256_storeu_ps(acc + 8 * g, accv[g]);
-            _mm256_storeu_ps(accm + 8 * g, accmv[g]);
-        }
-        for (int r = 0; r < R; r++) out[r * N + n] = acc[r] - accm[r];
-    }
-}
-
-/* Every weight row against R (<= 4) rows of x: 8 weight rows at a time, then the rest one by one. */
-INLINE void rows_few_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
-    const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind);
-    int64_t n = 0;
-    for (; n + 8 <= N; n += 8) tile8_k(kind, R, a, t0, w + n * row_bytes, row_bytes, out + n, N);
-    if (n < N) rows_k(kind, R, a, t0, w + n * row_bytes, N - n, N, out + n);
-}
 
 /* Q5_0 and Q5_1 as one kind, in qk_generic.c's operations (so its bits): per block the exact integer
  * sum p of (quant - offset) * x, then acc + p * (d_w * d_x), and Q5_1's + m * side_x (side_x = d_x *
@@ -359,18 +292,7 @@ TGT void lb_round_block_k_avx2(const float *x, int8_t *q, float *d, int16_t *bsu
         rows_q5_##KIND##_6, rows_q5_##KIND##_7, rows_q5_##KIND##_8, rows_q5_##KIND##_9, rows_q5_##KIND##_10, \
         rows_q5_##KIND##_11, rows_q5_##KIND##_12, rows_q5_##KIND##_13, rows_q5_##KIND##_14, rows_q5_##KIND##_15, \
         rows_q5_##KIND##_16};
-#define FEW_FN(KIND, R) static TGT void rows_k_##KIND##_##R(const lb_act_k *a, int64_t t, const uint8_t *w, int64_t N, \
-                                                            float *o) { rows_few_k(KIND, R, a, t, w, N, o); }
-#define MANY_FN(KIND, R) static TGT void rows_k_##KIND##_##R(const lb_act_k *a, int64_t t, const uint8_t *w, int64_t N, \
-                                                             float *o) { rows_k(KIND, R, a, t, w, N, N, o); }
-#define ROWS_K(KIND) FEW_FN(KIND, 1) FEW_FN(KIND, 2) FEW_FN(KIND, 3) FEW_FN(KIND, 4) MANY_FN(KIND, 8) MANY_FN(KIND, 16) \
-    static void (*const rows_k_##KIND[17])(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) = { \
-        0, rows_k_##KIND##_1, rows_k_##KIND##_2, rows_k_##KIND##_3, rows_k_##KIND##_4, 0, 0, 0, rows_k_##KIND##_8, \
-        0, 0, 0, 0, 0, 0, 0, rows_k_##KIND##_16};
 
-ROWS_K(12)
-ROWS_K(13)
-ROWS_K(14)
 ROWS_Q5(6)
 ROWS_Q5(7)
 
@@ -387,13 +309,6 @@ TGT void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const
         }
         return;
     }
-    void (*const *fn)(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) =
-        kind == LB_Q4_K ? rows_k_12 : kind == LB_Q5_K ? rows_k_13 : rows_k_14;
-    for (int64_t t = 0; t < ak->T;) {       /* the widest tile that fits: every row sums alike in any */
-        const int64_t left = ak->T - t;
-        const int R = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : (int)left;
-        fn[R](ak, t, w, N, out + t * N);
-        t += R;
-    }
+    k_tiles(kind, ak, w, N, out);
 }
 #endif

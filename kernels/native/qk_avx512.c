@@ -2,10 +2,8 @@
  * instruction. vpmaddubsw multiplies the unsigned weight quants (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63
  * before its -32) by x's int8 quants into 16-bit pairs and vpdpwssd applies each group's scale and
  * adds into 32-bit lanes. A block's integers are summed across lanes before any float is touched, so
- * each output is qk_generic.c's float operations in its order: the same bits on every path. A few
- * rows of x (a decode step has one) take 8 weight rows at a time, whose block sums a transposing sum
- * meets in one vector, so the float steps run 8 weight rows to a vector; 8 and 16 rows of x share each
- * unpacked block, their sums met likewise with a lane per row. Q5_0 and Q5_1 run qk_avx2.c's code. */
+ * each output is qk_generic.c's float operations in its order: the same bits on every path. The
+ * tiles over these blocks are qk_tiles.h's, as on AVX2. Q5_0 and Q5_1 run qk_avx2.c's code. */
 #if defined(__x86_64__)
 #include "qk.h"
 
@@ -96,96 +94,7 @@ INLINE __m256i k_dot(int kind, const kblock *k, const int8_t *xq, const int16_t 
 
 #include "qk_tiles.h"
 
-INLINE int32_t sum_lanes(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
-}
-
-/* R (<= 4) rows of x against one weight row: tile8_k's operations for one lane. */
-INLINE void one(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, float *out0, int64_t N) {
-    const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind);
-    float acc[4] = {0}, accm[4] = {0};
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = w + b * bb;
-        kblock k;
-        unpack_k(kind, blk, &k);
-        const float d = _cvtsh_ss(lb_u16(blk + (kind == LB_Q6_K ? 208 : 0)));
-        const float dmin = kind == LB_Q6_K ? 0.0f : _cvtsh_ss(lb_u16(blk + 2));
-        for (int r = 0; r < R; r++) {
-            const int64_t t = t0 + r;
-            __m256i m;
-            const int32_t sumi = sum_lanes(k_dot(kind, &k, a->q + t * a->K + b * QKK, a->bsums + (t * nb + b) * 16, &m));
-            const float dx = a->d[t * nb + b];
-            acc[r] += d * dx * (float)sumi;
-            if (kind != LB_Q6_K) accm[r] += dmin * dx * (float)sum_lanes(m);
-        }
-    }
-    for (int r = 0; r < R; r++) out0[r * N] = acc[r] - accm[r];
-}
-
-/* Every weight row against R (<= 4) rows of x from t0: 8 weight rows at a time, then one by one. */
-INLINE void rows_few(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
-    const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind);
-    int64_t n = 0;
-    for (; n + 8 <= N; n += 8) tile8_k(kind, R, a, t0, w + n * row_bytes, row_bytes, out + n, N);
-    for (; n < N; n++) one(kind, R, a, t0, w + n * row_bytes, out + n, N);
-}
-
-/* 8 G rows of x from t0 against each weight row, its blocks unpacked once for all of them; lane r of
- * group g for row t0 + 8 g + r, in the float steps of tile8_k. */
-INLINE void rows_many(int kind, int G, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
-    const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind), R = 8 * G;
-    for (int64_t n = 0; n < N; n++) {
-        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, accm[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = w + (n * nb + b) * bb;
-            kblock k;
-            unpack_k(kind, blk, &k);
-            const __m256 d = _mm256_set1_ps(_cvtsh_ss(lb_u16(blk + (kind == LB_Q6_K ? 208 : 0))));
-            const __m256 dmin = _mm256_set1_ps(kind == LB_Q6_K ? 0.0f : _cvtsh_ss(lb_u16(blk + 2)));
-            for (int g = 0; g < G; g++) {
-                __m256i sv[8], mv[8];
-                float dxs[8];
-                for (int r = 0; r < 8; r++) {
-                    const int64_t t = t0 + 8 * g + r;
-                    sv[r] = k_dot(kind, &k, a->q + t * a->K + b * QKK, a->bsums + (t * nb + b) * 16, &mv[r]);
-                    dxs[r] = a->d[t * nb + b];
-                }
-                const __m256 dx = _mm256_loadu_ps(dxs);
-                acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sum_lanes8(sv))));
-                if (kind != LB_Q6_K)
-                    accm[g] = _mm256_add_ps(accm[g], _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(sum_lanes8(mv))));
-            }
-        }
-        float lane[16];
-        for (int g = 0; g < G; g++) _mm256_storeu_ps(lane + 8 * g, _mm256_sub_ps(acc[g], accm[g]));
-        for (int r = 0; r < R; r++) out[r * N + n] = lane[r];
-    }
-}
-
-/* One instantiation per (kind, rows of x): the shape is known to the compiler. */
-#define FEW(KIND, R) static TGT void few_##KIND##_##R(const lb_act_k *a, int64_t t, const uint8_t *w, int64_t N, float *o) { \
-        rows_few(KIND, R, a, t, w, N, o); }
-#define MANY(KIND, G) static TGT void many_##KIND##_##G(const lb_act_k *a, int64_t t, const uint8_t *w, int64_t N, float *o) { \
-        rows_many(KIND, G, a, t, w, N, o); }
-#define ROWS(KIND) FEW(KIND, 1) FEW(KIND, 2) FEW(KIND, 3) FEW(KIND, 4) MANY(KIND, 1) MANY(KIND, 2) \
-    static void (*const rows_##KIND[17])(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) = { \
-        0, few_##KIND##_1, few_##KIND##_2, few_##KIND##_3, few_##KIND##_4, 0, 0, 0, many_##KIND##_1, \
-        0, 0, 0, 0, 0, 0, 0, many_##KIND##_2};
-
-ROWS(12)
-ROWS(13)
-ROWS(14)
-
 TGT void lb_qk_matmul_avx512(int kind, const lb_act_k *a, const uint8_t *w, int64_t N, float *out) {
-    void (*const *fn)(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) =
-        kind == LB_Q4_K ? rows_12 : kind == LB_Q5_K ? rows_13 : rows_14;
-    for (int64_t t = 0; t < a->T;) {        /* the widest tile that fits: every row sums alike in any */
-        const int64_t left = a->T - t;
-        const int R = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : (int)left;
-        fn[R](a, t, w, N, out + t * N);
-        t += R;
-    }
+    k_tiles(kind, a, w, N, out);
 }
 #endif
