@@ -38,7 +38,7 @@ from .failed_ranges import FAILED_TOPIC, FailedRanges
 from .hops import HopStats
 from .lanes import Lane, Lanes
 from .pipeline import Stage, explain_missing, find_gap
-from .pipelines import assign_pipelines
+from .pipelines import assign_pipelines, assignment_key
 from .placer import Placer
 from .policy import Scheduler
 from .sequence import Request
@@ -92,6 +92,7 @@ class SchedulerService(Service):
         self.hops = HopStats(config.name)
         self.direct = DirectReplies(config.name, self._chain_forward, self.hops.record)
         self.placer: Placer | None = None
+        self._assigned: tuple = ((), [])    # the last assignment_key and its pipelines
 
     # ------------------------------------------------------------------ lifecycle
     async def on_start(self) -> None:
@@ -220,7 +221,11 @@ class SchedulerService(Service):
         """The pipelines now (lanes.py), None while a new placement is switching in."""
         if self.placer is not None and self.placer.paused:
             return None    # a new placement is switching in: no batch until it serves
-        return assign_pipelines(self._shards(), self.model, current)
+        shards = self._shards()
+        key = assignment_key(shards, self.model, current)
+        if key != self._assigned[0]:
+            self._assigned = (key, assign_pipelines(shards, self.model, current))
+        return [None if c is None else list(c) for c in self._assigned[1]]
 
     def _first_chain(self):
         got = self._assign([])

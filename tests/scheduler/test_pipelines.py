@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.scheduler.pipeline import find_chain
-from services.scheduler.pipelines import assign_pipelines
+from services.scheduler.pipelines import assign_pipelines, assignment_key
 
 
 @dataclass
@@ -74,3 +74,28 @@ def test_uneven_replicas_make_as_many_pipelines_as_the_scarcest_range_allows():
 def test_no_whole_chain_gives_no_pipeline():
     assert assign_pipelines([Entry("a0", 0, 15)], "M", []) == []
     assert assign_pipelines([Entry("a0", 0, 15)], "M", [["a0", "b0"]]) == [None]
+
+
+def test_the_assignment_key_changes_with_everything_the_assignment_reads():
+    # The scheduler answers each step's "which pipeline?" from the last assignment while its key
+    # is the same; each change below changes the answer, so each must change the key.
+    def entries(**change):
+        out = [Entry("s0", 0, 15), Entry("s1", 15, 30)]
+        for k, v in change.items():
+            setattr(out[1], k, v)
+        out[1].__post_init__()
+        return out
+
+    key = assignment_key(entries(), "M", [["s0", "s1"]])
+    assert key == assignment_key(entries(), "M", [["s0", "s1"]])
+    for changed in (assignment_key(entries(epoch=2), "M", [["s0", "s1"]]),
+                    assignment_key(entries(state="loading"), "M", [["s0", "s1"]]),
+                    assignment_key(entries(b=29), "M", [["s0", "s1"]]),
+                    assignment_key(entries(model="other"), "M", [["s0", "s1"]]),
+                    assignment_key(entries(), "M", [["s0"]]),
+                    assignment_key(entries()[:1], "M", [["s0", "s1"]])):
+        assert changed != key
+    e = entries()
+    e[1].info["num_pages"] = 32
+    assert assignment_key(e, "M", [["s0", "s1"]]) != key
+    assert names(assign_pipelines(entries(), "M", [])) == [["s0", "s1"]]
