@@ -74,7 +74,8 @@ class StepCost:
 
 
 def prefill_budget(cost: Cost | None, decodes: int, budget: int, step_s: float,
-                   min_chunk: int, waited_s: float = 0.0, max_wait_s: float = float("inf")) -> int:
+                   min_chunk: int, waited_s: float = 0.0, max_wait_s: float = float("inf"),
+                   prefill_in_flight: int = 0) -> int:
     """Prefill tokens a batch may carry beside its `decodes` decode tokens, out of `budget`, while
     streams decode: as many as keep the predicted step within `step_s`, and at least `min_chunk`.
 
@@ -84,5 +85,5 @@ def prefill_budget(cost: Cost | None, decodes: int, budget: int, step_s: float,
     """
     if cost is None or cost.per_token_s <= 0 or waited_s > max_wait_s:
         return max(budget, 0)
-    fits = int((step_s - cost.fixed_s) / cost.per_token_s) - decodes
+    fits = int((step_s - cost.fixed_s) / cost.per_token_s) - decodes - prefill_in_flight
     return max(0, min(budget, max(fits, min_chunk)))

@@ -357,8 +357,12 @@ class Scheduler:
         first_token = [s.submitted_at for s in itertools.chain(self._waiting, self._running.values())
                        if not s.num_generated]
         waited = self.clock() - min(first_token) if first_token else 0.0
+        # A stream's next token waits for the batches already in flight too (their shards run
+        # them first): the prefill they carry counts against this step's time.
+        in_flight = sum(len(c.token_ids) for chunks in self._inflight.values()
+                        for c in chunks.values() if len(c.token_ids) > 1)
         return prefill_budget(self._step_cost.estimate(), decodes, budget, cfg.pace_step_s,
-                              cfg.pace_min_chunk, waited, cfg.pace_max_wait_s)
+                              cfg.pace_min_chunk, waited, cfg.pace_max_wait_s, in_flight)
 
     def _fit(self, seq: Sequence, want: int, draft: Draft, preempted: set[str]) -> int:
         """Grow `seq`'s pages for up to `want` more tokens, preempting later sequences if needed;

@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 from services.scheduler import Scheduler
 from services.scheduler.pacing import Cost, StepCost, fit, prefill_budget
 
-from .harness import ManualClock, req, run_to_end, small, step
+from .harness import ManualClock, req, run_to_end, samples_for, small, step
 
 
 # ---- the fit --------------------------------------------------------------------------------
@@ -72,6 +72,15 @@ def test_budget_never_below_the_floor_nor_above_what_is_left():
     assert prefill_budget(Cost(0.0, 1e-6), decodes=4, budget=300, step_s=0.12, min_chunk=8) == 300
 
 
+def test_prefill_already_in_flight_counts_against_the_step():
+    cost = Cost(0.010, 0.005)                # 22 tokens a step: 4 decodes, 10 in flight, 8 left
+    assert prefill_budget(cost, decodes=4, budget=512, step_s=0.12, min_chunk=2,
+                          prefill_in_flight=10) == 8
+    # a step's worth already in flight: only the floor
+    assert prefill_budget(cost, decodes=4, budget=512, step_s=0.12, min_chunk=2,
+                          prefill_in_flight=40) == 2
+
+
 def test_unmeasured_means_unpaced():
     assert prefill_budget(None, decodes=4, budget=512, step_s=0.12, min_chunk=8) == 512
 
@@ -105,6 +114,26 @@ def test_prefill_is_cut_to_the_pace_while_a_stream_decodes():
     plan, _ = step(sched)
     sizes = {c.request_id: len(c.token_ids) for c in plan.chunks}
     assert sizes == {"streaming": 1, "long": 11}
+
+
+def test_a_batch_in_flight_with_prefill_leaves_the_next_one_less():
+    # 10 ms a token, 0.12 s a step: the first paced batch takes 11 prompt tokens beside the
+    # decode; while it is out, the next (the other prompt's) may take 12 - 11 = 1: the floor, 4.
+    sched = Scheduler(small(max_batch_tokens=48, pace_step_s=0.12, pace_min_chunk=4,
+                            num_pages=64, context_length=128, max_inflight=2))
+    _measured(sched)
+    sched.submit(req("streaming", n=4, max_tokens=20))
+    step(sched)
+    sched.submit(req("long", n=100, first=200, max_tokens=2))
+    sched.submit(req("other", n=100, first=400, max_tokens=2))
+    first = sched.schedule()
+    assert {c.request_id: len(c.token_ids) for c in first.chunks} == {"streaming": 1, "long": 11}
+    second = sched.schedule()                     # the first still in flight
+    assert {c.request_id: len(c.token_ids) for c in second.chunks} == {"other": 4}
+    sched.complete(first.batch_id, samples_for(first))
+    sched.complete(second.batch_id, samples_for(second))
+    third = sched.schedule()                      # nothing in flight again: the step's 11
+    assert {c.request_id: len(c.token_ids) for c in third.chunks} == {"streaming": 1, "long": 11}
 
 
 def test_nothing_decoding_means_the_whole_budget():
