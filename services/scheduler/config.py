@@ -32,8 +32,9 @@ class SchedulerConfig:
     retry_after_max_s: float = 300.0
     throughput_window_s: float = 10.0
     assumed_tokens_per_s: float = 50.0  # retry-after estimate before anything was measured
-    # While any stream decodes, a batch's prefill is cut to keep its predicted compute near
-    # pace_step_s (a decode waits for the batches ahead of it), but never below pace_min_chunk
+    # While any stream decodes, a batch's prefill is cut to keep its predicted compute, with the
+    # prefill of the batches already in flight, near pace_step_s (a decode waits for the batches
+    # ahead of it), but never below pace_min_chunk
     # tokens, so that waiting requests still advance; the cost is fitted on pace_window batches.
     # Past pace_max_wait_s without a first token, a request's prefill is not paced: under heavy
     # load pacing alone would starve the queue (prompts need far more tokens than decodes).
