@@ -16,14 +16,8 @@ from .pipeline import Stage, chain_of, ready_stages
 def assignment_key(entries: Iterable, model: str, current: Sequence[Sequence[str]]) -> tuple:
     """Everything `assign_pipelines` reads, as one hashable value: equal keys, equal answers.
     A driver asks for its pipeline at every step; the answer changes only with the directory."""
-    seen = []
-    for e in entries:
-        info = e.info
-        layers = info.get("layers")
-        seen.append((e.name, e.epoch, e.state, info.get("model"),
-                     tuple(layers) if isinstance(layers, (list, tuple)) else layers,
-                     info.get("n_layers"), info.get("num_pages"), info.get("page_size")))
-    return model, tuple(seen), tuple(tuple(names) for names in current)
+    stages, n_layers = ready_stages(entries, model)
+    return tuple(stages), n_layers, tuple(tuple(names) for names in current)
 
 
 def assign_pipelines(entries: Iterable, model: str,
