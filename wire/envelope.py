@@ -19,7 +19,7 @@ import numpy as np
 from . import limits
 from .codecs import CODECS, encode_tensor
 from .errors import BadFrame, Oversized
-from .schema import from_wire, lookup, to_wire
+from .schema import from_wire, lookup, nesting, to_wire
 from .tensor import Tensor
 
 _HEADER_KEYS = frozenset({"version", "type", "id", "sender", "epoch", "deadline", "body"})
@@ -132,7 +132,6 @@ def decode(frames: Sequence[Any]) -> Message:
     if not (_is_int(epoch) and 0 <= epoch < 1 << 64):
         raise BadFrame("schema", "epoch must be an unsigned 64-bit integer")
     try:
-        _check_depth(header["body"], 0)  # here, where an error names the call it answers
         return _body(header, bufs, mid, sender, epoch, deadline)
     except BadFrame as e:
         e.msg_id = mid  # the header is sound: the error reply can name the call it answers
@@ -140,17 +139,32 @@ def decode(frames: Sequence[Any]) -> Message:
 
 
 def _body(header: dict, bufs: list, mid: int, sender: str, epoch: int, deadline: Any) -> Message:
+    body = header["body"]
+    try:
+        cls = lookup(header["type"])
+        # A body nested deeper than MAX_DEPTH is refused as that, whatever else is wrong with it.
+        # Where the type's schema bounds the nesting within the limit, from_wire enforces it
+        # level by level, and only a body it refuses needs the walk (to tell which refusal).
+        if nesting(cls) > limits.MAX_DEPTH:
+            _check_depth(body, 0)
+        return _typed_body(cls, body, bufs, mid, sender, epoch, deadline)
+    except BadFrame as e:
+        if e.reason != "oversized":
+            _check_depth(body, 0)
+        raise
+
+
+def _typed_body(cls: type, body: Any, bufs: list, mid: int, sender: str, epoch: int,
+                deadline: Any) -> Message:
     if (not isinstance(deadline, (int, float)) or isinstance(deadline, bool)
             or not 0 <= deadline < math.inf):  # NaN fails this too
         raise BadFrame("schema", "deadline must be a finite non-negative number")
-    cls = lookup(header["type"])
-
     used: set[int] = set()
 
     def take(desc: Any, path: str) -> Tensor:
         return _tensor(desc, path, bufs, used)
 
-    body = from_wire(cls, header["body"], take)
+    body = from_wire(cls, body, take)
     if len(used) != len(bufs) - 1:
         raise BadFrame("frame_count", f"{len(bufs) - 1} payload frames, {len(used)} referenced")
     return Message(body=body, id=mid, sender=sender, epoch=epoch, deadline=float(deadline))
@@ -207,15 +221,21 @@ def _check_depth(v: Any, depth: int) -> None:
             _check_depth(x, depth + 1)
 
 
+_DESC_KEYS = frozenset({"codec", "dtype", "shape", "meta", "frames"})
+_INT = {int}
+
+
 def _tensor(desc: Any, path: str, bufs: list[memoryview], used: set[int]) -> Tensor:
-    if not isinstance(desc, dict) or set(desc) != {"codec", "dtype", "shape", "meta", "frames"}:
+    if not isinstance(desc, dict) or desc.keys() != _DESC_KEYS:
         raise BadFrame("schema", f"{path}: not a tensor descriptor")
     codec = CODECS.get(desc["codec"]) if isinstance(desc["codec"], str) else None
     if codec is None:
         raise BadFrame("schema", f"{path}: unknown codec {str(desc['codec'])[:20]!r}")
     shape, dtype, meta, frames = desc["shape"], desc["dtype"], desc["meta"], desc["frames"]
-    if (not isinstance(shape, list) or len(shape) > limits.MAX_TENSOR_DIMS
-            or not all(_is_int(d) and 0 <= d < 1 << 40 for d in shape)):
+    # Exactly int dims (a bool is not one), each in [0, 2^40): set and min/max are C loops.
+    if (type(shape) is not list or len(shape) > limits.MAX_TENSOR_DIMS
+            or (shape and not (set(map(type, shape)) <= _INT and min(shape) >= 0
+                               and max(shape) < 1 << 40))):
         raise BadFrame("schema", f"{path}: bad shape")
     # Every codec spends at least a byte a value, so no real tensor is refused here; this stops
     # an empty shape like (2^39, 0, 2^39) that numpy cannot even reshape to.

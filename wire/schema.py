@@ -16,6 +16,7 @@ the base's. An error with a `code` attribute becomes the bus error its caller ge
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Callable
@@ -38,6 +39,25 @@ def record(cls: type) -> type:
     except NameError:
         cls.__wire_conv__ = None  # a forward reference: compiled on first use instead
     return cls
+
+
+def evolve(obj: Any, **changes: Any) -> Any:
+    """dataclasses.replace for a record: a copy of `obj` with `changes`, without running every
+    field through the frozen __init__ again (a shard hands each batch on with a few fields
+    changed, on caches its weights have just evicted). A record with a __post_init__ goes
+    through replace, so that it runs."""
+    cls = type(obj)
+    if "__wire_conv__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
+        return dataclasses.replace(obj, **changes)
+    names = _field_names(cls)
+    unknown = changes.keys() - set(names)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {sorted(unknown)[0]!r}")
+    d = obj.__dict__
+    new = object.__new__(cls)
+    new.__dict__.update({n: d[n] for n in names})   # the fields, nothing cached beside them
+    new.__dict__.update(changes)
+    return new
 
 
 def message(type_name: str) -> Callable[[type], type]:
@@ -73,43 +93,103 @@ def _compile_record(cls: type):
     conv = cls.__dict__.get("__wire_conv__")
     if conv is not None:
         return conv
-    check = getattr(cls, "check", None)
-    spec: list = []
-
-    def conv(raw, path, tensors):
-        if not isinstance(raw, dict):
-            raise BadFrame("schema", f"{path}: expected a map, got {type(raw).__name__}")
-        kwargs = {}
-        for name, fconv, has_default in spec:
-            if name in raw:
-                kwargs[name] = fconv(raw[name], f"{path}.{name}", tensors)
-            elif not has_default:
-                raise BadFrame("schema", f"{path}.{name}: required field missing")
-        if len(kwargs) != len(raw):
-            extra = [k for k in raw if k not in kwargs]
-            raise BadFrame("schema", f"{path}: unknown field {str(extra[0])[:40]!r}")
-        obj = cls(**kwargs)
-        if check is not None:
-            try:
-                check(obj)
-            except ValueError as e:
-                # A check may name the refusal its caller should see (a `code` attribute).
-                raise BadFrame("schema", f"{path}: {e}",
-                               code=getattr(e, "code", None) or "bad_frame") from None
-        return obj
-
-    # Set before compiling the fields so that a record containing itself compiles.
-    cls.__wire_conv__ = conv
+    # Set before compiling the fields so that a record containing itself compiles: the stand-in
+    # finds the real converter in cls.__dict__ when it is first called.
+    cls.__wire_conv__ = lambda raw, path, tensors: cls.__dict__["__wire_conv__"](raw, path, tensors)
     try:
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            has_default = (f.default is not dataclasses.MISSING
-                           or f.default_factory is not dataclasses.MISSING)
-            spec.append((f.name, _compile(hints[f.name]), has_default))
+        conv = _generate_decoder(cls)
     except BaseException:
         cls.__wire_conv__ = None
         raise
+    cls.__wire_conv__ = conv
     return conv
+
+
+_MISSING = object()
+# Field types whose decoded msgpack value is taken as is when its type is exactly this (and a str
+# no longer than MAX_STR): the common case, checked inline; anything else goes through the
+# field's full converter, which converts (an int where a float is declared) or refuses.
+_EXACT = {int: "int", float: "float", str: "str", bool: "bool", bytes: "bytes"}
+
+
+def _generate_decoder(cls: type):
+    """One function per record: each field read, checked and defaulted in a straight line.
+
+    A record's fields are a decode step of every message; a loop over a field table with a
+    converter call and a path string per field cost twice as much, and a shard runs a batch's
+    header through it at every hop (on caches its own weights have just evicted)."""
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)
+    plain_init = (all(f.init for f in fields) and not hasattr(cls, "__post_init__")
+                  and "__slots__" not in cls.__dict__)
+    ns: dict[str, Any] = {"_M": _MISSING, "_cls": cls, "_new": object.__new__, "BadFrame": BadFrame,
+                          "_check": getattr(cls, "check", None), "MAX_STR": MAX_STR,
+                          "_unknown": _unknown_field}
+    lines = ["def conv(raw, path, tensors):",
+             "    if type(raw) is not dict and not isinstance(raw, dict):",
+             "        raise BadFrame('schema', f'{path}: expected a map, got {type(raw).__name__}')",
+             "    get = raw.get",
+             "    n = 0"]
+    for i, f in enumerate(fields):
+        tp = hints[f.name]
+        ns[f"_c{i}"] = _compile(tp)
+        lines.append(f"    v = get({f.name!r}, _M)")
+        lines.append("    if v is _M:")
+        if f.default is not dataclasses.MISSING:
+            ns[f"_d{i}"] = f.default
+            lines.append(f"        v = _d{i}")
+        elif f.default_factory is not dataclasses.MISSING:
+            ns[f"_f{i}"] = f.default_factory
+            lines.append(f"        v = _f{i}()")
+        else:
+            lines.append(f"        raise BadFrame('schema', path + {'.' + f.name + ': required field missing'!r})")
+        lines.append("    else:")
+        lines.append("        n += 1")
+        fast = _fast_test(tp)
+        slow = f"v = _c{i}(v, path + {'.' + f.name!r}, tensors)"
+        lines.append(f"        if not ({fast}): {slow}" if fast else f"        {slow}")
+        lines.append(f"    a{i} = v")
+    lines.append("    if n != len(raw):")
+    lines.append(f"        _unknown(raw, path, {tuple(f.name for f in fields)!r})")
+    if plain_init:   # a frozen dataclass's __init__ sets each field through object.__setattr__
+        lines.append("    obj = _new(_cls)")
+        lines.append("    obj.__dict__.update({" + ", ".join(f"{f.name!r}: a{i}" for i, f in enumerate(fields))
+                     + "})")
+    else:
+        lines.append("    obj = _cls(" + ", ".join(f"{f.name}=a{i}" for i, f in enumerate(fields)) + ")")
+    lines += ["    if _check is not None:",
+              "        try:",
+              "            _check(obj)",
+              "        except ValueError as e:",
+              "            # A check may name the refusal its caller should see (a `code` attribute).",
+              "            raise BadFrame('schema', f'{path}: {e}',",
+              "                           code=getattr(e, 'code', None) or 'bad_frame') from None",
+              "    return obj"]
+    exec("\n".join(lines), ns)
+    return ns["conv"]
+
+
+def _fast_test(tp) -> str | None:
+    """A Python expression on `v` true when the decoded value needs no conversion and no more
+    checks as the field's type `tp`; None when every value goes through the full converter."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1 and inner[0] in _EXACT:
+            test = _fast_test(inner[0])
+            return f"v is None or ({test})"
+        return "v is None" if len(inner) == 1 else None
+    name = _EXACT.get(tp)
+    if name is None:
+        return None
+    if tp is str or tp is bytes:
+        return f"type(v) is {name} and len(v) <= MAX_STR"
+    return f"type(v) is {name}"
+
+
+def _unknown_field(raw: dict, path: str, names: tuple[str, ...]) -> None:
+    extra = [k for k in raw if k not in names]
+    raise BadFrame("schema", f"{path}: unknown field {str(extra[0])[:40]!r}")
 
 
 def _compile(tp) -> Callable:
@@ -144,10 +224,13 @@ def _compile(tp) -> Callable:
         if args[0] is not str:
             raise TypeError("dict keys must be str")
         sub = _compile(args[1])
+        plain = _PLAIN_ITEMS.get(args[1])
 
         def conv_dict(v, p, t):
             if not isinstance(v, dict):
                 raise BadFrame("schema", f"{p}: expected a map, got {type(v).__name__}")
+            if plain is not None and set(map(type, v)) <= _STR_KEYS and set(map(type, v.values())) <= plain:
+                return dict(v)   # str keys and plain values (a stage's timings): one C loop each
             out = {}
             for k, x in v.items():
                 if not isinstance(k, str):
@@ -179,6 +262,7 @@ def _compile(tp) -> Callable:
 # Item types a list[T] may hold as decoded, with nothing more to check or convert: what
 # `_scalar` accepts as is (a str's length is bounded by msgpack's max_str_len already).
 _PLAIN_ITEMS = {int: {int}, float: {float}, str: {str}}
+_STR_KEYS = {str}
 _SCALARS = frozenset({int, float, str, bytes, bool, type(None)})   # to_wire sends these as they are
 
 
@@ -208,6 +292,7 @@ def _plain(v, p):
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}   # of each dataclass type, as to_wire meets them
+_ENCODERS: dict[type, Callable] = {}              # of each record type, generated on first use
 
 
 def _field_names(cls: type) -> tuple[str, ...] | None:
@@ -226,6 +311,9 @@ def to_wire(obj: Any, put_tensor: Callable[[Tensor], dict]) -> Any:
     cls = type(obj)
     if cls in _SCALARS:
         return obj
+    enc = _ENCODERS.get(cls)
+    if enc is not None or "__wire_conv__" in cls.__dict__:
+        return (enc or _encoder(cls))(obj, put_tensor)
     names = _field_names(cls)
     if names is not None:
         return {name: to_wire(getattr(obj, name), put_tensor) for name in names}
@@ -236,3 +324,95 @@ def to_wire(obj: Any, put_tensor: Callable[[Tensor], dict]) -> Any:
     if isinstance(obj, dict):
         return {k: to_wire(v, put_tensor) for k, v in obj.items()}
     return obj
+
+
+def _encoder(cls: type) -> Callable:
+    """A record's to_wire in one expression: a field whose declared type is plain data (scalars,
+    and lists and maps of them) goes out as it is; a Tensor through put_tensor; a record, or a
+    list of them, through that record's encoder; anything else through to_wire."""
+    hints = typing.get_type_hints(cls)
+    ns: dict[str, Any] = {"to_wire": to_wire, "Tensor": Tensor}
+    parts = []
+    for i, f in enumerate(dataclasses.fields(cls)):
+        tp, get = hints[f.name], f"obj.{f.name}"
+        if _is_plain(tp):
+            parts.append(f"{f.name!r}: {get}")
+            continue
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if origin in (typing.Union, types.UnionType):
+            inner = [a for a in args if a is not type(None)]
+            tp = inner[0] if len(inner) == 1 else Any
+            origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if tp is Tensor:
+            ns[f"_e{i}"] = lambda v, put: put(v) if type(v) is Tensor else to_wire(v, put)
+        elif "__wire_conv__" in getattr(tp, "__dict__", {}):
+            ns[f"_e{i}"] = _record_item(tp)
+        elif origin in (list, tuple) and "__wire_conv__" in getattr(args[0], "__dict__", {}):
+            item = _record_item(args[0])
+            ns[f"_e{i}"] = (lambda item: lambda v, put: [item(x, put) for x in v]
+                            if isinstance(v, (list, tuple)) else to_wire(v, put))(item)
+        else:
+            ns[f"_e{i}"] = to_wire
+        parts.append(f"{f.name!r}: _e{i}({get}, put)")
+    exec("def enc(obj, put):\n    return {" + ", ".join(parts) + "}", ns)
+    _ENCODERS[cls] = ns["enc"]
+    return ns["enc"]
+
+
+def _record_item(tp: type) -> Callable:
+    """to_wire for a value declared as record `tp` (None included): its encoder when it is one."""
+    def item(v, put):
+        if type(v) is tp:
+            enc = _ENCODERS.get(tp) or _encoder(tp)
+            return enc(v, put)
+        return to_wire(v, put)
+    return item
+
+
+def _is_plain(tp) -> bool:
+    """Whether every value of declared type `tp` is msgpack-ready as it is."""
+    if tp in _SCALARS:
+        return True
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType, list, tuple):
+        return all(a is Ellipsis or _is_plain(a) for a in args)
+    if origin is dict:
+        return _is_plain(args[1])
+    return False
+
+
+# ----------------------------------------------------------------------------------- nesting
+
+
+_NESTING: dict[Any, float] = {}
+
+
+def nesting(tp) -> float:
+    """How deep the maps and lists of a valid value of declared type `tp` can nest (0 for a
+    scalar, math.inf where nothing bounds it: `Any`, a record that contains itself).
+
+    A message whose body type nests no deeper than limits.MAX_DEPTH needs no walk over its
+    decoded body to enforce that limit: its schema does, since from_wire checks every level."""
+    try:
+        return _NESTING[tp]
+    except (KeyError, TypeError):
+        pass
+    _NESTING[tp] = math.inf          # while this type is measured: a cycle through it is unbounded
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp in _SCALARS:
+        depth = 0.0
+    elif tp is Tensor:
+        depth = 2.0                  # {codec, dtype, shape: [...], meta: {scalars}, frames: [...]}
+    elif origin in (typing.Union, types.UnionType):
+        depth = max(nesting(a) for a in args)
+    elif origin in (list, tuple):
+        depth = 1 + nesting(args[0])
+    elif origin is dict:
+        depth = 1 + nesting(args[1])
+    elif dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        depth = 1 + max((nesting(hints[f.name]) for f in dataclasses.fields(tp)), default=0.0)
+    else:                            # Any
+        depth = math.inf
+    _NESTING[tp] = depth
+    return depth

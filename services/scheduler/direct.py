@@ -26,8 +26,9 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+import wire
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError
 from wire.messages.shard import (Forward, ForwardFailed, ForwardReply, ForwardResult, HandedOn,
                                  ReplyTo)
@@ -71,7 +72,7 @@ class DirectReplies:
         loop = asyncio.get_running_loop()
         w = _Waiting(loop.create_future(), {s.name: s.epoch for s in body.route}, last.name, only)
         self._waiting[key] = w
-        body = replace(body, reply_to=ReplyTo(self.name, key, only), sent_at=time.time())
+        body = wire.evolve(body, reply_to=ReplyTo(self.name, key, only), sent_at=time.time())
         try:
             if only:
                 answer = await self._only(w, first, body, timeout)

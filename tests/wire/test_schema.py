@@ -1,6 +1,7 @@
 """Declaring messages: nested records, containers, optionals, check() hooks, registration."""
 
 import dataclasses
+import math
 
 import pytest
 
@@ -155,3 +156,63 @@ def test_unsupported_field_types_fail_at_declaration():
         class BadKeys:
             x: dict[int, str]
     assert "test.wire.bad_set" not in REGISTRY
+
+
+def test_the_body_on_the_wire_is_each_field_by_name_in_plain_data():
+    spans = [{"start": 0, "stop": 2}, {"start": 2, "stop": 2}]
+    tree = {"label": "root", "children": [{"label": "a", "children": []},
+                                          {"label": "b", "children": [{"label": "c", "children": []}]}]}
+    assert wire_body(kitchen()) == {
+        "i": 3, "f": 0.5, "b": True, "s": "é", "raw": b"\x00\xff", "spans": spans,
+        "weights": {"a": 1.0, "b": -2.5}, "dims": (2, 576), "maybe": None,
+        "nested": {"start": 1, "stop": 4}, "extra": {"k": [1, "two", None]}, "tree": tree}
+    # what msgpack makes of it, tuples as arrays, decodes to the same message
+    assert decode_body(wire_body(kitchen())) == kitchen()
+
+
+def test_a_decoded_record_is_frozen_like_a_constructed_one():
+    back = decode_body(wire_body(kitchen()))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        back.i = 4
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        back.nested.start = 0
+    assert vars(back) == vars(kitchen())
+
+
+def test_a_record_with_post_init_is_built_through_it():
+    seen = []
+
+    @wire.message("test.wire.post_init")
+    class Counted:
+        n: int = 1
+
+        def __post_init__(self):
+            seen.append(self.n)
+
+    try:
+        back = wire.decode(wire.encode(wire.Message(Counted(5)))).body
+        assert back == Counted(5) and seen == [5, 5, 5]
+    finally:
+        REGISTRY.pop("test.wire.post_init")
+
+
+def test_nesting_is_what_the_schema_allows():
+    from wire.messages.shard import Forward
+    from wire.schema import nesting
+
+    from .declared import Batch, Item
+    assert nesting(int) == 0 and nesting(list[int]) == 1 and nesting(dict[str, list[int]]) == 2
+    assert nesting(Span) == 1 and nesting(Item) == 3        # a Tensor is a map holding lists
+    assert nesting(Batch) == 5                              # items: list > Item > Tensor > shape
+    assert nesting(Node) == math.inf and nesting(Kitchen) == math.inf   # a tree, and Any
+    assert nesting(Forward) <= wire.limits.MAX_DEPTH       # its bodies are not walked
+
+
+def test_evolve_is_replace_for_records():
+    k = kitchen()
+    e = wire.evolve(k, i=9, nested=None)
+    assert e == dataclasses.replace(k, i=9, nested=None) and k == kitchen()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.i = 1
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        wire.evolve(k, nope=1)
