@@ -316,8 +316,9 @@ class ShardService(Service):
         ms = round((time.perf_counter() - t0) * 1e3, 3)
         nxt, timeout = self._next_stage(msg, f, end)
         onward = wire.evolve(f, first_layer=end, tokens=None, hop=f.hop + 1,
-                         hidden=wire.Tensor(out, self.shard.codec), hop_ms={**f.hop_ms, self.name: ms},
-                         hop_bytes=hop_bytes, hop_latency_ms=latency, sent_at=time.time())
+                             hidden=wire.Tensor(out, self.shard.codec),
+                             hop_ms={**f.hop_ms, self.name: ms}, hop_bytes=hop_bytes,
+                             hop_latency_ms=latency, sent_at=time.time())
         if f.reply_to is not None and f.reply_to.only:
             # Answer the caller now; the answer, or the next stage's failure, goes to reply_to.
             task = asyncio.get_running_loop().create_task(
