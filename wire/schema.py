@@ -16,6 +16,7 @@ the base's. An error with a `code` attribute becomes the bus error its caller ge
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -47,7 +48,7 @@ def evolve(obj: Any, **changes: Any) -> Any:
     changed, on caches its weights have just evicted). A record with a __post_init__ goes
     through replace, so that it runs."""
     cls = type(obj)
-    if "__wire_conv__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
+    if not _is_record(cls) or not _plain_init(cls):
         return dataclasses.replace(obj, **changes)
     names = _field_names(cls)
     unknown = changes.keys() - set(names)
@@ -105,6 +106,24 @@ def _compile_record(cls: type):
     return conv
 
 
+@functools.cache
+def _plain_init(cls: type) -> bool:
+    """Whether an instance of record `cls` is its fields and nothing more, so that one can be
+    built by filling its __dict__ (no __post_init__ to run, no field left out of __init__)."""
+    return (all(f.init for f in dataclasses.fields(cls)) and not hasattr(cls, "__post_init__")
+            and "__slots__" not in cls.__dict__)
+
+
+def _optional(tp):
+    """T of a declared `T | None`; None when `tp` is no union. TypeError for any other union."""
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return None
+    inner = [a for a in typing.get_args(tp) if a is not type(None)]
+    if len(inner) != 1:
+        raise TypeError(f"unsupported union {tp}")
+    return inner[0]
+
+
 _MISSING = object()
 # Field types whose decoded msgpack value is taken as is when its type is exactly this (and a str
 # no longer than MAX_STR): the common case, checked inline; anything else goes through the
@@ -121,8 +140,6 @@ def _generate_decoder(cls: type):
     again."""
     hints = typing.get_type_hints(cls)
     fields = dataclasses.fields(cls)
-    plain_init = (all(f.init for f in fields) and not hasattr(cls, "__post_init__")
-                  and "__slots__" not in cls.__dict__)
     ns: dict[str, Any] = {"_M": _MISSING, "_cls": cls, "_new": object.__new__, "BadFrame": BadFrame,
                           "_check": getattr(cls, "check", None), "MAX_STR": MAX_STR,
                           "_unknown": _unknown_field}
@@ -152,7 +169,7 @@ def _generate_decoder(cls: type):
         lines.append(f"    a{i} = v")
     lines.append("    if n != len(raw):")
     lines.append(f"        _unknown(raw, path, {tuple(f.name for f in fields)!r})")
-    if plain_init:   # a frozen dataclass's __init__ sets each field through object.__setattr__
+    if _plain_init(cls):   # a frozen dataclass's __init__ sets each field through object.__setattr__
         lines.append("    obj = _new(_cls)")
         lines.append("    obj.__dict__.update({" + ", ".join(f"{f.name!r}: a{i}" for i, f in enumerate(fields))
                      + "})")
@@ -173,13 +190,10 @@ def _generate_decoder(cls: type):
 def _fast_test(tp) -> str | None:
     """A Python expression on `v` true when the decoded value needs no conversion and no more
     checks as the field's type `tp`; None when every value goes through the full converter."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        if len(inner) == 1 and inner[0] in _EXACT:
-            test = _fast_test(inner[0])
-            return f"v is None or ({test})"
-        return "v is None" if len(inner) == 1 else None
+    inner = _optional(tp)
+    if inner is not None:
+        test = _fast_test(inner)
+        return f"v is None or ({test})" if test else "v is None"
     name = _EXACT.get(tp)
     if name is None:
         return None
@@ -196,11 +210,9 @@ def _unknown_field(raw: dict, path: str, names: tuple[str, ...]) -> None:
 def _compile(tp) -> Callable:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        if len(inner) != 1:
-            raise TypeError(f"unsupported union {tp}")
-        sub = _compile(inner[0])
+    inner = _optional(tp)
+    if inner is not None:
+        sub = _compile(inner)
         return lambda v, p, t: None if v is None else sub(v, p, t)
     if origin is list or origin is tuple:
         if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
@@ -244,7 +256,7 @@ def _compile(tp) -> Callable:
         return lambda v, p, t: _plain(v, p)
     if tp is Tensor:
         return lambda v, p, t: t(v, p)
-    if dataclasses.is_dataclass(tp) and "__wire_conv__" in tp.__dict__:
+    if dataclasses.is_dataclass(tp) and _is_record(tp):
         _compile_record(tp)
         return lambda v, p, t: _compile_record(tp)(v, p, t)
     if tp is bool:
@@ -312,9 +324,8 @@ def to_wire(obj: Any, put_tensor: Callable[[Tensor], dict]) -> Any:
     cls = type(obj)
     if cls in _SCALARS:
         return obj
-    enc = _ENCODERS.get(cls)
-    if enc is not None or "__wire_conv__" in cls.__dict__:
-        return (enc or _encoder(cls))(obj, put_tensor)
+    if cls in _ENCODERS or "__wire_conv__" in cls.__dict__:
+        return _encoder(cls)(obj, put_tensor)
     names = _field_names(cls)
     if names is not None:
         return {name: to_wire(getattr(obj, name), put_tensor) for name in names}
@@ -330,7 +341,11 @@ def to_wire(obj: Any, put_tensor: Callable[[Tensor], dict]) -> Any:
 def _encoder(cls: type) -> Callable:
     """A record's to_wire in one expression: a field whose declared type is plain data (scalars,
     and lists and maps of them) goes out as it is; a Tensor through put_tensor; a record, or a
-    list of them, through that record's encoder; anything else through to_wire."""
+    list of them, through that record's encoder; anything else through to_wire. Made once per
+    record type, on first use."""
+    enc = _ENCODERS.get(cls)
+    if enc is not None:
+        return enc
     hints = typing.get_type_hints(cls)
     ns: dict[str, Any] = {"to_wire": to_wire, "Tensor": Tensor}
     parts = []
@@ -339,19 +354,14 @@ def _encoder(cls: type) -> Callable:
         if _is_plain(tp):
             parts.append(f"{f.name!r}: {get}")
             continue
+        tp = _optional(tp) or tp
         origin, args = typing.get_origin(tp), typing.get_args(tp)
-        if origin in (typing.Union, types.UnionType):
-            inner = [a for a in args if a is not type(None)]
-            tp = inner[0] if len(inner) == 1 else Any
-            origin, args = typing.get_origin(tp), typing.get_args(tp)
         if tp is Tensor:
             ns[f"_e{i}"] = lambda v, put: put(v) if type(v) is Tensor else to_wire(v, put)
-        elif "__wire_conv__" in getattr(tp, "__dict__", {}):
+        elif _is_record(tp):
             ns[f"_e{i}"] = _record_item(tp)
-        elif origin in (list, tuple) and "__wire_conv__" in getattr(args[0], "__dict__", {}):
-            item = _record_item(args[0])
-            ns[f"_e{i}"] = (lambda item: lambda v, put: [item(x, put) for x in v]
-                            if isinstance(v, (list, tuple)) else to_wire(v, put))(item)
+        elif origin in (list, tuple) and _is_record(args[0]):
+            ns[f"_e{i}"] = _record_list(args[0])
         else:
             ns[f"_e{i}"] = to_wire
         parts.append(f"{f.name!r}: _e{i}({get}, put)")
@@ -360,14 +370,25 @@ def _encoder(cls: type) -> Callable:
     return ns["enc"]
 
 
+def _is_record(tp) -> bool:
+    return "__wire_conv__" in getattr(tp, "__dict__", {})
+
+
 def _record_item(tp: type) -> Callable:
-    """to_wire for a value declared as record `tp` (None included): its encoder when it is one."""
+    """to_wire for a value declared as record `tp` (None included): its encoder when it is one.
+    The encoder is looked up when called: a record that contains itself has none yet here."""
     def item(v, put):
-        if type(v) is tp:
-            enc = _ENCODERS.get(tp) or _encoder(tp)
-            return enc(v, put)
-        return to_wire(v, put)
+        return _encoder(tp)(v, put) if type(v) is tp else to_wire(v, put)
     return item
+
+
+def _record_list(tp: type) -> Callable:
+    """to_wire for a value declared as a list (or tuple) of record `tp`."""
+    item = _record_item(tp)
+
+    def items(v, put):
+        return [item(x, put) for x in v] if isinstance(v, (list, tuple)) else to_wire(v, put)
+    return items
 
 
 def _is_plain(tp) -> bool:
@@ -396,7 +417,7 @@ def nesting(tp) -> float:
     decoded body to enforce that limit: its schema does, since from_wire checks every level."""
     try:
         return _NESTING[tp]
-    except (KeyError, TypeError):
+    except KeyError:
         pass
     _NESTING[tp] = math.inf          # while this type is measured: a cycle through it is unbounded
     origin, args = typing.get_origin(tp), typing.get_args(tp)
