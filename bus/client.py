@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import zmq
@@ -20,7 +20,7 @@ import wire
 from wire.errors import Oversized
 from wire.messages.bus import Cancel, Error, Hello, StreamEnd, Welcome
 
-from .errors import BadReply, CallTimeout, ClientClosed, MessageTooLarge, PeerRestarted, RemoteError
+from .errors import BadReply, BusError, CallTimeout, ClientClosed, MessageTooLarge, PeerRestarted, RemoteError
 from .idle import IdleWatch
 from .curve import ClusterKey
 from .sockets import CONTROL, SocketLimits, make_socket
@@ -46,6 +46,10 @@ class _StreamWaiter:
     def set_exception(self, exc: BaseException) -> None:
         self._done = True
         self.queue.put_nowait(exc)
+
+
+async def _raised(e: BaseException) -> Any:
+    raise e
 
 
 def _expire(fut: asyncio.Future) -> None:
@@ -81,17 +85,30 @@ class RpcClient:
         MessageTooLarge, BadReply, ClientClosed. `epoch`: the peer's epoch the caller addresses,
         where it knows of a restart this client has not seen yet (a route planned by a service
         that has): an answer from that epoch is then the answer, not news of a restart."""
-        self._check_open()
-        mid = next(_ids)
-        deadline = time.time() + timeout
-        frames = self._encode(wire.Message(body=body, id=mid, sender=self.sender,
-                                           epoch=self.sender_epoch, deadline=deadline))
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        return await self.start_call(body, timeout, epoch)
+
+    def start_call(self, body: Any, timeout: float = 5.0, epoch: int = 0) -> Awaitable[Any]:
+        """`call` in two parts: the request is queued on the socket before this returns, and the
+        awaitable returned gives its reply body or raises what `call` raises (a request that
+        could not be sent too). For a caller whose next stage must not wait for a turn of the
+        event loop, as a shard handing a batch on. Await it, or the call stays pending."""
+        try:
+            self._check_open()
+            mid = next(_ids)
+            frames = self._encode(wire.Message(body=body, id=mid, sender=self.sender,
+                                               epoch=self.sender_epoch, deadline=time.time() + timeout))
+        except BusError as e:
+            return _raised(e)
+        fut = asyncio.get_running_loop().create_future()
         self._pending[mid] = (fut, max(self.peer_epoch, epoch))
+        return self._reply(mid, fut, self._sock.send_multipart(frames, copy=False), timeout, body)
+
+    async def _reply(self, mid: int, fut: asyncio.Future, sent: asyncio.Future, timeout: float,
+                     body: Any) -> Any:
+        loop = asyncio.get_running_loop()
         start = loop.time()
         try:
-            await self._send_within(frames, timeout, body)
+            await self._sent_within(sent, timeout, body)
             # A timer on the future itself, not asyncio.wait_for: wait_for wakes this task
             # through a second future, two more turns of the loop per reply (~0.1 ms a call
             # on a busy machine, on every hop of a decode step).
@@ -144,7 +161,7 @@ class RpcClient:
         self._pending[mid] = (waiter, self.peer_epoch)
         idle = IdleWatch(idle_timeout) if idle_timeout is not None else None
         try:
-            await self._send_within(frames, idle_timeout, body)
+            await self._sent_within(self._sock.send_multipart(frames, copy=False), idle_timeout, body)
             while True:
                 try:
                     if idle is not None:
@@ -173,14 +190,14 @@ class RpcClient:
             if not waiter.done() and not self._closed:
                 self._send_cancel(mid)
 
-    async def _send_within(self, frames: list, timeout: float | None, body: Any) -> None:
-        """Queue a request, or raise CallTimeout when the socket takes nothing for `timeout` s.
+    async def _sent_within(self, sent: asyncio.Future, timeout: float | None, body: Any) -> None:
+        """Wait for a queued request (`sent`, from send_multipart) to be taken, or raise
+        CallTimeout when the socket takes nothing for `timeout` s.
 
         A DEALER takes a message at once while it has a pipe to the peer with room. It has none
         once the peer refused this client's CURVE handshake (libzmq drops the pipe and does not
         reconnect), or while the peer's queue is full: a plain await would then wait forever,
         past the call's deadline."""
-        sent = self._sock.send_multipart(frames, copy=False)
         if sent.done():
             sent.result()
             return

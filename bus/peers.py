@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import zmq.asyncio
@@ -77,6 +77,14 @@ class Peers:
         """RpcClient.call on `name`'s client (`epoch`: the one addressed, when known)."""
         c = await self.client(name, wait=timeout)
         return await c.call(body, timeout, epoch=epoch)
+
+    def start_call(self, name: str, body: Any, timeout: float = 5.0, epoch: int = 0) -> Awaitable[Any]:
+        """`call`, with the request queued before this returns when the directory knows `name`
+        live (RpcClient.start_call); otherwise the awaitable finds it first, as `call` does."""
+        entry = self.directory.get(name)
+        if entry is None:
+            return self.call(name, body, timeout, epoch)
+        return self._client_for(entry).start_call(body, timeout, epoch)
 
     def tell(self, name: str, body: Any) -> bool:
         """A one-way message to `name` (RpcClient.tell), never waiting: False, and nothing sent,

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import resource
 import time
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -320,12 +321,13 @@ class ShardService(Service):
                              hop_ms={**f.hop_ms, self.name: ms}, hop_bytes=hop_bytes,
                              hop_latency_ms=latency, sent_at=time.time())
         if f.reply_to is not None and f.reply_to.only:
-            # Answer the caller now; the answer, or the next stage's failure, goes to reply_to.
+            # Sent now, before the caller's answer (the next stage waits for it, the caller not);
+            # the answer, or the next stage's failure, goes to reply_to.
+            reply = self.peers.start_call(nxt.name, onward, timeout=timeout, epoch=nxt.epoch)
             task = asyncio.get_running_loop().create_task(
-                self._hand_on_detached(nxt, onward, timeout, f.reply_to))
+                self._hand_on_detached(nxt, onward, reply, f.reply_to))
             self._handing.add(task)
             task.add_done_callback(self._handing.discard)
-            await asyncio.sleep(0)   # its send first: the next stage waits for it, the caller not
             return HandedOn(batch_id=f.batch_id)
         sent = time.perf_counter()
         # The route names the epoch planned for: this shard may not have heard of that restart yet.
@@ -343,7 +345,8 @@ class ShardService(Service):
         to = f.reply_to
         if to is None or f.return_logits:   # logits only travel the chain (Forward.check)
             return reply
-        result = ForwardResult(**{k: getattr(reply, k) for k in _REPLY_FIELDS}, key=to.key)
+        result = reply if isinstance(reply, ForwardResult) else ForwardResult(
+            **{k: getattr(reply, k) for k in _REPLY_FIELDS}, key=to.key)
         try:
             sent = self.peers.tell(to.name, result)
         except BusError as e:   # too large for the socket, say
@@ -371,12 +374,13 @@ class ShardService(Service):
             raise ServiceError("deadline_exceeded", "no time left to reach the next shard")
         return nxt, timeout
 
-    async def _hand_on_detached(self, nxt: RouteStage, onward: Forward, timeout: float,
+    async def _hand_on_detached(self, nxt: RouteStage, onward: Forward, reply: Awaitable,
                                 to: ReplyTo) -> None:
-        """Hand a batch on whose answer goes straight to `to`; tell `to` when the next stage
-        fails it or cannot be reached, with the error the chain would have carried."""
+        """Await the next stage's `reply` to a batch handed on whose answer goes straight to
+        `to`; tell `to` when that stage fails it or cannot be reached, with the error the chain
+        would have carried."""
         try:
-            await self.peers.call(nxt.name, onward, timeout=timeout, epoch=nxt.epoch)
+            await reply
             return
         except BusError as e:
             failed = ForwardFailed(key=to.key, batch_id=onward.batch_id, stage=self.name,
@@ -444,9 +448,13 @@ class ShardService(Service):
         hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
         res = sample_rows(logits, f.sampling, f.steps, split_histories(hist, f.history_lens, n))
         want_top = res.top_ids.shape[1] > 0
-        return ForwardReply(
+        reply = dict(
             batch_id=f.batch_id, tokens=wire.Tensor(res.tokens), logprobs=wire.Tensor(res.logprobs),
             top_ids=wire.Tensor(res.top_ids) if want_top else None,
             top_logprobs=wire.Tensor(res.top_logprobs) if want_top else None,
             logits=wire.Tensor(logits, "fp32") if f.return_logits else None,
             errors=res.errors if res.failed else [])
+        to = f.reply_to
+        if to is not None and to.only and not f.return_logits:   # told straight only (_answer)
+            return ForwardResult(**reply, key=to.key)
+        return ForwardReply(**reply)

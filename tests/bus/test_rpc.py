@@ -15,7 +15,7 @@ import wire
 from bus.client import RpcClient
 from bus.config import BusConfig, ServiceConfig
 from bus.directory import Directory
-from bus.errors import CallTimeout, PeerRestarted, RemoteError
+from bus.errors import CallTimeout, ClientClosed, PeerRestarted, RemoteError
 from bus.service import Service, handles
 from wire.messages.bus import Echo, EchoReply, Error, Status, StatusReply, Welcome
 
@@ -247,3 +247,18 @@ async def test_a_call_whose_body_breaks_the_schema_gets_bad_frame_not_a_timeout(
     with pytest.raises(RemoteError) as e:
         await client.call(Probe(target="x", timeout=100.0), timeout=2.0)  # check(): at most 60
     assert e.value.code == "bad_frame" and "timeout must be within" in e.value.message
+
+
+async def test_start_call_sends_before_it_returns_and_its_awaitable_answers(service, client):
+    reply = client.start_call(Slow(seconds=0.0), timeout=5)
+    # Nothing awaits the reply yet: the request is on its way all the same.
+    await until(service.slow_started.is_set, timeout=5)
+    assert (await reply).text == "slept"
+
+
+async def test_start_call_on_a_closed_client_raises_when_awaited(service):
+    async with client_of(service) as c:
+        pass
+    reply = c.start_call(Echo(text="late"))
+    with pytest.raises(ClientClosed):
+        await reply
