@@ -9,11 +9,15 @@ import wire
 Handler = Callable[[Any, wire.Message], Awaitable[Any]]
 
 
-def handles(msg_cls: type) -> Callable[[Handler], Handler]:
-    """Mark a method as the handler of one message type."""
+def handles(msg_cls: type, eager: bool = False) -> Callable[[Handler], Handler]:
+    """Mark a method as the handler of one message type. `eager`: the request loop runs it as
+    it reads the request, up to its first suspension, instead of in a task that waits for a turn
+    of the event loop (bus.eager): for a handler whose caller waits on every microsecond, as a
+    shard's forward. The next request is read only after that first step."""
 
     def mark(fn: Handler) -> Handler:
         fn.__handles__ = msg_cls.TYPE
+        fn.__eager__ = eager
         return fn
 
     return mark
@@ -56,6 +60,10 @@ def handler_table(cls: type) -> dict[str, Handler]:
 
 def is_stream(handler: Handler) -> bool:
     return getattr(handler, "__streams__", False)
+
+
+def is_eager(handler: Handler | None) -> bool:
+    return getattr(handler, "__eager__", False)
 
 
 def is_one_way(handler: Handler | None) -> bool:

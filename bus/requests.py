@@ -14,8 +14,9 @@ import wire
 from wire.errors import Oversized
 from wire.messages.bus import Cancel, Error, StreamEnd
 
+from . import eager
 from .bus_methods import ALWAYS
-from .dispatch import Handler, is_one_way, is_stream
+from .dispatch import Handler, is_eager, is_one_way, is_stream
 from .errors import BusError, ServiceError, code_of
 
 log = logging.getLogger("llmbus.bus")
@@ -69,7 +70,11 @@ class RequestLoop:
                     "requests at once: retry later", retry_after=BUSY_RETRY_AFTER),
                     self.name, self.epoch))
                 continue
-            task = asyncio.get_running_loop().create_task(self._serve(ident, msg))
+            serve = self._serve(ident, msg)
+            if not is_eager(handler):
+                task = asyncio.get_running_loop().create_task(serve)
+            elif (task := eager.start(serve)) is None:
+                continue   # answered in its first step
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
             if counted:

@@ -277,7 +277,7 @@ class ShardService(Service):
         return Switched(plan=r.plan, start=r.start, end=r.end)
 
     # ------------------------------------------------------------------ the work
-    @handles(Forward)
+    @handles(Forward, eager=True)   # a decode step runs as it is read: see INLINE_TOKENS
     async def forward(self, msg: wire.Message) -> ForwardReply | HandedOn:
         f: Forward = msg.body
         received, arrived = time.perf_counter(), time.time()
