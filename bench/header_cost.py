@@ -32,9 +32,8 @@ COLD_REPS = 300
 def decode_step(seqs: int, d_model: int = 576, pages: int = 8) -> wire.Message:
     """The `shard.forward` the second stage of a 3-stage route receives for a greedy decode step."""
     body = Forward(
-        batch_id=7, first_layer=10, positions=wire.Tensor(np.arange(seqs, dtype=np.int32) + 100),
-        query_lens=wire.Tensor(np.ones(seqs, np.int32)),
-        page_table=wire.Tensor(np.arange(seqs * pages, dtype=np.int32).reshape(seqs, pages)),
+        batch_id=7, first_layer=10, positions=list(range(100, 100 + seqs)), query_lens=[1] * seqs,
+        page_table=[list(range(s * pages, (s + 1) * pages)) for s in range(seqs)],
         hidden=wire.Tensor(np.random.default_rng(0).standard_normal((seqs, d_model), np.float32), "fp16"),
         sampling=[SamplingParams(temperature=0.0, seed=1234)] * seqs, steps=[5] * seqs,
         route=[RouteStage("shard-0", 1), RouteStage("shard-13", 1), RouteStage("shard-25", 1)], hop=1,

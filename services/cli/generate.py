@@ -99,15 +99,15 @@ async def _generate(args) -> int:
         stream = tok.stream(skip_special=True)
         history = list(ids)
         feed, start = list(ids), 0
-        table = wire.Tensor(np.arange(pages, dtype=np.int32)[None, :])
+        table = [list(range(pages))]
         # Every batch takes the shards started here, in their epochs: a replica's KV is not ours.
         route = [RouteStage(f"shard-{a}", directory.get(f"shard-{a}").epoch) for a, _ in ranges]
         t_first = time.monotonic()
         for step in range(args.max_tokens):
             body = Forward(
                 batch_id=step, first_layer=0,
-                positions=wire.Tensor(np.arange(start, start + len(feed), dtype=np.int32)),
-                query_lens=wire.Tensor(np.array([len(feed)], np.int32)), page_table=table,
+                positions=list(range(start, start + len(feed))), query_lens=[len(feed)],
+                page_table=table,
                 tokens=wire.Tensor(np.asarray(feed, np.int32)),
                 sampling=[params], steps=[step], route=route)
             try:

@@ -20,21 +20,15 @@ def to_forward(plan: BatchPlan, sampling: Mapping[str, SamplingParams],
     in `histories` only when its penalties need the tokens it has seen. `chain` is the pipeline the
     batch must take: the shards whose KV the policy's page tables describe."""
     chunks = plan.chunks
-    width = max(len(c.page_table) for c in chunks)
-    table = np.full((len(chunks), width), -1, np.int32)
-    for i, c in enumerate(chunks):
-        table[i, :len(c.page_table)] = c.page_table
     tokens = np.fromiter((t for c in chunks for t in c.token_ids), np.int32, plan.num_tokens)
-    positions = np.concatenate([np.arange(c.start, c.start + len(c.token_ids), dtype=np.int32)
-                                for c in chunks])
     samplers = [c for c in chunks if c.sample]
     hist = [histories.get(c.request_id, ()) for c in samplers]
     penalized = any(hist)
     return Forward(
         batch_id=plan.batch_id, first_layer=0,
-        positions=wire.Tensor(positions),
-        query_lens=wire.Tensor(np.array([len(c.token_ids) for c in chunks], np.int32)),
-        page_table=wire.Tensor(table),
+        positions=[p for c in chunks for p in range(c.start, c.start + len(c.token_ids))],
+        query_lens=[len(c.token_ids) for c in chunks],
+        page_table=[list(c.page_table) for c in chunks],
         tokens=wire.Tensor(tokens),
         want_logits=None if len(samplers) == len(chunks) else
         wire.Tensor(np.array([c.sample for c in chunks], np.bool_)),

@@ -47,6 +47,25 @@ class ForwardBatch:
         return last if self.want_logits is None else last[np.asarray(self.want_logits, bool)]
 
 
+def layout_arrays(positions: list[int], query_lens: list[int],
+                  page_table: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A `shard.forward`'s layout lists as the int32 arrays of a ForwardBatch, the page table's
+    rows -1 padded to the longest; BadBatch for a value outside int32."""
+    try:
+        pos = np.array(positions, np.int32)
+        qlens = np.array(query_lens, np.int32)
+        width = max(map(len, page_table), default=0)
+        if all(len(row) == width for row in page_table):   # every decode step of one sequence
+            table = np.array(page_table, np.int32).reshape(len(page_table), width)
+        else:
+            table = np.full((len(page_table), width), -1, np.int32)
+            for i, row in enumerate(page_table):
+                table[i, :len(row)] = row
+    except OverflowError as e:
+        raise BadBatch(f"the batch layout holds a value outside int32: {e}") from None
+    return pos, qlens, table
+
+
 def _int_array(name: str, a, ndim: int) -> np.ndarray:
     if not isinstance(a, np.ndarray) or a.ndim != ndim or a.dtype.kind not in "iu":
         got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__

@@ -396,15 +396,16 @@ class ShardService(Service):
                         onward.batch_id, nxt.name, failed.code, to.name)
 
     def _batch(self, f: Forward):
-        from services.shard.batch import ForwardBatch
+        from services.shard.batch import ForwardBatch, layout_arrays
         try:
+            positions, query_lens, page_table = layout_arrays(f.positions, f.query_lens,
+                                                              f.page_table)
             return ForwardBatch(
-                positions=f.positions.array(), query_lens=f.query_lens.array(),
-                page_table=f.page_table.array(),
+                positions=positions, query_lens=query_lens, page_table=page_table,
                 tokens=f.tokens.array() if f.tokens is not None else None,
                 hidden=f.hidden.array() if f.hidden is not None else None,
                 want_logits=f.want_logits.array() if f.want_logits is not None else None)
-        except ValueError as e:   # a payload that does not reshape to its declared shape
+        except ValueError as e:   # a payload not of its declared shape, a layout past int32
             raise ServiceError("bad_batch", str(e)) from None
 
     def _refuse(self, code: str, e: Exception) -> ServiceError:

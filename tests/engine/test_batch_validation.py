@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from services.shard.batch import BadBatch, ForwardBatch
+from services.shard.batch import BadBatch, ForwardBatch, layout_arrays
 from services.shard.kv_cache import KVMissing
 from tests.engine.conftest import make_shard
 
@@ -71,3 +71,19 @@ def test_bad_batch_for_first_shard(first, over, why):
 def test_bad_batch_for_middle_shard(middle, over, why):
     with pytest.raises(BadBatch, match=why):
         middle.forward(ok_batch(**over))
+
+
+def test_a_forwards_layout_lists_become_int32_arrays_with_the_page_table_padded():
+    pos, qlens, table = layout_arrays([4, 5, 6, 9], [3, 1], [[0], [1, 2]])
+    assert pos.dtype == qlens.dtype == table.dtype == np.int32
+    assert pos.tolist() == [4, 5, 6, 9] and qlens.tolist() == [3, 1]
+    assert table.tolist() == [[0, -1], [1, 2]]                # -1 padded, as validate() reads it
+    _, _, table = layout_arrays([7], [1], [[3, 8]])
+    assert table.tolist() == [[3, 8]]
+
+
+@pytest.mark.parametrize("layout", [([1 << 31], [1], [[0]]), ([0], [1 << 40], [[0]]),
+                                    ([0], [1], [[0, -(1 << 33)]])])
+def test_a_layout_value_past_int32_is_a_bad_batch(layout):
+    with pytest.raises(BadBatch, match="outside int32"):
+        layout_arrays(*layout)

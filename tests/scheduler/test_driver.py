@@ -55,9 +55,9 @@ class FakePipeline:
 
 def rows(body):
     """(tokens, positions) of every row of a Forward."""
-    lens = body.query_lens.array()
+    lens = body.query_lens
     cuts = np.cumsum(lens)[:-1]
-    return list(zip(np.split(body.tokens.array(), cuts), np.split(body.positions.array(), cuts)))
+    return list(zip(np.split(body.tokens.array(), cuts), np.split(np.array(body.positions), cuts)))
 
 
 def answer(body, **override):
@@ -356,8 +356,8 @@ async def test_a_refused_batch_is_rerun_row_by_row_and_only_the_guilty_request_f
     for rid in "ac":
         assert r.finish(rid).reason == "length" and len(r.tokens(rid)) == 4
     first = r.pipe.forwards[0]
-    assert len(first.query_lens.array()) == 3            # refused together ...
-    assert [len(b.query_lens.array()) for b in r.pipe.forwards[1:4]] == [1, 1, 1]  # ... run alone
+    assert len(first.query_lens) == 3            # refused together ...
+    assert [len(b.query_lens) for b in r.pipe.forwards[1:4]] == [1, 1, 1]  # ... run alone
     r.assert_nothing_left()
 
 

@@ -27,7 +27,7 @@ def test_the_forward_names_every_stage_of_the_chain_with_its_epoch():
     f = roundtrip(to_forward(plan(), {"a": SamplingParams(), "b": SamplingParams(temperature=0.0)}, {}, CHAIN))
     assert f.route == [RouteStage("shard-0", 11), RouteStage("shard-13", 22), RouteStage("shard-25", 33)]
     assert f.hop == 0 and f.first_layer == 0
-    assert f.positions.array().tolist() == [0, 1, 2, 20]
+    assert f.positions == [0, 1, 2, 20]
     assert f.steps == [0, 3]
 
 

@@ -37,11 +37,10 @@ class Driver:
         self.batch_id += 1
         n = len(ids)
         pages = (start + n + self.page_size - 1) // self.page_size
-        table = np.arange(pages, dtype=np.int32)[None, :] if table is None else table
+        table = [list(range(pages))] if table is None else table
         body = Forward(batch_id=self.batch_id, first_layer=first_layer,
-                       positions=wire.Tensor(np.arange(start, start + n, dtype=np.int32)),
-                       query_lens=wire.Tensor(np.array([n], np.int32)),
-                       page_table=wire.Tensor(table),
+                       positions=list(range(start, start + n)), query_lens=[n],
+                       page_table=table,
                        tokens=wire.Tensor(np.asarray(ids, np.int32)),
                        sampling=[sampling or SamplingParams(temperature=0.0)] if rows is None else rows,
                        steps=[0] if rows is None else [0] * len(rows),

@@ -25,9 +25,8 @@ def forward(s: ShardService, batch_id: int, ids: list[int], start: int, first_pa
     n = len(ids)
     pages = (start + n + 15) // 16
     return Forward(batch_id=batch_id, first_layer=0,
-                   positions=wire.Tensor(np.arange(start, start + n, dtype=np.int32)),
-                   query_lens=wire.Tensor(np.array([n], np.int32)),
-                   page_table=wire.Tensor(np.arange(first_page, first_page + pages, dtype=np.int32)[None, :]),
+                   positions=list(range(start, start + n)), query_lens=[n],
+                   page_table=[list(range(first_page, first_page + pages))],
                    tokens=wire.Tensor(np.asarray(ids, np.int32)),
                    sampling=[SamplingParams(temperature=0.0)], steps=[0],
                    route=[RouteStage(s.name, s.epoch)])

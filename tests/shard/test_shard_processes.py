@@ -129,18 +129,16 @@ async def test_bad_batches_get_typed_errors_and_the_shard_keeps_serving(pipeline
     ids = REFERENCE["chats"][0]["prompt_ids"][:5]
     cases = {
         "range_mismatch": dict(first_layer=10),
-        "bad_batch": dict(table=np.array([[PAGES + 7]], np.int32)),           # a page it lacks
+        "bad_batch": dict(table=[[PAGES + 7]]),           # a page it lacks
         "bad_sampling": dict(sampling=SamplingParams(temperature=-1.0)),
     }
     for code, kw in cases.items():
         with pytest.raises(RemoteError) as e:
             await drive.step(ids, 0, **kw)
         assert e.value.code == code, (code, e.value)
-    # A malformed tensor: positions as floats.
-    bad = Forward(batch_id=99, first_layer=0, positions=wire.Tensor(np.zeros(5, np.float32)),
-                  query_lens=wire.Tensor(np.array([5], np.int32)),
-                  page_table=wire.Tensor(np.zeros((1, 1), np.int32)),
-                  tokens=wire.Tensor(np.asarray(ids, np.int32)),
+    # A layout that fits no int32 array: a position past 2**31.
+    bad = Forward(batch_id=99, first_layer=0, positions=[0, 1, 2, 3, 1 << 40], query_lens=[5],
+                  page_table=[[0]], tokens=wire.Tensor(np.asarray(ids, np.int32)),
                   sampling=[SamplingParams(temperature=0.0)], steps=[0], route=drive.route())
     with pytest.raises(RemoteError) as e:
         await drive.peers.call("shard-0", bad)
@@ -185,7 +183,7 @@ async def test_a_batch_is_refused_unless_its_route_is_the_live_pipeline(pipeline
 async def test_a_batch_resting_on_kv_the_shards_never_wrote_is_refused(pipeline):
     _, _, _, drive, _ = pipeline
     ids = REFERENCE["chats"][0]["prompt_ids"][:6]
-    page = np.array([[PAGES - 1]], np.int32)                    # a page no other test writes
+    page = [[PAGES - 1]]                                        # a page no other test writes
     with pytest.raises(RemoteError) as e:
         await drive.step(ids[4:], 4, table=page)
     assert e.value.code == "kv_missing" and "shard-0" in e.value.message
@@ -260,7 +258,7 @@ async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_mod
     old, planned = d.get("shard-10"), drive.route()
     chat = REFERENCE["chats"][1]
     n = len(chat["prompt_ids"])
-    held = np.arange(48, 48 + n // PAGE + 1, dtype=np.int32)[None, :]     # pages no other test uses
+    held = [list(range(48, 48 + n // PAGE + 1))]                          # pages no other test uses
     await drive.step(chat["prompt_ids"], 0, table=held)   # a sequence whose KV dies with shard-10
     shards["shard-10"].kill()
     shards["shard-10"].wait(5)

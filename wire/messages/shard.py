@@ -36,12 +36,16 @@ class ReplyTo:
 
 @message("shard.forward")
 class Forward:
-    """One step of work in the flattened layout of services.shard.batch.ForwardBatch."""
+    """One step of work in the flattened layout of services.shard.batch.ForwardBatch.
+
+    The layout (positions, query_lens, page_table) travels in the header as int lists, not as
+    tensor frames: a decode step's is a few ints, and every frame costs each hop more than its
+    ints do (bench/header_cost.py)."""
     batch_id: int
     first_layer: int                   # the receiver must hold layers starting here
-    positions: Tensor                  # int32 (T,)
-    query_lens: Tensor                 # int32 (S,)
-    page_table: Tensor                 # int32 (S, max_pages), -1 padded
+    positions: list[int]               # (T,) each token's position in its sequence
+    query_lens: list[int]              # (S,) tokens of each sequence
+    page_table: list[list[int]]        # (S, its pages) each sequence's KV pages, in order
     tokens: Tensor | None = None       # int32 (T,), to the first shard
     hidden: Tensor | None = None       # float32 (T, D) in the hop's codec, to later shards
     want_logits: Tensor | None = None  # bool (S,); None: every sequence samples
