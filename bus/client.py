@@ -20,7 +20,8 @@ import wire
 from wire.errors import Oversized
 from wire.messages.bus import Cancel, Error, Hello, StreamEnd, Welcome
 
-from .errors import BadReply, BusError, CallTimeout, ClientClosed, MessageTooLarge, PeerRestarted, RemoteError
+from .errors import (BadReply, BusError, CallTimeout, ClientClosed, MessageTooLarge, PeerRestarted,
+                     RemoteError)
 from .idle import IdleWatch
 from .curve import ClusterKey
 from .sockets import CONTROL, SocketLimits, make_socket
@@ -95,8 +96,9 @@ class RpcClient:
         try:
             self._check_open()
             mid = next(_ids)
+            deadline = time.time() + timeout
             frames = self._encode(wire.Message(body=body, id=mid, sender=self.sender,
-                                               epoch=self.sender_epoch, deadline=time.time() + timeout))
+                                               epoch=self.sender_epoch, deadline=deadline))
         except BusError as e:
             return _raised(e)
         fut = asyncio.get_running_loop().create_future()
@@ -161,7 +163,8 @@ class RpcClient:
         self._pending[mid] = (waiter, self.peer_epoch)
         idle = IdleWatch(idle_timeout) if idle_timeout is not None else None
         try:
-            await self._sent_within(self._sock.send_multipart(frames, copy=False), idle_timeout, body)
+            sent = self._sock.send_multipart(frames, copy=False)
+            await self._sent_within(sent, idle_timeout, body)
             while True:
                 try:
                     if idle is not None:

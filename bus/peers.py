@@ -78,7 +78,8 @@ class Peers:
         c = await self.client(name, wait=timeout)
         return await c.call(body, timeout, epoch=epoch)
 
-    def start_call(self, name: str, body: Any, timeout: float = 5.0, epoch: int = 0) -> Awaitable[Any]:
+    def start_call(self, name: str, body: Any, timeout: float = 5.0,
+                   epoch: int = 0) -> Awaitable[Any]:
         """`call`, with the request queued before this returns when the directory knows `name`
         live (RpcClient.start_call); otherwise the awaitable finds it first, as `call` does."""
         entry = self.directory.get(name)

@@ -73,8 +73,8 @@ def test_generate_carries_the_fields_flat_and_checks_its_own_rule_too():
 
 def test_forward_needs_one_step_per_sampling_row():
     t = {"dtype": "int32", "shape": [1], "codec": "raw", "frame": 0}
-    body = {"batch_id": 1, "first_layer": 0, "positions": t, "query_lens": t, "page_table": t,
-            "tokens": t, "sampling": [{}], "steps": [], "route": [{"name": "shard-0", "epoch": 1}]}
+    body = {"batch_id": 1, "first_layer": 0, "positions": [0], "query_lens": [1],
+            "page_table": [[0]], "tokens": t, "sampling": [{}], "steps": [], "route": [{"name": "shard-0", "epoch": 1}]}
     with pytest.raises(wire.BadFrame, match="steps"):
         from_wire(Forward, body, lambda v, p: wire.Tensor(np.zeros(1, np.int32)))
 

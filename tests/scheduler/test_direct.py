@@ -19,8 +19,8 @@ ROUTE = [RouteStage("s0", 10), RouteStage("s1", 11), RouteStage("s2", 12)]
 
 
 def forward(batch_id: int = 1, route=ROUTE) -> Forward:
-    return Forward(batch_id=batch_id, first_layer=0, positions=[0], query_lens=[1], page_table=[[0]],
-                   tokens=wire.Tensor(np.zeros(1, np.int32)), route=list(route))
+    return Forward(batch_id=batch_id, first_layer=0, positions=[0], query_lens=[1],
+                   page_table=[[0]], tokens=wire.Tensor(np.zeros(1, np.int32)), route=list(route))
 
 
 def reply(batch_id: int, token: int, cls=ForwardReply, **kw):
