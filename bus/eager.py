@@ -9,6 +9,7 @@ suspends: until then the current task is the caller's.
 from __future__ import annotations
 
 import asyncio
+import types
 from collections.abc import Coroutine
 from typing import Any
 
@@ -24,30 +25,23 @@ def start(coro: Coroutine) -> asyncio.Task | None:
 
 
 async def _rest(coro: Coroutine, yielded: Any) -> Any:
-    return await _Resumed(coro, yielded)
+    return await _resumed(coro, yielded)
 
 
-class _Resumed:
-    """Awaitable that drives a started coroutine on from what it last yielded (a future the task
-    waits on, or None for a bare yield), passing every value and exception the task sends in."""
-
-    __slots__ = ("coro", "yielded")
-
-    def __init__(self, coro: Coroutine, yielded: Any):
-        self.coro, self.yielded = coro, yielded
-
-    def __await__(self):
-        coro, yielded = self.coro, self.yielded
-        while True:
+@types.coroutine
+def _resumed(coro: Coroutine, yielded: Any):
+    """Drive a started coroutine on from what it last yielded (a future the task waits on, or
+    None for a bare yield), passing in every value and exception the task sends."""
+    while True:
+        try:
+            sent = yield yielded
+        except BaseException as e:   # a cancel, or the error of the future it waited on
             try:
-                sent = yield yielded
-            except BaseException as e:   # a cancel, or the error of the future it waited on
-                try:
-                    yielded = coro.throw(e)
-                except StopIteration as stop:
-                    return stop.value
-                continue
-            try:
-                yielded = coro.send(sent)
+                yielded = coro.throw(e)
             except StopIteration as stop:
                 return stop.value
+            continue
+        try:
+            yielded = coro.send(sent)
+        except StopIteration as stop:
+            return stop.value

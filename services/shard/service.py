@@ -345,8 +345,7 @@ class ShardService(Service):
         to = f.reply_to
         if to is None or f.return_logits:   # logits only travel the chain (Forward.check)
             return reply
-        result = reply if isinstance(reply, ForwardResult) else ForwardResult(
-            **{k: getattr(reply, k) for k in _REPLY_FIELDS}, key=to.key)
+        result = ForwardResult(**{k: getattr(reply, k) for k in _REPLY_FIELDS}, key=to.key)
         try:
             sent = self.peers.tell(to.name, result)
         except BusError as e:   # too large for the socket, say
@@ -449,13 +448,9 @@ class ShardService(Service):
         hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
         res = sample_rows(logits, f.sampling, f.steps, split_histories(hist, f.history_lens, n))
         want_top = res.top_ids.shape[1] > 0
-        reply = dict(
+        return ForwardReply(
             batch_id=f.batch_id, tokens=wire.Tensor(res.tokens), logprobs=wire.Tensor(res.logprobs),
             top_ids=wire.Tensor(res.top_ids) if want_top else None,
             top_logprobs=wire.Tensor(res.top_logprobs) if want_top else None,
             logits=wire.Tensor(logits, "fp32") if f.return_logits else None,
             errors=res.errors if res.failed else [])
-        to = f.reply_to
-        if to is not None and to.only and not f.return_logits:   # told straight only (_answer)
-            return ForwardResult(**reply, key=to.key)
-        return ForwardReply(**reply)
