@@ -63,6 +63,7 @@ from bench.bandwidth import read_bandwidth, read_bandwidth_together  # noqa: E40
 from bench.llamacpp_figures import SINGLE_ROUNDS, figures as llama_cpp_figures  # noqa: E402
 from kernels.qmatmul import available as qmatmul_available, set_isa  # noqa: E402
 from kernels import native_lib  # noqa: E402
+from kernels.hugepages import advise_hugepages  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -160,6 +161,7 @@ def main() -> None:
     FORMATS = tuple(f for f in FORMATS if f in args.formats)
     path_name = native_path()
     native_lib.set_threads(args.threads)
+    advise_hugepages(False)            # as a shard runs (kernels.hugepages)
     load_start = os.getloadavg()
     path = args.model or pull()
     config, reader = read_config(path)

@@ -156,10 +156,12 @@ class ShardService(Service):
         from services.shard.kv_cache import KVConfig, PagedKVCache
         from services.shard.model import ShardModel
 
+        from kernels.hugepages import advise_hugepages
         from kernels.native_lib import set_threads
 
         s = self.shard
         self.threads = set_threads(s.threads)      # one pool per process: this shard's
+        advise_hugepages(False)    # no stalls as the KV cache and new batch sizes are first touched
         xp = array_module(s.device)
         if plan:   # beside a range that serves: the long part runs in a child process
             from services.shard.warm import warm

@@ -124,6 +124,26 @@ async def test_the_last_shard_returns_token_ids_and_logprobs_not_logits(pipeline
     assert np.all(np.diff(r.top_logprobs.array()[0]) <= 0)
 
 
+def anon_huge_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no AnonHugePages in /proc/{pid}/smaps_rollup")
+
+
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+@pytest.mark.skipif(not THP.exists() or "[never]" in THP.read_text(),
+                    reason="Linux with transparent huge pages")
+async def test_a_shard_that_served_holds_no_transparent_huge_pages(pipeline):
+    # The first touch of a huge page may compact memory in the middle of a step (kernels.hugepages):
+    # the KV cache (7.5 MB a shard here) and the step's buffers come in small pages.
+    _, shards, _, drive, _ = pipeline
+    await drive.teacher_forced(REFERENCE["chats"][0], steps=2)
+    assert {name: anon_huge_kib(p.pid) for name, p in shards.items()} == {n: 0 for n in NAMES}
+
+
 async def test_bad_batches_get_typed_errors_and_the_shard_keeps_serving(pipeline):
     _, _, _, drive, _ = pipeline
     ids = REFERENCE["chats"][0]["prompt_ids"][:5]
