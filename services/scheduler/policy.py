@@ -351,8 +351,10 @@ class Scheduler:
     def _prefill_budget(self, decodes: int, budget: int) -> int:
         cfg = self.config
         # A stream decodes once it has a token and its whole history is computed (a sequence being
-        # re-prefilled after a loss is prefill, not a pace to keep).
-        if not any(s.num_generated and s.remaining == 1 for s in self._running.values()):
+        # re-prefilled after a loss is prefill, not a pace to keep), or once a batch in flight
+        # brings the token it samples: a first token on its way streams before this batch is done.
+        if not any(s.num_generated and s.remaining == 1 for s in self._running.values()) and \
+                not any(c.sample for chunks in self._inflight.values() for c in chunks.values()):
             return budget
         first_token = [s.submitted_at for s in itertools.chain(self._waiting, self._running.values())
                        if not s.num_generated]

@@ -136,6 +136,32 @@ def test_a_batch_in_flight_with_prefill_leaves_the_next_one_less():
     assert {c.request_id: len(c.token_ids) for c in third.chunks} == {"streaming": 1, "long": 11}
 
 
+def test_a_first_token_on_its_way_paces_the_prefill_planned_behind_it():
+    # "first"'s whole prompt is out and samples: it streams before the next batch is back, so that
+    # batch keeps the pace. 10 ms a token, 0.12 s a step: 12 tokens, 4 of them already out.
+    sched = Scheduler(small(max_batch_tokens=48, pace_step_s=0.12, pace_min_chunk=4,
+                            num_pages=64, context_length=128, max_inflight=2))
+    _measured(sched)
+    sched.submit(req("first", n=4, max_tokens=20))
+    out = sched.schedule()                        # unpaced: nothing streams or is about to
+    assert {c.request_id: len(c.token_ids) for c in out.chunks} == {"first": 4}
+    sched.submit(req("long", n=100, first=200, max_tokens=2))
+    behind = sched.schedule()
+    assert {c.request_id: len(c.token_ids) for c in behind.chunks} == {"long": 8}
+
+
+def test_a_prompt_chunk_out_that_does_not_sample_leaves_the_next_unpaced():
+    sched = Scheduler(small(max_batch_tokens=48, pace_step_s=0.12, pace_min_chunk=4,
+                            num_pages=64, context_length=128, max_inflight=2))
+    _measured(sched)
+    sched.submit(req("long", n=100, max_tokens=2))
+    out = sched.schedule()
+    assert [c.sample for c in out.chunks] == [False]
+    sched.submit(req("other", n=100, first=200, max_tokens=2))
+    behind = sched.schedule()
+    assert {c.request_id: len(c.token_ids) for c in behind.chunks} == {"other": 48}
+
+
 def test_nothing_decoding_means_the_whole_budget():
     sched = Scheduler(small(max_batch_tokens=48, pace_step_s=0.12, pace_min_chunk=4,
                             num_pages=64, context_length=128))
