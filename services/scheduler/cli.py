@@ -24,8 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a request fails only when its layers have been unserved this long "
                         "(no shard for a layer range, or every batch failing)")
     p.add_argument("--pace-ms", type=float, default=120.0,
-                   help="while any stream decodes, prefill chunks are cut to keep a batch's "
-                        "predicted compute near this (a decode waits for the batches ahead)")
+                   help="while any stream decodes (or a first token is on its way), prefill "
+                        "chunks are cut to keep a batch's predicted compute near this (a decode "
+                        "waits for the batches ahead)")
     p.add_argument("--no-direct-results", dest="direct_results", action="store_false",
                    help="take each batch's answer only back along the chain of shards, not "
                         "straight from the last shard as well (one message back per stage)")

@@ -118,7 +118,7 @@ class Scheduler:
                 draft.add(seq, 1)
                 refill -= seq.refilling      # the last token of a re-prefill
         # Then prefill chunks: running prefills and waiting requests, by priority then arrival,
-        # paced while any stream decodes.
+        # paced while any stream decodes or a first token is on its way.
         prefills = [s for s in ready if s.remaining > 1]
         if prefills or self._waiting:   # the fit costs ~0.1 ms: not for a batch of decodes only
             draft.budget = self._prefill_budget(len(draft.parts), draft.budget)

@@ -1,5 +1,5 @@
 """Prefill pacing: the cost fit, the budget it gives, and the policy cutting prefill chunks by time
-while streams decode (and only then), with the same tokens whatever the chunking."""
+while streams decode or a first token is on its way (and only then), with the same tokens whatever the chunking."""
 
 import pytest
 from hypothesis import given, strategies as st
