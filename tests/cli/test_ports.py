@@ -28,7 +28,10 @@ def test_a_port_in_use_is_not_given(monkeypatch):
         monkeypatch.setattr(children, "RANDOM_PORTS", (taken + 1000, 65535))
         monkeypatch.setattr(children, "_cursor", 0)                 # the search starts at the held port
         got = [free_port() for _ in range(1200)]                    # and goes round the span
-        assert taken not in got and taken + 1 in got
+        # Ports above the held one may be held by other processes too (they lie in the kernel's
+        # ephemeral range here): the walk starts past it, and comes round again without it.
+        assert taken not in got and taken < got[0] < taken + 1000
+        assert len(set(got)) < len(got)
 
 
 def test_with_no_room_below_the_range_any_free_port_is_given(tmp_path, monkeypatch):
