@@ -66,12 +66,17 @@ def test_a_silent_unit_is_killed_by_systemctl_then_restarted_and_given_up_past_t
     w, ran, events, clock = world
     w.heard(hb())
     w.tick()
-    clock.t += 1.6                                  # 3 heartbeats missed; our own CPU time moves,
-    w.policy.services["shard-0"].cpu_moved_at = 0   # ... so say it has not (a SIGSTOPped process)
-    w.mode.pids["shard-0"] = os.getpid()
-    actions = []
-    for _ in range(3):
-        actions += [a.kind for a in w.tick()]
+    clock.t += 1.6                                  # 3 heartbeats missed, and its CPU time
+    w.policy.services["shard-0"].cpu_moved_at = 0   # ... has not moved: a hung process, here a
+    hung = subprocess.Popen(["sleep", "60"])        # sleeping one (our own CPU time may tick on)
+    try:
+        w.mode.pids["shard-0"] = hung.pid
+        actions = []
+        for _ in range(3):
+            actions += [a.kind for a in w.tick()]
+    finally:
+        hung.kill()
+        hung.wait()
     assert actions == ["kill"]
     assert ran == [["systemctl", "kill", "--signal=SIGKILL", "--kill-whom=main",
                     "llmbus-shard@0.service"]]
