@@ -353,16 +353,16 @@ class Scheduler:
         # A stream decodes once it has a token and its whole history is computed (a sequence being
         # re-prefilled after a loss is prefill, not a pace to keep), or once a batch in flight
         # brings the token it samples: a first token on its way streams before this batch is done.
+        out = [c for chunks in self._inflight.values() for c in chunks.values()]
         if not any(s.num_generated and s.remaining == 1 for s in self._running.values()) and \
-                not any(c.sample for chunks in self._inflight.values() for c in chunks.values()):
+                not any(c.sample for c in out):
             return budget
         first_token = [s.submitted_at for s in itertools.chain(self._waiting, self._running.values())
                        if not s.num_generated]
         waited = self.clock() - min(first_token) if first_token else 0.0
         # A stream's next token waits for the batches already in flight too (their shards run
         # them first): the prefill they carry counts against this step's time.
-        in_flight = sum(len(c.token_ids) for chunks in self._inflight.values()
-                        for c in chunks.values() if len(c.token_ids) > 1)
+        in_flight = sum(len(c.token_ids) for c in out if len(c.token_ids) > 1)
         return prefill_budget(self._step_cost.estimate(), decodes, budget, cfg.pace_step_s,
                               cfg.pace_min_chunk, waited, cfg.pace_max_wait_s, in_flight)
 
