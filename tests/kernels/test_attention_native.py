@@ -26,7 +26,9 @@ def case(seed, s_=7, h=9, kvh=3, dh=64, page=16, num_pages=256, max_len=90):
 
 
 @pytest.mark.parametrize("seed,shape", [(0, {}), (1, dict(h=4, kvh=4, dh=32, page=8)), (2, dict(s_=16, h=8, kvh=2)),
-                                        (3, dict(dh=20, page=3, max_len=40))])
+                                        (3, dict(dh=20, page=3, max_len=40)),
+                                        # more heads than a block of scores takes at once (16), groups across its edge
+                                        (4, dict(s_=3, h=40, kvh=8)), (5, dict(s_=2, h=24, kvh=24, dh=128))])
 def test_matches_the_numpy_attention(seed, shape):
     q, kc, vc, table, lens, bias = case(seed, **shape)
     scale = F(1 / np.sqrt(q.shape[2]))

@@ -67,10 +67,11 @@ def test_attention_bits_do_not_depend_on_threads(isa):
 def test_attention_of_fewer_rows_than_threads_splits_heads_without_changing_bits(isa):
     # fewer rows than threads: each row's heads go in ranges, which at 4 threads cut through the
     # query heads of one KV head (9 heads in 4 ranges); one KV head of 4 query heads (gemma3's), a
-    # sliding window, and 2-3 rows
+    # sliding window, 2-3 rows, and 40 heads (scores go 16 heads at a time from a range's first)
     scale = np.float32(0.125)
     cases = [(case(30, s_=1, max_len=200), 0), (case(31, s_=1, h=4, kvh=1, dh=256, max_len=200), 64),
-             (case(32, s_=2, h=8, kvh=2, max_len=200), 0), (case(33, s_=3, max_len=200), 37)]
+             (case(32, s_=2, h=8, kvh=2, max_len=200), 0), (case(33, s_=3, max_len=200), 37),
+             (case(34, s_=1, h=40, kvh=8, max_len=200), 0)]       # ranges that start inside a block of 16 heads
     for (q, kc, vc, table, lens, _), window in cases:
         def attend():
             return an.attend_decode_paged(q, kc, vc, table, lens, scale, window)
