@@ -189,7 +189,12 @@ HOT void attend_tile(const job *j, int64_t s0, int64_t R, int64_t ref, int64_t h
                 continue;
             const float *qs = j->q + (s0 + r) * H * Dh;
             const int64_t *ar = at + (first[r] - lo) + c;
-            scores16_heads(p + r * H * hs + c, hs, qs, j->k, ar, Dh, h0, h1, G, j->scale);
+            float *pr = p + r * H * hs;
+            if (R == 1)           /* a row alone reads its keys from memory: slot by slot */
+                scores16_heads(pr + c, hs, qs, j->k, ar, Dh, h0, h1, G, j->scale);
+            else                  /* a tile's rows share each block in L1: head by head holds the sums in registers */
+                for (int64_t h = h0; h < h1; h++)
+                    scores16(pr + h * hs + c, qs + h * Dh, j->k + h / G * Dh, ar, Dh, j->scale);
         }
     for (int64_t r = 0; r < R; r++)
         for (int64_t h = h0; h < h1; h++)
