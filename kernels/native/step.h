@@ -8,9 +8,6 @@
 #define LB_STEP_API __attribute__((visibility("default")))
 #else
 #define LB_STEP_API
-/* After the step ran: written[pages[i]] = max(written[pages[i]], slots[i] + 1) for i < n. */
-LB_STEP_API void lb_mark_written(int32_t *written, const int64_t *pages, const int64_t *slots, int64_t n);
-
 #endif
 
 /* S sequences of one token each: pos, qlens, tokens (or NULL: hidden states come in) (S,); table
