@@ -8,7 +8,9 @@ native kernel, and dequantized float32 through OpenBLAS), single-stream decode t
 memory of the weights; the memory-bandwidth roofline for the weights as stored in the GGUF and
 single-stream decode's share of it; and llama.cpp's figures with our ratio to them. With
 --threads N > 1 it also times single-stream decode on 1 and N threads in alternating rounds, and
-holds each against what 1 and N threads read from memory at once (bench/bandwidth.py). --isa forces the
+holds each against what 1 and N threads read from memory at once (bench/bandwidth.py), and against
+the most N threads can gain on that memory: a token's stored bytes at the N threads' read bandwidth,
+over one thread's measured time (a VM whose threads share one thread's bandwidth caps it). --isa forces the
 native kernels' code path (quantized matmul and attention; `lb_set_isa`), and the header names it
 beside the llama.cpp build's own system info, so a comparison is read for one instruction set
 (bench/llamacpp_figures.py; install with `pip install .[bench]`). On a CPU whose CPUID shows AMX
@@ -236,6 +238,10 @@ def main() -> None:
         for n, rate, read in ((1, r["single_1thread"], bw["gemv"]), (args.threads, r["single_nthreads"], together)):
             print(f"  on {n} thread(s) a token streams the stored weights at {rate * stored / 1e9:.1f} GB/s: "
                   f"{rate * stored / read:.0%} of what {n} thread(s) read at once ({read / 1e9:.1f} GB/s)")
+        ceiling = together / stored / r["single_1thread"]
+        print(f"  the most {args.threads} threads can gain here: {ceiling:.2f}x (every byte of a token streamed at "
+              f"what {args.threads} threads read at once, nothing else on the clock); "
+              f"{args.threads} threads measured {gain / ceiling:.0%} of that gain")
     if isinstance(ref, str):
         print(ref)
     else:
