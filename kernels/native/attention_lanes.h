@@ -46,7 +46,7 @@
 #define EXP_P4 1.6666665459e-1f
 #define EXP_P5 5.0000001201e-1f
 
-/* One lane of exp16 below, for compilers without vector types: the same operations. */
+/* One lane of exp8 below, for compilers without vector types: the same operations. */
 HOT float exp_lane(float x)
 {
     float t = x * EXP_LOG2E + EXP_ROUND, n = t - EXP_ROUND;
@@ -93,13 +93,14 @@ HOT v8 fold8(v16 a)
     return lo + hi;
 }
 
-HOT float lanes_sum(v16 acc)
+HOT float lanes_sum8(v8 s8)          /* lanes_sum after its first step */
 {
-    v8 s8 = fold8(acc);
     v4 s4 = SHUF(s8, s8, 0, 1, 2, 3) + SHUF(s8, s8, 4, 5, 6, 7);
     v2 s2 = SHUF(s4, s4, 0, 1) + SHUF(s4, s4, 2, 3);
     return s2[0] + s2[1];
 }
+
+HOT float lanes_sum(v16 acc) { return lanes_sum8(fold8(acc)); }
 
 HOT float dot(const float *a, const float *b, int64_t n)
 {
@@ -130,69 +131,54 @@ HOT v8 fold1(v8 a, v8 b)            /* four keys each -> eight keys' sums */
     return SHUF(a, b, 0, 2, 4, 6, 8, 10, 12, 14) + SHUF(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
 }
 
-/* The rest of lanes_sum's tree for 16 keys, each already folded to 8 lanes (x[j]): their 16 sums. */
-HOT v16 fold16(const v8 x[16])
+typedef float v8u __attribute__((vector_size(32), aligned(4)));
+#define LOAD8(p) (*(const v8u *)(p))
+
+/* The rest of lanes_sum's tree for 16 keys, each already folded to 8 lanes (x[j]): their 16 sums,
+ * times scale, stored at out as two 8-lane halves. Never joined into one 16-lane value: on AVX-512
+ * GCC joins halves through the stack, two 32-byte stores read back by one 64-byte load, and on AVX2
+ * a 16-lane splat of scale is 16 scalar stores read back as two vectors; the store buffer forwards
+ * neither, and a 1024-token prompt's attention ran 6% (AVX-512) and 12% (AVX2) slower for them. */
+HOT void fold16_store(float *out, const v8 x[16], float scale)
 {
-    v8 y[8], z[4], s[2];
+    v8 y[8], z[4];
     for (int i = 0; i < 8; i++)
         y[i] = fold4(x[2 * i], x[2 * i + 1]);
     for (int i = 0; i < 4; i++)
         z[i] = fold2(y[2 * i], y[2 * i + 1]);
-    for (int i = 0; i < 2; i++)
-        s[i] = fold1(z[2 * i], z[2 * i + 1]);
-    v16 out;
-    memcpy(&out, s, sizeof out);
-    return out;
+    *(v8u *)out = fold1(z[0], z[1]) * scale;
+    *(v8u *)(out + 8) = fold1(z[2], z[3]) * scale;
 }
 
-/* dot(q, k + at[j], dh) for 16 keys j, dh a multiple of 16: the same lanes and tree, so the same
- * bits (but for the sign of a zero sum: lanes start at the first product, not at 0 + it). */
-HOT v16 dots16(const float *q, const float *k, const int64_t *at, int64_t dh)
+/* One key's 16 lanes of dot(q, a, dh), dh a multiple of 16, folded to 8 (lane j + lane j+8): lane j
+ * sums products j, j+16, ... in order. dh a constant (64, 128, 256) keeps 16-lane sums in registers;
+ * for any other (any), GCC keeps 16-lane sums in a loop of unknown length out of registers on AVX2
+ * (7x slower), so lanes 0-7 and 8-15 are summed as two 8-lane vectors, then added: the same bits. */
+HOT v8 key_lanes(const float *q, const float *a, int64_t dh, int any)
 {
-    v8 x[16];
-    for (int i = 0; i < 16; i++) {
-        const float *a = k + at[i];
-        v16 sa = LOAD(q) * LOAD(a);
-        for (int64_t d = LANES; d < dh; d += LANES)
-            sa += LOAD(q + d) * LOAD(a + d);
-        x[i] = fold8(sa);
-    }
-    return fold16(x);
-}
-
-/* dots16 for dh a run-time multiple of 16: each key's lanes 0-7 and 8-15 summed as two 8-lane
- * vectors, then added (fold8's first step), so the same bits. GCC keeps 16-lane sums in a loop of
- * unknown length out of registers on AVX2 (7x slower); it keeps these. */
-typedef float v8u __attribute__((vector_size(32), aligned(4)));
-#define LOAD8(p) (*(const v8u *)(p))
-HOT v16 dots16_any(const float *q, const float *k, const int64_t *at, int64_t dh)
-{
-    v8 x[16];
-    for (int i = 0; i < 16; i++) {
-        const float *a = k + at[i];
+    if (any) {
         v8u lo = LOAD8(q) * LOAD8(a), hi = LOAD8(q + 8) * LOAD8(a + 8);
         for (int64_t d = LANES; d < dh; d += LANES) {
             lo += LOAD8(q + d) * LOAD8(a + d);
             hi += LOAD8(q + d + 8) * LOAD8(a + d + 8);
         }
-        x[i] = lo + hi;
+        return lo + hi;
     }
-    return fold16(x);
+    v16 sa = LOAD(q) * LOAD(a);
+    for (int64_t d = LANES; d < dh; d += LANES)
+        sa += LOAD(q + d) * LOAD(a + d);
+    return fold8(sa);
 }
 
-/* 16 lanes as their two halves and back (by memcpy: see fold8). */
-HOT void halves(v16 a, v8 *lo, v8 *hi)
+/* dot(q, k + at[j], dh) * scale for 16 keys j: each key's lanes and lanes_sum's tree, so the bits of
+ * dot times scale (but for the sign of a zero sum: lanes start at the first product, not at 0 + it). */
+HOT void dots16_store(float *out, const float *q, const float *k, const int64_t *at, int64_t dh, int any,
+                      float scale)
 {
-    memcpy(lo, &a, sizeof *lo);
-    memcpy(hi, (const char *)&a + sizeof *lo, sizeof *hi);
-}
-
-HOT v16 join(v8 lo, v8 hi)
-{
-    v16 a;
-    memcpy(&a, &lo, sizeof lo);
-    memcpy((char *)&a + sizeof lo, &hi, sizeof hi);
-    return a;
+    v8 x[16];
+    for (int i = 0; i < 16; i++)
+        x[i] = key_lanes(q, k + at[i], dh, any);
+    fold16_store(out, x, scale);
 }
 
 /* exp_lane on 8 lanes. */
@@ -205,15 +191,6 @@ HOT v8 exp8(v8 x)
     u8 e = ((u8)t - 0x4B400000u + 127u) << 23;
     i8 res = (i8)(y * (v8)e);
     return (v8)(res & ~(x < EXP_LO));           /* comparisons give all-ones lanes where true */
-}
-
-/* exp_lane on 16 lanes, as two halves: GCC compares 16-lane vectors lane by lane in scalar code on
- * AVX2. */
-HOT v16 exp16(v16 x)
-{
-    v8 lo, hi;
-    halves(x, &lo, &hi);
-    return join(exp8(lo), exp8(hi));
 }
 #else
 HOT float dot(const float *a, const float *b, int64_t n)
@@ -236,15 +213,16 @@ HOT float dot(const float *a, const float *b, int64_t n)
 HOT void scores16(float *out, const float *q, const float *k, const int64_t *at, int64_t dh, float scale)
 {
 #ifdef LB_LANES_VECTOR
-    /* The models' head sizes as constants: GCC then keeps dots16's sums in registers. With dh a variable
-     * it did not (Gemma 3's 256 ran at 4 GFLOP/s, not 30, on AVX2): other sizes take dots16_any. */
+    /* The models' head sizes as constants: GCC then keeps key_lanes' sums in registers. With dh a
+     * variable it did not (Gemma 3's 256 ran at 4 GFLOP/s, not 30, on AVX2): other sizes go 8 lanes
+     * at a time (key_lanes' any). */
     switch (dh) {
-    case 64: *(v16 *)out = dots16(q, k, at, 64) * splat(scale); return;
-    case 128: *(v16 *)out = dots16(q, k, at, 128) * splat(scale); return;
-    case 256: *(v16 *)out = dots16(q, k, at, 256) * splat(scale); return;
+    case 64: dots16_store(out, q, k, at, 64, 0, scale); return;
+    case 128: dots16_store(out, q, k, at, 128, 0, scale); return;
+    case 256: dots16_store(out, q, k, at, 256, 0, scale); return;
     }
     if (dh % LANES == 0) {
-        *(v16 *)out = dots16_any(q, k, at, dh) * splat(scale);
+        dots16_store(out, q, k, at, dh, 1, scale);
         return;
     }
 #endif
@@ -253,23 +231,6 @@ HOT void scores16(float *out, const float *q, const float *k, const int64_t *at,
 }
 
 #ifdef LB_LANES_VECTOR
-/* dots16's lanes of one key before the tree, dh a constant (64, 128, 256) or, any, dots16_any's. */
-HOT v8 key_lanes(const float *q, const float *a, int64_t dh, int any)
-{
-    if (any) {
-        v8u lo = LOAD8(q) * LOAD8(a), hi = LOAD8(q + 8) * LOAD8(a + 8);
-        for (int64_t d = LANES; d < dh; d += LANES) {
-            lo += LOAD8(q + d) * LOAD8(a + d);
-            hi += LOAD8(q + d + 8) * LOAD8(a + d + 8);
-        }
-        return lo + hi;
-    }
-    v16 sa = LOAD(q) * LOAD(a);
-    for (int64_t d = LANES; d < dh; d += LANES)
-        sa += LOAD(q + d) * LOAD(a + d);
-    return fold8(sa);
-}
-
 #define HEADS_AT_ONCE 16
 HOT void heads_block(float *out, int64_t ostride, const float *q, const float *k, const int64_t *at,
                      int64_t dh, int any, int64_t h0, int64_t h1, int64_t g, float scale)
@@ -281,7 +242,7 @@ HOT void heads_block(float *out, int64_t ostride, const float *q, const float *k
             for (int64_t h = hb; h < he; h++)
                 x[h - hb][i] = key_lanes(q + h * dh, k + h / g * dh + at[i], dh, any);
         for (int64_t h = hb; h < he; h++)
-            *(v16 *)(out + h * ostride) = fold16(x[h - hb]) * splat(scale);
+            fold16_store(out + h * ostride, x[h - hb], scale);
     }
 }
 #endif
@@ -318,24 +279,24 @@ HOT void softmax16(float *p, int64_t len, int64_t npad)
     for (int64_t c = len; c < npad; c++)
         p[c] = -INFINITY;
 #ifdef LB_LANES_VECTOR
-    v16 sum = {0};
-    v8 m[2], b[2];                                /* 16 lanes as halves: see exp16 */
-    halves(LOAD(p), &m[0], &m[1]);
-    for (int64_t c = LANES; c < npad; c += LANES) {
-        halves(LOAD(p + c), &b[0], &b[1]);
-        for (int i = 0; i < 2; i++)
-            m[i] = (v8)(((i8)b[i] & (b[i] > m[i])) | ((i8)m[i] & ~(b[i] > m[i])));
-    }
+    /* 16 lanes as two 8-lane halves: GCC compares 16-lane vectors lane by lane in scalar code on AVX2,
+     * and joining halves into one 16-lane value stalls AVX-512 on the store buffer (fold16_store). */
+    v8 m[2] = {LOAD8(p), LOAD8(p + 8)}, sum[2] = {{0}, {0}};
+    for (int64_t c = LANES; c < npad; c += LANES)
+        for (int i = 0; i < 2; i++) {
+            const v8 b = LOAD8(p + c + 8 * i);
+            m[i] = (v8)(((i8)b & (b > m[i])) | ((i8)m[i] & ~(b > m[i])));
+        }
     float mx = m[0][0];
     for (int j = 1; j < LANES; j++)
         mx = m[j / 8][j % 8] > mx ? m[j / 8][j % 8] : mx;
-    const v16 mxv = splat(mx);
-    for (int64_t c = 0; c < npad; c += LANES) {
-        v16 e = exp16(LOAD(p + c) - mxv);
-        *(v16 *)(p + c) = e;
-        sum += e;
-    }
-    const v16 r = splat(1.0f / lanes_sum(sum));
+    for (int64_t c = 0; c < npad; c += LANES)
+        for (int i = 0; i < 2; i++) {
+            const v8 e = exp8(LOAD8(p + c + 8 * i) - mx);
+            *(v8u *)(p + c + 8 * i) = e;
+            sum[i] += e;
+        }
+    const v16 r = splat(1.0f / lanes_sum8(sum[0] + sum[1]));     /* lanes_sum of the 16 lanes */
     for (int64_t c = 0; c < npad; c += LANES)
         *(v16 *)(p + c) = LOAD(p + c) * r;
 #else
