@@ -64,3 +64,23 @@ def _timed(fn) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
+
+
+def pool_read_bandwidth(threads: int, rounds: int = 4) -> float | None:
+    """Bytes/s the native kernels' pool reads on `threads` threads, one stretch of ARRAY_BYTES each
+    (lb_pool_read: the way a decode step's matmuls split their weights), best of `rounds`; None
+    without the library. Unlike the numpy figures it involves no BLAS threads and no other
+    processes. The pool is left at the size it had."""
+    from kernels import native_lib  # noqa: PLC0415 - the bench runs without the library too
+
+    lib = native_lib.load()
+    if lib is None:
+        return None
+    buf = np.ones(ARRAY_BYTES, np.uint8)            # touched: no page faults in the timing
+    was = native_lib.threads()
+    native_lib.set_threads(threads)
+    try:
+        lib.lb_pool_read(buf.ctypes.data, buf.nbytes)
+        return buf.nbytes / min(_timed(lambda: lib.lb_pool_read(buf.ctypes.data, buf.nbytes)) for _ in range(rounds))
+    finally:
+        native_lib.set_threads(was)

@@ -8,9 +8,10 @@ native kernel, and dequantized float32 through OpenBLAS), single-stream decode t
 memory of the weights; the memory-bandwidth roofline for the weights as stored in the GGUF and
 single-stream decode's share of it; and llama.cpp's figures with our ratio to them. With
 --threads N > 1 it also times single-stream decode on 1 and N threads in alternating rounds, and
-holds each against what 1 and N threads read from memory at once (bench/bandwidth.py), and against
-the most N threads can gain on that memory: a token's stored bytes at the N threads' read bandwidth,
-over one thread's measured time (a VM whose threads share one thread's bandwidth caps it). --isa forces the
+holds each against what the kernels' pool reads from memory on 1 and N threads (bench/bandwidth.py,
+lb_pool_read), and against the most N threads can gain on that memory: a token's stored bytes at
+the N-thread read bandwidth, over one thread's measured time (a VM whose threads share little more
+than one thread's bandwidth caps it). --isa forces the
 native kernels' code path (quantized matmul and attention; `lb_set_isa`), and the header names it
 beside the llama.cpp build's own system info, so a comparison is read for one instruction set
 (bench/llamacpp_figures.py; install with `pip install .[bench]`). On a CPU whose CPUID shows AMX
@@ -61,7 +62,7 @@ from services.modelstore.weights import read_config  # noqa: E402
 from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
 from services.shard.inprocess import Chunk, PageAllocator, build_batch  # noqa: E402
 from services.shard.model import ShardModel  # noqa: E402
-from bench.bandwidth import read_bandwidth, read_bandwidth_together  # noqa: E402
+from bench.bandwidth import pool_read_bandwidth, read_bandwidth, read_bandwidth_together  # noqa: E402
 from bench.llamacpp_figures import SINGLE_ROUNDS, figures as llama_cpp_figures  # noqa: E402
 from kernels.qmatmul import available as qmatmul_available, set_isa  # noqa: E402
 from kernels import native_lib  # noqa: E402
@@ -171,6 +172,7 @@ def main() -> None:
     stored = sum(int(t.n_bytes) for t in reader.tensors)
     bw = read_bandwidth()
     together = read_bandwidth_together(args.threads) if args.threads > 1 else None
+    pool_read = {n: pool_read_bandwidth(n) for n in sorted({1, args.threads})}    # the kernels' own threads
     runs = {}
     for fmt in FORMATS:
         with tempfile.TemporaryDirectory() as tmp:
@@ -214,7 +216,9 @@ def main() -> None:
         line(f"prefill {n} tokens", f"prefill{n}", "tok/s", lambda x, n=n: x["prefill"][n])
     print(f"stored in GGUF: {stored / 2**20:.1f} MiB")
     print("read bandwidth: " + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in bw.items())
-          + (f"; {args.threads} threads at once (a gemv each): {together / 1e9:.1f} GB/s" if together else ""))
+          + (f"; {args.threads} threads at once (a gemv each): {together / 1e9:.1f} GB/s" if together else "")
+          + ("; the kernels' pool reads " + ", ".join(f"{v / 1e9:.1f} GB/s on {n} thread(s)" for n, v in pool_read.items())
+             if pool_read[1] else ""))
     print(f"roofline for weights as stored: {roof:.1f} tok/s ({best_bw / 1e9:.1f} GB/s / {stored / 1e6:.1f} MB); "
           + ", ".join(f"{f} single-stream is {runs[f]['single'] / roof:.0%} of it" for f in FORMATS))
     if "float32" in runs:
@@ -235,12 +239,14 @@ def main() -> None:
         print(f"single-stream decode ({FORMATS[0]}), rounds interleaved: {r['single_1thread']:.1f} tok/s on 1 thread, "
               f"{r['single_nthreads']:.1f} on {args.threads}: {gain:.2f}x (target on 2 free cores: 2 threads >= 1.7x; "
               f"{'met' if gain >= 1.7 else 'not met'})")
-        for n, rate, read in ((1, r["single_1thread"], bw["gemv"]), (args.threads, r["single_nthreads"], together)):
+        reads = {1: pool_read[1] or bw["gemv"], args.threads: pool_read[args.threads] or together}
+        how = "the kernels' pool reads" if pool_read[1] else "BLAS gemvs read"
+        for n, rate in ((1, r["single_1thread"]), (args.threads, r["single_nthreads"])):
             print(f"  on {n} thread(s) a token streams the stored weights at {rate * stored / 1e9:.1f} GB/s: "
-                  f"{rate * stored / read:.0%} of what {n} thread(s) read at once ({read / 1e9:.1f} GB/s)")
-        ceiling = together / stored / r["single_1thread"]
+                  f"{rate * stored / reads[n]:.0%} of what {how} on {n} thread(s) ({reads[n] / 1e9:.1f} GB/s)")
+        ceiling = reads[args.threads] / stored / r["single_1thread"]
         print(f"  the most {args.threads} threads can gain here: {ceiling:.2f}x (every byte of a token streamed at "
-              f"what {args.threads} threads read at once, nothing else on the clock); "
+              f"what {how} on {args.threads} threads, nothing else on the clock); "
               f"{args.threads} threads measured {gain / ceiling:.0%} of that gain")
     if isinstance(ref, str):
         print(ref)

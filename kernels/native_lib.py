@@ -32,6 +32,7 @@ SIGNATURES = {
     "lb_set_threads": (INT, [INT]),
     "lb_threads": (INT, []),
     "lb_pool_noop": (INT, [I64, I64]),
+    "lb_pool_read": (ctypes.c_uint64, [P, I64]),
 }
 
 _lib: ctypes.CDLL | None = None
