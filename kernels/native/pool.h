@@ -29,9 +29,10 @@ LB_POOL_API int lb_threads(void);
 /* calls empty parallel_fors of n_tasks (for bench/forward.py: the pool's cost per call); returns 0. */
 LB_POOL_API int lb_pool_noop(int64_t calls, int64_t n_tasks);
 
-/* Reads bytes of buf once, a contiguous stretch per thread of the pool (bench/bandwidth.py: the memory
- * ceiling of the kernels' threads); returns the sum of buf as little-endian uint64 words, then its
- * bytes past the last whole word (mod 2^64), so that the reads cannot be left out. */
+/* Reads bytes of buf (8-byte aligned) once, a contiguous stretch per thread of the pool
+ * (bench/bandwidth.py: the memory ceiling of the kernels' threads); returns the sum of buf as
+ * little-endian uint64 words, then its bytes past the last whole word (mod 2^64), so that the reads
+ * cannot be left out. */
 LB_POOL_API uint64_t lb_pool_read(const void *buf, int64_t bytes);
 
 #endif
