@@ -142,6 +142,22 @@ def pool_dispatch_us(calls: int = 20000) -> float:
     return (time.perf_counter() - t) / calls * 1e6
 
 
+POOL = "the kernels' pool reads"
+
+
+def thread_reads(bw: dict) -> tuple[dict, str]:
+    """Bytes/s read from memory on 1 and --threads threads, and how they were read: by the kernels'
+    own pool (bench.bandwidth.pool_read_bandwidth), or without the library by BLAS gemvs (the
+    N-thread figure from N processes at once)."""
+    pool = {n: pool_read_bandwidth(n) for n in sorted({1, args.threads})}
+    if pool[1] is not None:
+        return pool, POOL
+    reads = {1: bw["gemv"]}
+    if args.threads > 1:
+        reads[args.threads] = read_bandwidth_together(args.threads)
+    return reads, "BLAS gemvs read"
+
+
 def native_path() -> str:
     """Force the requested code path; say which one runs (a wider one than the CPU has falls back)."""
     if not qmatmul_available():
@@ -171,8 +187,7 @@ def main() -> None:
     TOKEN_IDS[1] = min(TOKEN_IDS[1], config.vocab_size)
     stored = sum(int(t.n_bytes) for t in reader.tensors)
     bw = read_bandwidth()
-    together = read_bandwidth_together(args.threads) if args.threads > 1 else None
-    pool_read = {n: pool_read_bandwidth(n) for n in sorted({1, args.threads})}    # the kernels' own threads
+    reads, how = thread_reads(bw)
     runs = {}
     for fmt in FORMATS:
         with tempfile.TemporaryDirectory() as tmp:
@@ -182,7 +197,7 @@ def main() -> None:
     ref = llama_cpp_figures(path, prompt, context=CONTEXT, steps=args.steps, threads=args.threads,
                             batches=BATCHES, prefills=PREFILLS)
     # The fastest read seen on this run's thread count: numpy's (BLAS on --threads threads) or the pool's.
-    best_bw = max([*bw.values(), pool_read[args.threads] or 0.0])
+    best_bw = max([*bw.values(), reads[args.threads] if how == POOL else 0.0])
     roof = best_bw / stored
 
     def line(name, key, unit, pick):
@@ -217,9 +232,8 @@ def main() -> None:
         line(f"prefill {n} tokens", f"prefill{n}", "tok/s", lambda x, n=n: x["prefill"][n])
     print(f"stored in GGUF: {stored / 2**20:.1f} MiB")
     print("read bandwidth: " + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in bw.items())
-          + (f"; {args.threads} threads at once (a gemv each): {together / 1e9:.1f} GB/s" if together else "")
-          + ("; the kernels' pool reads " + ", ".join(f"{v / 1e9:.1f} GB/s on {n} thread(s)" for n, v in pool_read.items())
-             if pool_read[1] else ""))
+          + (f"; {how} " + ", ".join(f"{v / 1e9:.1f} GB/s on {n} thread(s)" for n, v in reads.items())
+             if how == POOL or args.threads > 1 else ""))
     print(f"roofline for weights as stored: {roof:.1f} tok/s ({best_bw / 1e9:.1f} GB/s / {stored / 1e6:.1f} MB); "
           + ", ".join(f"{f} single-stream is {runs[f]['single'] / roof:.0%} of it" for f in FORMATS))
     if "float32" in runs:
@@ -240,8 +254,6 @@ def main() -> None:
         print(f"single-stream decode ({FORMATS[0]}), rounds interleaved: {r['single_1thread']:.1f} tok/s on 1 thread, "
               f"{r['single_nthreads']:.1f} on {args.threads}: {gain:.2f}x (target on 2 free cores: 2 threads >= 1.7x; "
               f"{'met' if gain >= 1.7 else 'not met'})")
-        reads = {1: pool_read[1] or bw["gemv"], args.threads: pool_read[args.threads] or together}
-        how = "the kernels' pool reads" if pool_read[1] else "BLAS gemvs read"
         for n, rate in ((1, r["single_1thread"]), (args.threads, r["single_nthreads"])):
             print(f"  on {n} thread(s) a token streams the stored weights at {rate * stored / 1e9:.1f} GB/s: "
                   f"{rate * stored / reads[n]:.0%} of what {how} on {n} thread(s) ({reads[n] / 1e9:.1f} GB/s)")
