@@ -60,6 +60,61 @@ def _reader(nbytes: int, rounds: int, start, results) -> None:
     results.put(took)
 
 
+def pool_read_arrays(arrays, threads: int, rounds: int = 4) -> float | None:
+    """Bytes/s the native kernels' pool reads `arrays` (numpy arrays, C-contiguous, 8-byte aligned),
+    each once in turn, one stretch a thread (lb_pool_read), best of `rounds`; None without the
+    library. Given a model's weights this is what a decode step's matmuls could stream from those
+    very pages: a file mapping of page-cache folios reads at its own rate, not at that of a fresh
+    anonymous buffer (here 4 KiB anonymous pages read ~25% slower on one thread than huge ones). The
+    pool is left at the size it had."""
+    from kernels import native_lib  # noqa: PLC0415 - the bench runs without the library too
+
+    lib = native_lib.load()
+    if lib is None:
+        return None
+    for a in arrays:
+        if not a.flags.c_contiguous or a.ctypes.data % 8:
+            raise ValueError(f"pool_read_arrays reads C-contiguous 8-byte aligned arrays, got {a.dtype}{a.shape}")
+    spans = [(a.ctypes.data, a.nbytes) for a in arrays]
+    total = sum(n for _, n in spans)
+
+    def read_all():
+        for at, n in spans:
+            lib.lb_pool_read(at, n)
+
+    was = native_lib.threads()
+    native_lib.set_threads(threads)
+    try:
+        read_all()
+        return total / min(_timed(read_all) for _ in range(rounds))
+    finally:
+        native_lib.set_threads(was)
+
+
+def weight_arrays(weights) -> list[np.ndarray]:
+    """The buffers a forward streams: each array of the shard's weights once (a tied head once), a
+    quantized matrix's blocks as stored."""
+    out, seen = [], set()
+
+    def add(a):
+        if isinstance(a, np.ndarray):
+            if id(a) not in seen:
+                seen.add(id(a))
+                out.append(a)
+        elif hasattr(a, "parts"):            # QRows
+            for p in a.parts:
+                add(p)
+        elif hasattr(a, "layers"):           # QLayers
+            for m in a.layers:
+                add(m)
+        else:                                # QStack, QMatrix
+            add(a.data)
+
+    for a in weights.arrays().values():
+        add(a)
+    return out
+
+
 def _timed(fn) -> float:
     t = time.perf_counter()
     fn()
