@@ -7,7 +7,10 @@ One sequence with a `--context`-token prompt in its cache decodes one token per 
 the same position (the KV slot is rewritten, so every step does the same work). Each op of the
 layers' Program is timed where it runs, between the others (kernels.program `time_ops`: the clock
 read in C around each op), and the output head (final norm and matmul) around its call; "the rest"
-is the forward minus both: embedding, the batch checks, the plan, RoPE tables, Python. With several
+is the forward minus both: embedding, the batch checks, the plan, RoPE tables, Python. The last line
+is not a part of the forward: the weights alone, the layers' matmuls back to back and then the head
+(on the same buffers, nothing else run between them), what a token costs where memory and the
+matmuls are all there is; its gain over threads bounds the forward's. With several
 thread counts the rounds alternate between them (a 2-core machine shared with others is noisy),
 each figure is the best round's, and the last column is the first count's time over the last's:
 how each part scales.
@@ -54,6 +57,7 @@ class HeadClock:
         runner.head = self
 
     def __call__(self, *args):
+        self.args = args                        # the last call's: the weights-alone timing repeats it
         t = time.perf_counter()
         try:
             return self._head(*args)
@@ -61,8 +65,9 @@ class HeadClock:
             self.seconds += time.perf_counter() - t
 
 
-def one_round(model, batch, program, head: HeadClock, reps: int) -> dict:
-    """ms per token of the forward, each kind of op, the head and the rest, over `reps` steps."""
+def one_round(model, batch, program, head: HeadClock, matmuls, reps: int) -> dict:
+    """ms per token of the forward, each kind of op, the head and the rest, over `reps` steps; then of
+    the weights alone: the layers' matmuls back to back and the head after them, nothing else."""
     program.op_ns[:] = 0
     head.seconds = 0.0
     t = time.perf_counter()
@@ -74,7 +79,15 @@ def one_round(model, batch, program, head: HeadClock, reps: int) -> dict:
         out[name] = out.get(name, 0.0) + ns / reps / 1e6
     out["head (norm + matmul)"] = head.seconds / reps * 1e3
     out["the rest (Python, embedding, plan)"] = forward - sum(v for k, v in out.items() if k != "forward")
+    t = time.perf_counter()
+    for _ in range(reps):
+        matmuls()
+        head._head(*head.args)
+    out[WEIGHTS_ALONE] = (time.perf_counter() - t) / reps * 1e3
     return out
+
+
+WEIGHTS_ALONE = "weights alone (matmuls + head)"
 
 
 def main() -> None:
@@ -94,13 +107,15 @@ def main() -> None:
     for _ in range(3):
         model.forward(batch)                                      # warm: pages touched, caches filled
     program = next(iter(model.runner.scratches[1].programs.values()))
+    matmuls = program.only("qmatmul")                             # untimed: its own buffers' ops
     program.time_ops()
     head = HeadClock(model.runner)
+    model.forward(batch)                                          # head.args: the call to repeat
     best: dict[int, dict] = {}
     for _ in range(args.rounds):                                  # interleaved: all see the same load
         for n in counts:
             native_lib.set_threads(n)
-            got = one_round(model, batch, program, head, args.reps)
+            got = one_round(model, batch, program, head, matmuls, args.reps)
             if n not in best or got["forward"] < best[n]["forward"]:
                 best[n] = got
     print(f"single-stream decode, context {args.context}, {len(program.names())} C ops per token in the "
