@@ -10,7 +10,9 @@ read in C around each op), and the output head (final norm and matmul) around it
 is the forward minus both: embedding, the batch checks, the plan, RoPE tables, Python. The last line
 is not a part of the forward: the weights alone, the layers' matmuls back to back and then the head
 (on the same buffers, nothing else run between them), what a token costs where memory and the
-matmuls are all there is; its gain over threads bounds the forward's. With several
+matmuls are all there is. The forward's gain over threads lies between this line's and that of
+the rest of its time (attention, norms, Python; mostly serial): below this line's wherever the rest
+gains less. With several
 thread counts the rounds alternate between them (a 2-core machine shared with others is noisy),
 each figure is the best round's, and the last column is the first count's time over the last's:
 how each part scales.
