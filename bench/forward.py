@@ -273,8 +273,8 @@ def main() -> None:
               f"{args.threads} threads measured {gain / ceiling:.0%} of that gain")
         if own:
             n, wb = args.threads, r["weights_bytes"]
-            print(f"  each round, the pool reading the model's own weight pages just before each decode (a VM's "
-                  f"memory and the placement of its threads change by the minute):")
+            print("  each round, the pool reading the model's own weight pages just before each decode (a VM's "
+                  "memory and the placement of its threads change by the minute):")
             for read1, one, read_n, many in r["rounds"]:
                 print(f"    weights read {read1 / 1e9:.1f} GB/s on 1 thread, {read_n / 1e9:.1f} on {n}; decode "
                       f"{one:.1f} tok/s on 1, {many:.1f} on {n}: {many / one:.2f}x, of at most "
