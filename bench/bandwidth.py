@@ -94,21 +94,23 @@ def pool_read_arrays(arrays, threads: int, rounds: int = 4) -> float | None:
 def weight_arrays(weights) -> list[np.ndarray]:
     """The buffers a forward streams: each array of the shard's weights once (a tied head once), a
     quantized matrix's blocks as stored."""
+    from kernels.qmatrix import QMatrix, QRows  # noqa: PLC0415 - only this helper needs the model's types
+    from services.modelstore.quantized import QLayers, QStack  # noqa: PLC0415
+
     out, seen = [], set()
 
     def add(a):
-        if isinstance(a, np.ndarray):
-            if id(a) not in seen:
-                seen.add(id(a))
-                out.append(a)
-        elif hasattr(a, "parts"):            # QRows
+        if isinstance(a, QRows):
             for p in a.parts:
                 add(p)
-        elif hasattr(a, "layers"):           # QLayers
+        elif isinstance(a, QLayers):
             for m in a.layers:
                 add(m)
-        else:                                # QStack, QMatrix
+        elif isinstance(a, (QStack, QMatrix)):
             add(a.data)
+        elif id(a) not in seen:
+            seen.add(id(a))
+            out.append(a)
 
     for a in weights.arrays().values():
         add(a)
@@ -126,16 +128,5 @@ def pool_read_bandwidth(threads: int, rounds: int = 4) -> float | None:
     (lb_pool_read: the way a decode step's matmuls split their weights), best of `rounds`; None
     without the library. Unlike the numpy figures it involves no BLAS threads and no other
     processes. The pool is left at the size it had."""
-    from kernels import native_lib  # noqa: PLC0415 - the bench runs without the library too
-
-    lib = native_lib.load()
-    if lib is None:
-        return None
     buf = np.ones(ARRAY_BYTES, np.uint8)            # touched: no page faults in the timing
-    was = native_lib.threads()
-    native_lib.set_threads(threads)
-    try:
-        lib.lb_pool_read(buf.ctypes.data, buf.nbytes)
-        return buf.nbytes / min(_timed(lambda: lib.lb_pool_read(buf.ctypes.data, buf.nbytes)) for _ in range(rounds))
-    finally:
-        native_lib.set_threads(was)
+    return pool_read_arrays([buf], threads, rounds)

@@ -272,13 +272,13 @@ def main() -> None:
               f"what {how} on {args.threads} threads, nothing else on the clock); "
               f"{args.threads} threads measured {gain / ceiling:.0%} of that gain")
         if own:
-            n, wb = args.threads, r["weights_bytes"]
+            n = args.threads
             print("  each round, the pool reading the model's own weight pages just before each decode (a VM's "
                   "memory and the placement of its threads change by the minute):")
             for read1, one, read_n, many in r["rounds"]:
                 print(f"    weights read {read1 / 1e9:.1f} GB/s on 1 thread, {read_n / 1e9:.1f} on {n}; decode "
                       f"{one:.1f} tok/s on 1, {many:.1f} on {n}: {many / one:.2f}x, of at most "
-                      f"{read_n / wb / one:.2f}x ({many / one / (read_n / wb / one):.0%})")
+                      f"{read_n / stored / one:.2f}x ({many * stored / read_n:.0%})")
     if isinstance(ref, str):
         print(ref)
     else:
