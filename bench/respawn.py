@@ -26,7 +26,7 @@ import wire  # noqa: E402
 from bus.client import RpcClient  # noqa: E402
 from bus.errors import BusError  # noqa: E402
 from bus.sockets import SUBSCRIPTIONS, endpoint, make_socket  # noqa: E402
-from services.cli.children import Children, free_port  # noqa: E402
+from services.health.processes import Children, free_port  # noqa: E402
 from services.modelstore.pull import pull  # noqa: E402
 
 

@@ -39,10 +39,6 @@ class PeerEntry:
     def rpc_endpoint(self) -> str:
         return f"tcp://{self.host}:{self.rpc_port}"
 
-    @property
-    def pub_endpoint(self) -> str:
-        return f"tcp://{self.host}:{self.pub_port}"
-
 
 class LivenessTable:
     """Entries keyed by service name; one epoch per name, the newest wins."""

@@ -27,14 +27,12 @@ class Result:
     finish_reason: str | None = None   # the scheduler's: stop, length, repeated_line_loop, cancelled
     stop_string: str | None = None
     started_at: float = field(default_factory=time.perf_counter)
-    admitted_at: float | None = None
     first_token_at: float | None = None
     done_at: float | None = None
 
     def add(self, ev: Any) -> None:
         """Take one scheduler event; a request that failed raises its GatewayError."""
         if isinstance(ev, Started):
-            self.admitted_at = time.perf_counter()
             self.prompt_tokens = ev.prompt_tokens
         elif isinstance(ev, Tokens):
             if self.first_token_at is None:

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .tensor import dtype_name
+from .dtypes import dtype_name
 
 RAW_DTYPES = frozenset({"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                         "int64", "uint64", "float16", "float32", "float64"})

@@ -12,23 +12,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-
-_DTYPE_NAMES: dict[np.dtype, str] = {}
-
-
-def dtype_name(dtype: np.dtype) -> str:
-    """str(dtype), which takes numpy ~10 us, remembered per dtype (a message makes several)."""
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype)
-    return name
+from .codecs import CODECS
+from .dtypes import dtype_name
 
 
 class Tensor:
     __slots__ = ("codec", "shape", "dtype", "meta", "_array", "_buffers")
 
     def __init__(self, array: np.ndarray, codec: str = "raw"):
-        from .codecs import CODECS
         if codec not in CODECS:
             raise ValueError(f"unknown codec {codec!r}; known: {', '.join(CODECS)}")
         self.codec = codec
@@ -49,7 +40,6 @@ class Tensor:
     def array(self) -> np.ndarray:
         """The values, decoded from the wire if this tensor was received."""
         if self._array is None:
-            from .codecs import CODECS
             self._array = CODECS[self.codec].decode(self.meta, self.dtype, self.shape, self._buffers)
         return self._array
 

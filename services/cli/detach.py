@@ -9,8 +9,7 @@ import subprocess
 import sys
 import time
 
-from .children import private_cluster
-from .stacks import alive, running, runtime_dir
+from .stacks import alive, private_cluster, running, runtime_dir
 
 
 def detach(args: argparse.Namespace, ready_timeout: float = 900.0) -> int:

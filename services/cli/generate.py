@@ -53,7 +53,9 @@ async def _generate(args) -> int:
     from wire.messages.sampling import SamplingParams
     from wire.messages.shard import Forward, RouteStage
 
-    from .children import Children, free_port, private_cluster
+    from services.health.processes import Children, free_port
+
+    from .stacks import private_cluster
     from .ranges import split_layers
 
     model = args.model or pull(quiet=False)

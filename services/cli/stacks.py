@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
+
+
+def private_cluster() -> str:
+    """A cluster name of its own, for a stack on this machine that no other should answer."""
+    return f"local-{uuid.uuid4().hex[:8]}"
 
 
 def runtime_dir(env: dict | None = None) -> Path:

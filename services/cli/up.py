@@ -4,7 +4,7 @@ Runs the health watcher (services/health, `health-0` on the bus) in this process
 `children`: it starts a tokenizer, N shard runners over contiguous layer ranges, a scheduler and
 the HTTP gateway, each its own process that dies with this one, and once the stack is ready kills
 a child that stops heartbeating or stalls, starts again one that exits (with back-off; a
-respawn forks from a warm fork server, services/cli/forkserver.py, on the same RPC and PUB
+respawn forks from a warm fork server, services/health/forkserver.py, on the same RPC and PUB
 ports), and gives up on one that keeps failing (`health.service_failed`); the scheduler carries
 its requests through. They find each other as static peers on loopback (no multicast needed). `llmbus chat`
 finds the stack through a small file in the runtime folder.
@@ -97,15 +97,15 @@ async def _up(args) -> int:
     from bus.cli_args import cluster_key
     from bus.config import BusConfig, ServiceConfig
     from services.health.children import ChildrenMode
+    from services.health.processes import Children, free_port
     from services.health.cli import policy_config
     from services.health.service import HealthService, HealthServiceConfig
     from services.modelstore.pull import pull
     from services.modelstore.gguf_meta import read_metadata
 
     from services.shard.cli import default_threads
-    from .children import Children, free_port, private_cluster
     from .ranges import head_cost_in_layers, split_layers
-    from .stacks import register, runtime_dir
+    from .stacks import private_cluster, register, runtime_dir
 
     key = cluster_key(args)        # a bad key file fails before anything starts
     model = (args.model or pull(quiet=False)).resolve()

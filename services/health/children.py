@@ -16,7 +16,7 @@ class ChildrenMode:
     name = "children"
 
     def __init__(self, kids, specs: dict[str, list[str]], stop_first: tuple[str, ...] = ()):
-        self.kids = kids                  # services.cli.children.Children
+        self.kids = kids                  # processes.Children
         self.specs = dict(specs)          # name -> `llmbus` arguments
         self.stop_first = stop_first      # stopped (and drained) before the others
 

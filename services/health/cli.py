@@ -49,9 +49,8 @@ def build(args: argparse.Namespace, config):
     from pathlib import Path
 
     from bus.machine import machine_id
-    from services.cli.children import Children
-
     from .children import ChildrenMode
+    from .processes import Children
     from .service import HealthService, HealthServiceConfig
     from .systemd import SystemdMode
 

@@ -41,8 +41,3 @@ def parse_stat(stat: bytes) -> ProcSample | None:
     except (IndexError, ValueError):
         return None
 
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds `pid` has used; None if it is gone or /proc is not there."""
-    s = sample(pid)
-    return s.cpu_s if s is not None else None

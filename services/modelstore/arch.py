@@ -45,7 +45,3 @@ ARCHITECTURES = {a.name: a for a in (
     Architecture("phi3", rope_pairing="neox", fused_qkv="attn_qkv", gate_up_names=("ffn_up",)),
 )}
 
-
-def architecture(name: str) -> Architecture:
-    """The description of a supported architecture; KeyError otherwise (gguf_config names it)."""
-    return ARCHITECTURES[name]

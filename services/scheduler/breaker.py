@@ -97,9 +97,6 @@ class Breakers:
             s.tripped, s.why, s.cooldown = False, "", 0.0
             s.failed_at.clear()
 
-    def forget(self, key: str) -> None:
-        self._s.pop(key, None)
-
     def info(self, key: str, now: float) -> dict:
         s = self._s.get(key) or _State()
         out = {"state": self.state(key, now), "opens": s.opens,

@@ -79,7 +79,6 @@ class Driver:
         self.wake = asyncio.Event()
         self.counters: Counter[str] = Counter()
         self.timing: Counter[str] = Counter()      # summed milliseconds
-        self.pipeline: list[Stage] = []
         self._seen: tuple | None = None          # signature the KV on the shards belongs to
         self._failed: tuple | None = None        # signature a batch last failed against
         # The pipeline the KV computed since the last recovery lives on; None while nothing was
@@ -138,7 +137,7 @@ class Driver:
             return
         if self._seen is not None and sig != self._seen:
             self._pipeline_changed(sig)
-        self._seen, self.pipeline = sig, chain
+        self._seen = sig
         while (plan := self.policy.schedule()) is not None:
             try:
                 # Built now, while every planned request still has its stream (a cancel may come

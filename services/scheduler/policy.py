@@ -268,7 +268,6 @@ class Scheduler:
 
     def _requeue_after_loss(self, seq: Sequence) -> None:
         seq.busy_batch = None  # its in-flight result, if it ever comes, is ignored
-        seq.recoveries += 1
         seq.refilling = True
         self._preempt(seq)
 

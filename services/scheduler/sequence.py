@@ -47,7 +47,6 @@ class Sequence:
         self.status = Status.WAITING
         self.busy_batch: int | None = None  # id of the in-flight micro-batch holding it
         self.deadline = deadline       # on the policy's clock; None: none
-        self.recoveries = 0
         self.refilling = False         # its KV was lost: re-prefilled at the pace of recoveries
         self.solo = False              # runs alone: a batch holding it was refused as a whole
         self.retries = 0               # unusable results of its chunks in a row

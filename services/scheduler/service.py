@@ -153,7 +153,6 @@ class SchedulerService(Service):
                              self.sched.batch_timeout, unserved_budget_s=self.sched.unserved_budget_s,
                              describe_gap=self._describe_gap,
                              on_batch=lambda step_s, error: self._batch_ended(lane, step_s, error))
-        lane.driver.pipeline = chain
         self._tasks.append(asyncio.get_running_loop().create_task(lane.driver.run()))
         log.info("pipeline %s: %d pages of %d tokens", name, num_pages, page_size)
         return lane

@@ -9,7 +9,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from services.cli.children import free_port  # noqa: F401  (re-exported for the tests)
+from services.health.processes import free_port  # noqa: F401  (re-exported for the tests)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import zmq.asyncio
 
 from bus.config import BusConfig
 from bus.directory import Directory
-from services.cli.children import free_port
+from services.health.processes import free_port
 
 from ..waiting import until
 from .procs import ROOT, cli, env, unique_cluster

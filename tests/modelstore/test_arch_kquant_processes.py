@@ -17,8 +17,8 @@ import zmq.asyncio
 from bus.config import BusConfig
 from bus.directory import Directory
 from bus.peers import Peers
-from services.cli.children import child_env
-from services.cli.forked import ForkServer
+from services.health.processes import child_env
+from services.health.forked import ForkServer
 from services.shard.service import weight_format
 from tests.bus.procs import env, unique_cluster
 from tests.engine.arch_gguf import KSPECS, VOCAB

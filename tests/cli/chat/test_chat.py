@@ -112,7 +112,7 @@ def test_without_a_stack_it_says_how_to_start_one(tmp_path):
 
 
 def test_a_scheduler_address_where_nothing_answers_is_one_clear_line(stack, tmp_path):
-    from services.cli.children import free_port
+    from services.health.processes import free_port
     r = chat(stack.env, "--scheduler", f"127.0.0.1:{free_port()}", "hi", timeout=30)
     assert r.returncode == 1
     assert len(r.stderr.splitlines()) == 1 and "nothing answers at 127.0.0.1:" in r.stderr

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from services.cli.children import Children, child_env, forkable
-from services.cli.forked import ForkServer, ForkServerGone
+from services.health.processes import Children, child_env, forkable
+from services.health.forked import ForkServer, ForkServerGone
 from tests.bus.procs import env, unique_cluster
 from tests.waiting import until_sync
 

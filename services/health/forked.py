@@ -1,4 +1,4 @@
-"""The watcher's side of the fork server (services/cli/forkserver.py): start it, ask it for a
+"""The watcher's side of the fork server (services/health/forkserver.py): start it, ask it for a
 child, and hold each child as a `Forked`, which answers like the subprocess.Popen of a child
 started the usual way (pid, poll, wait, send_signal, kill, returncode)."""
 
@@ -53,7 +53,7 @@ class ForkServer:
     """One warm fork server, started with the children's environment."""
 
     def __init__(self, env: dict[str, str], preexec_fn=None):
-        self._proc = subprocess.Popen([sys.executable, "-m", "services.cli.forkserver"],
+        self._proc = subprocess.Popen([sys.executable, "-m", "services.health.forkserver"],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                       preexec_fn=preexec_fn)
         self._cond = threading.Condition()

@@ -1,4 +1,8 @@
-"""Child service processes that die with their parent and stop cleanly on request."""
+"""Child service processes that die with their parent and stop cleanly on request: what the
+health watcher supervises in mode `children` (`llmbus up` runs its stack that way).
+
+A child runs `llmbus ARGS` (the program `python -m services.cli` runs, named below as a string:
+the watcher starts the command line, it does not import it)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +20,8 @@ from bus.sockets import RANDOM_PORTS
 from .forked import Forked, ForkServer, ForkServerGone
 
 
+# The program a child runs: `llmbus`, as `python -m services.cli`.
+LLMBUS = "services.cli"
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_PORT = 10000
 
@@ -64,11 +69,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def private_cluster() -> str:
-    return f"local-{uuid.uuid4().hex[:8]}"
-
-
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # Linux: the child gets SIGTERM when the parent dies, however it dies.
     try:
         import ctypes
@@ -116,9 +117,9 @@ class Children:
         if p is None:
             out = open(log, "ab") if log is not None else subprocess.DEVNULL
             try:
-                p = subprocess.Popen([sys.executable, "-m", "services.cli", *args], stdout=out,
+                p = subprocess.Popen([sys.executable, "-m", LLMBUS, *args], stdout=out,
                                      stderr=subprocess.STDOUT, env=child_env(),
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=die_with_parent)
             finally:
                 if log is not None:
                     out.close()         # the child holds its own copy
@@ -134,7 +135,7 @@ class Children:
         """Start the fork server (it warms up in the background; until then, and if it fails,
         children start as new interpreters)."""
         if self.forks is None and hasattr(os, "fork") and os.path.isdir("/proc/self/task"):
-            self.forks = ForkServer(child_env(), preexec_fn=_die_with_parent)
+            self.forks = ForkServer(child_env(), preexec_fn=die_with_parent)
 
     def respawn(self, name: str) -> subprocess.Popen | Forked:
         return self.start(name, self.specs[name])

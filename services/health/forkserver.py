@@ -1,4 +1,4 @@
-"""A warm start for respawned children: `python -m services.cli.forkserver` imports what the
+"""A warm start for respawned children: `python -m services.health.forkserver` imports what the
 services import, then forks one child per request, each running `llmbus ARGS` as a fresh
 `python -m services.cli ARGS` would, less the ~1 s (several on a loaded machine) of imports.
 
@@ -15,9 +15,12 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import runpy
 import selectors
 import signal
 import sys
+
+from .processes import LLMBUS, die_with_parent
 
 # What `llmbus run KIND` imports before its first heartbeat, for every kind `llmbus up` runs.
 WARM = ("services.cli", "services.cli.run", "bus.service", "services.shard.cli",
@@ -93,14 +96,13 @@ def say(fd: int, reply: dict) -> None:
     os.write(fd, json.dumps(reply).encode() + b"\n")
 
 
-def become_child(request: dict) -> list[str]:
-    """In the forked child: the signals, files and process state of a fresh `llmbus` process;
-    returns its arguments."""
-    from services.cli.children import _die_with_parent
+def become_child(request: dict) -> None:
+    """In the forked child: the signals, files, process state and arguments of a fresh `llmbus`
+    process."""
     for sig in (signal.SIGCHLD, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    _die_with_parent()
+    die_with_parent()
     null = os.open(os.devnull, os.O_RDWR)
     out = (os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
            if request.get("log") else null)
@@ -111,17 +113,14 @@ def become_child(request: dict) -> list[str]:
     # numpy's legacy global generator was seeded once, in the fork server: not shared by siblings.
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()
-    args = list(request["args"])
-    sys.argv = [os.path.join(os.path.dirname(__file__), "__main__.py"), *args]
-    return args
+    sys.argv = ["llmbus", *request["args"]]
 
 
 def main() -> int:
     # Ctrl-C reaches the whole process group: the watcher stops its children itself, and this
     # process ends when the watcher closes its requests.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from services.cli.children import _die_with_parent
-    _die_with_parent()
+    die_with_parent()
     replies = os.dup(1)
     os.dup2(2, 1)            # anything an import prints goes to stderr, not into the replies
     try:
@@ -132,8 +131,10 @@ def main() -> int:
     request = serve(0, replies)
     if request is None:
         return 0
-    from services.cli import main as llmbus
-    return llmbus(become_child(request))
+    become_child(request)
+    # As `python -m services.cli ARGS` runs it; it ends the process with the command's status.
+    runpy.run_module(LLMBUS, run_name="__main__", alter_sys=True)
+    return 0
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ below where port-0 binds land; a process hands out none twice."""
 
 import socket
 
-from services.cli import children
-from services.cli.children import ephemeral_range, free_port
+from services.health import processes as children
+from services.health.processes import ephemeral_range, free_port
 
 
 def test_free_ports_lie_below_the_ephemeral_range_and_can_be_bound(monkeypatch):
