@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 from services.modelstore.pull import pull  # noqa: E402
 from services.modelstore.weight_cache import load_weights  # noqa: E402
 from services.modelstore.weights import read_config  # noqa: E402
-from services.scheduler import Request, SampledToken, Scheduler, SchedulerConfig  # noqa: E402
+from services.scheduler.batching import Request, SampledToken, Scheduler, SchedulerConfig  # noqa: E402
 from services.shard.batch import ForwardBatch  # noqa: E402
 from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
 from services.shard.model import ShardModel  # noqa: E402

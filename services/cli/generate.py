@@ -56,7 +56,7 @@ async def _generate(args) -> int:
     from services.health.processes import Children, free_port
 
     from .stacks import private_cluster
-    from .ranges import split_layers
+    from services.scheduler.placement.policy import split_layers
 
     model = args.model or pull(quiet=False)
     meta = read_metadata(model)

@@ -102,7 +102,7 @@ def key_file(args: argparse.Namespace) -> str:
 def shard_ranges(args: argparse.Namespace, model: Path) -> list[tuple[int, int]]:
     from services.shard.cli import parse_layers
 
-    from .ranges import head_cost_in_layers, split_layers
+    from services.scheduler.placement.policy import head_cost_in_layers, split_layers
     if args.layers:
         try:
             return [parse_layers(spec) for spec in args.layers]

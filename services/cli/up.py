@@ -104,7 +104,7 @@ async def _up(args) -> int:
     from services.modelstore.gguf_meta import read_metadata
 
     from services.shard.cli import default_threads
-    from .ranges import head_cost_in_layers, split_layers
+    from services.scheduler.placement.policy import head_cost_in_layers, split_layers
     from .stacks import private_cluster, register, runtime_dir
 
     key = cluster_key(args)        # a bad key file fails before anything starts

@@ -4,7 +4,7 @@ and streams each request's tokens back to its caller.
 At start it finds a tokenizer and a whole shard pipeline of one model on the bus, takes the
 vocabulary's bytes (so that it decodes text itself) and the KV page geometry of the shards,
 and builds the pure policy (`Scheduler`) over them. `Driver` runs the policy; replicas of the
-ranges make further pipelines, each with its own policy and driver (`lanes.py`); this file holds
+ranges make further pipelines, each with its own policy and driver (`pipelines/replicas.py`); this file holds
 the bus handlers.
 """
 
@@ -28,21 +28,20 @@ from wire.messages.sampling import SamplingParams
 from wire.messages.shard import Forward, ForwardFailed, ForwardReply, ForwardResult
 from wire.messages.tokenizer import Encode, InfoRequest, Render, VocabRequest
 
-from .admission import check_sampling
-from .config import SchedulerConfig
-from .breaker import Breakers
-from .direct import DirectReplies
-from .driver import Driver
-from .errors import BadRequest, QueueFull
-from .failed_ranges import FAILED_TOPIC, FailedRanges
-from .hops import HopStats
-from .lanes import Lane, Lanes
-from .pipeline import Stage, explain_missing, find_gap
-from .pipelines import assign_pipelines, assignment_key
-from .placer import Placer
-from .policy import Scheduler
-from .sequence import Request
-from .streams import RequestStream, StreamEvent
+from .batching.admission import check_sampling
+from .batching.config import SchedulerConfig
+from .batching.errors import BadRequest, QueueFull
+from .batching.policy import Scheduler
+from .batching.sequence import Request
+from .pipelines.breaker import Breakers
+from .pipelines.chains import Stage, assign_pipelines, assignment_key, explain_missing, find_gap
+from .pipelines.direct import DirectReplies
+from .pipelines.driver import Driver
+from .pipelines.failed_ranges import FAILED_TOPIC, FailedRanges
+from .pipelines.hops import HopStats
+from .pipelines.replicas import Pipeline, Pipelines
+from .pipelines.streams import RequestStream, StreamEvent
+from .placement.placer import Placer
 
 log = logging.getLogger("llmbus.scheduler")
 
@@ -82,10 +81,10 @@ class SchedulerService(Service):
         super().__init__(config, ctx)
         self.sched = sched or SchedulerServiceConfig()
         self.model = self.sched.model
-        self.lanes: Lanes | None = None     # the pipelines: a policy and a driver each
+        self.pipelines: Pipelines | None = None     # the pipelines: a policy and a driver each
         self._ctx_len = 0                   # context of every pipeline's requests
         self._tok_info = None               # the tokenizer's InfoReply: vocabulary, EOS ids
-        self._arrivals = itertools.count()  # shared by the lanes' policies (order of arrival)
+        self._arrivals = itertools.count()  # shared by the pipelines' policies (order of arrival)
         self.requests: dict[str, RequestStream] = {}
         self.token_bytes: list[bytes] = []
         self.failed_ranges = FailedRanges()
@@ -114,8 +113,8 @@ class SchedulerService(Service):
             self.token_bytes.extend(page.token_bytes)
         # Shards without --layers wait for a range: the placer gives them one from here on.
         self.placer = Placer(self.directory, self._forward, lambda: self.model,
-                             idle=lambda: self.lanes is None or self.lanes.idle(),
-                             wake=lambda: self.lanes is not None and self.lanes.wake(),
+                             idle=lambda: self.pipelines is None or self.pipelines.idle(),
+                             wake=lambda: self.pipelines is not None and self.pipelines.wake(),
                              served=self._batches_done,
                              idle_timeout=self.sched.batch_timeout)
         self._tasks.append(asyncio.get_running_loop().create_task(self.placer.run()))
@@ -124,14 +123,14 @@ class SchedulerService(Service):
         pool = min(s.num_pages * s.page_size for s in chain)
         self._ctx_len = min(c for c in (self.sched.context_length, info.context_length, pool) if c > 0)
         self._tok_info = info
-        lanes = Lanes(self._assign, self._make_lane, Breakers(), time.monotonic)
-        lanes.refresh()
-        self.lanes = lanes
-        self._tasks.append(asyncio.get_running_loop().create_task(self._watch_lanes()))
+        pipelines = Pipelines(self._assign, self._make_pipeline, Breakers(), time.monotonic)
+        pipelines.refresh()
+        self.pipelines = pipelines
+        self._tasks.append(asyncio.get_running_loop().create_task(self._watch_pipelines()))
         log.info("serving %s over %s (context %d)", self.model,
-                 [lane.shards for lane in lanes], self._ctx_len)
+                 [pipeline.shards for pipeline in pipelines], self._ctx_len)
 
-    def _make_lane(self, name: str, chain: list[Stage]) -> Lane:
+    def _make_pipeline(self, name: str, chain: list[Stage]) -> Pipeline:
         """A policy over this pipeline's KV pages and a driver running it."""
         sizes = {s.page_size for s in chain}
         if len(sizes) != 1:
@@ -147,55 +146,55 @@ class SchedulerService(Service):
             vocab_size=info.vocab_size, eos_ids=frozenset(info.eot_ids),
             pace_step_s=self.sched.pace_step_s, pace_max_wait_s=self.sched.pace_max_wait_s,
             token_bytes=tuple(self.token_bytes)), arrivals=self._arrivals)
-        lane = Lane(name, policy)
-        lane.driver = Driver(policy, self.requests, self._forward,
-                             lambda: self.lanes.chain_of(lane) if self.lanes else chain,
+        pipeline = Pipeline(name, policy)
+        pipeline.driver = Driver(policy, self.requests, self._forward,
+                             lambda: self.pipelines.chain_of(pipeline) if self.pipelines else chain,
                              self.sched.batch_timeout, unserved_budget_s=self.sched.unserved_budget_s,
                              describe_gap=self._describe_gap,
-                             on_batch=lambda step_s, error: self._batch_ended(lane, step_s, error))
-        self._tasks.append(asyncio.get_running_loop().create_task(lane.driver.run()))
+                             on_batch=lambda step_s, error: self._batch_ended(pipeline, step_s, error))
+        self._tasks.append(asyncio.get_running_loop().create_task(pipeline.driver.run()))
         log.info("pipeline %s: %d pages of %d tokens", name, num_pages, page_size)
-        return lane
+        return pipeline
 
-    def _batch_ended(self, lane: Lane, step_s: float | None, error: str) -> None:
+    def _batch_ended(self, pipeline: Pipeline, step_s: float | None, error: str) -> None:
         """A served batch is progress even when it gives no token (a long prompt's prefill
         chunks): the health watcher's stall rule must not take a scheduler waiting on shards
         through a long prefill for a hung one."""
         if not error:
             self.progress += 1
-        if self.lanes is not None:
-            self.lanes.observe(lane, step_s, error)
+        if self.pipelines is not None:
+            self.pipelines.observe(pipeline, step_s, error)
 
-    async def _watch_lanes(self) -> None:
-        """Lanes that lost their pipeline hand their sequences over; new replicas become lanes."""
+    async def _watch_pipelines(self) -> None:
+        """Pipelines that lost their chain hand their sequences over; new replicas become pipelines."""
         while True:
             await asyncio.sleep(0.2)
             try:
-                self.lanes.refresh()
-                self.lanes.rebalance()
-                for entry in self.lanes.changes():   # `busctl monitor` shows them
+                self.pipelines.refresh()
+                self.pipelines.rebalance()
+                for entry in self.pipelines.changes():   # `busctl monitor` shows them
                     self.publish(PIPELINE_TOPIC, Event(topic=PIPELINE_TOPIC, service=self.name,
                                                        data=entry))
             except Exception:  # a bug here must not stop the watch
                 log.exception("looking at the pipelines failed")
-                self.counters["lane_errors"] += 1
+                self.counters["pipeline_errors"] += 1
 
     def _batches_done(self) -> int:
-        if self.lanes is None:
+        if self.pipelines is None:
             return 0
-        return sum(lane.driver.counters["batches_done"] for lane in self.lanes if lane.driver)
+        return sum(p.driver.counters["batches_done"] for p in self.pipelines if p.driver)
 
     async def on_stop(self) -> None:
         # Past the drain timeout: what is still running ends with a reason, not a silent close.
-        if self.lanes is not None:
-            for out in self.lanes.fail_all("the scheduler stopped before this request finished"):
+        if self.pipelines is not None:
+            for out in self.pipelines.fail_all("the scheduler stopped before this request finished"):
                 if (stream := self.requests.get(out.request_id)) is not None:
                     stream.deliver(StreamEvent(out))
             if self._inflight:
                 await asyncio.wait(self._inflight, timeout=1.0)
-            for lane in self.lanes:
-                if lane.driver is not None:
-                    await lane.driver.stop()
+            for pipeline in self.pipelines:
+                if pipeline.driver is not None:
+                    await pipeline.driver.stop()
         await self.direct.close()
 
     async def _wait_for(self, find, what: str):
@@ -217,7 +216,8 @@ class SchedulerService(Service):
         return self.placer.stages_allowed(shards) if self.placer is not None else shards
 
     def _assign(self, current: list[list[str]]):
-        """The pipelines now (lanes.py), None while a new placement is switching in."""
+        """Each pipeline's chain now (pipelines/chains.py), None while a new placement is
+        switching in."""
         if self.placer is not None and self.placer.paused:
             return None    # a new placement is switching in: no batch until it serves
         shards = self._shards()
@@ -268,13 +268,13 @@ class SchedulerService(Service):
         extra = {"placement": self.placer.info()} if self.placer is not None else {}
         if self.directory is not None and (clashes := self.directory.clashes()):
             extra["name_clashes"] = {n: list(eps) for n, eps in clashes.items()}
-        if self.lanes is None:
+        if self.pipelines is None:
             return {"model": self.model, **extra}
-        s = self.lanes.policy_stats()
+        s = self.pipelines.policy_stats()
         keep = ("waiting", "running", "inflight_batches", "pages_total", "pages_used", "page_use",
                 "pages_cached", "prefix_hit_rate", "tokens_per_s")
-        return {"model": self.model, "pipeline": self.lanes.first_pipeline(),
-                "pipelines": self.lanes.info(),
+        return {"model": self.model, "pipeline": self.pipelines.first_pipeline(),
+                "pipelines": self.pipelines.info(),
                 **{k: round(float(s[k]), 4) for k in keep}, **extra}
 
     def _on_health_event(self, topic: bytes, msg) -> None:
@@ -291,16 +291,16 @@ class SchedulerService(Service):
             self._fail_if_unservable()
 
     def _fail_if_unservable(self) -> None:
-        if self.lanes is None:
+        if self.pipelines is None:
             return
         why = self.failed_ranges.why(self.directory.live(), self.model)
         if why is None:
             return
         log.error("failing every request: %s", why)
-        for out in self.lanes.fail_all(why):
+        for out in self.pipelines.fail_all(why):
             if (stream := self.requests.get(out.request_id)) is not None:
                 stream.deliver(StreamEvent(out))
-        self.lanes.wake()
+        self.pipelines.wake()
 
     # ------------------------------------------------------------------ requests
     @streams(Generate)
@@ -308,7 +308,7 @@ class SchedulerService(Service):
         req: Generate = msg.body
         if (why := self.failed_ranges.why(self.directory.live(), self.model)) is not None:
             raise ServiceError("range_failed", why)
-        if self.lanes is None:
+        if self.pipelines is None:
             raise ServiceError("starting", "the scheduler is still finding its pipeline",
                                retry_after=1.0)
         arrived = asyncio.get_running_loop().time()
@@ -325,9 +325,9 @@ class SchedulerService(Service):
         deadline = (None if req.deadline_s is None else
                     max(req.deadline_s - (asyncio.get_running_loop().time() - arrived), 1e-3))
         stream = RequestStream(rid, len(prompt), params)
-        max_tokens = req.max_tokens if req.max_tokens is not None else self.lanes.context_length
+        max_tokens = req.max_tokens if req.max_tokens is not None else self.pipelines.context_length
         try:
-            terms = self.lanes.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
+            terms = self.pipelines.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
                                                tuple(req.stop), params.seed, deadline))
         except QueueFull as e:
             raise ServiceError("queue_full", str(e), retry_after=round(e.retry_after, 1)) from None
@@ -360,9 +360,9 @@ class SchedulerService(Service):
                     return
         finally:
             # The caller left (or cancelled): end the request now and free its pages.
-            if (lane := self.lanes.lane_of(rid)) is not None:
-                lane.policy.cancel(rid)
-                lane.driver.wake.set()
+            if (pipeline := self.pipelines.pipeline_of(rid)) is not None:
+                pipeline.policy.cancel(rid)
+                pipeline.driver.wake.set()
             self.requests.pop(rid, None)
 
     async def _prompt_ids(self, req: Generate) -> list[int]:
@@ -395,24 +395,24 @@ class SchedulerService(Service):
     @handles(CancelRequest)
     async def cancel(self, msg) -> Cancelled:
         rid = msg.body.request_id
-        lane = self.lanes.lane_of(rid) if self.lanes is not None else None
-        if lane is not None:
-            out = lane.policy.cancel(rid)
+        pipeline = self.pipelines.pipeline_of(rid) if self.pipelines is not None else None
+        if pipeline is not None:
+            out = pipeline.policy.cancel(rid)
             stream = self.requests.get(rid)
             if stream is not None and out is not None:
                 stream.deliver(StreamEvent(out))
-            lane.driver.wake.set()
-        return Cancelled(request_id=rid, found=lane is not None)
+            pipeline.driver.wake.set()
+        return Cancelled(request_id=rid, found=pipeline is not None)
 
     @handles(StatsRequest)
     async def stats(self, msg) -> Stats:
-        if self.lanes is None:
+        if self.pipelines is None:
             raise ServiceError("starting", "the scheduler is still finding its pipeline",
                                retry_after=1.0)
-        s = self.lanes.policy_stats()
-        s.update(self.lanes.driver_stats())
-        s.update(self.lanes.lane_stats())
+        s = self.pipelines.policy_stats()
+        s.update(self.pipelines.driver_stats())
+        s.update(self.pipelines.pipeline_stats())
         s.update(self.hops.stats())
         s.update(self.direct.stats())
-        return Stats(stats=s, pipeline=self.lanes.first_pipeline())
+        return Stats(stats=s, pipeline=self.pipelines.first_pipeline())
 

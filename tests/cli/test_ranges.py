@@ -1,6 +1,6 @@
 import pytest
 
-from services.cli.ranges import split_layers
+from services.scheduler.placement.policy import split_layers
 
 
 def test_ranges_are_contiguous_and_cover_every_layer():
@@ -31,6 +31,6 @@ def test_the_last_range_gives_up_layers_for_the_output_head():
 
 
 def test_head_cost_of_the_default_model_is_about_eight_layers(model_path):
-    from services.cli.ranges import head_cost_in_layers
+    from services.scheduler.placement.policy import head_cost_in_layers
     from services.modelstore.gguf_meta import read_metadata
     assert 7.5 < head_cost_in_layers(read_metadata(model_path)) < 8.5

@@ -14,10 +14,10 @@ import wire
 from bus.config import ServiceConfig
 from bus.directory import Directory
 from bus.liveness import PeerEntry
-from services.scheduler import Scheduler
-from services.scheduler.breaker import Breakers
-from services.scheduler.failed_ranges import FAILED_TOPIC
-from services.scheduler.lanes import Lane, Lanes
+from services.scheduler.batching import Scheduler
+from services.scheduler.pipelines.breaker import Breakers
+from services.scheduler.pipelines.failed_ranges import FAILED_TOPIC
+from services.scheduler.pipelines.replicas import Pipeline, Pipelines
 from services.scheduler.service import SchedulerService
 from wire.messages.health import ServiceEvent
 
@@ -45,20 +45,20 @@ def ctx():
 
 
 def scheduler_with_one_request(ctx) -> SchedulerService:
-    """A scheduler service as on_start leaves it (a directory, one lane's policy), with one request."""
+    """A scheduler service as on_start leaves it (a directory, one pipeline's policy), with one request."""
     config = ServiceConfig(name="scheduler-0", kind="scheduler", discover=True)
     s = SchedulerService(config, ctx=ctx)
     s.directory = Directory(ctx, config.bus, me=config.name)
     s.model = "M"
-    s.lanes = Lanes(lambda current: [None] * len(current), None, Breakers(), time.monotonic)
-    s.lanes.lanes.append(Lane("p0", Scheduler(small())))
-    s.lanes.submit(req("r1"))
-    assert s.lanes.is_tracked("r1")
+    s.pipelines = Pipelines(lambda current: [None] * len(current), None, Breakers(), time.monotonic)
+    s.pipelines.pipelines.append(Pipeline("p0", Scheduler(small())))
+    s.pipelines.submit(req("r1"))
+    assert s.pipelines.is_tracked("r1")
     return s
 
 
 def ended(s: SchedulerService) -> bool:
-    return not s.lanes.is_tracked("r1")
+    return not s.pipelines.is_tracked("r1")
 
 
 def test_the_event_before_the_stale_entry_expires_ends_the_requests_when_it_does(ctx):
@@ -95,9 +95,9 @@ def test_a_served_batch_is_progress_for_the_stall_rule_even_without_a_token(ctx)
     # A long prompt's prefill chunks give no token for many batches; the watcher's stall rule
     # (services/health/policy.py) reads `progress` and must see the scheduler working.
     s = scheduler_with_one_request(ctx)
-    lane = s.lanes.lanes[0]
-    s._batch_ended(lane, 0.05, "")
-    s._batch_ended(lane, None, "")
+    pipeline = s.pipelines.pipelines[0]
+    s._batch_ended(pipeline, 0.05, "")
+    s._batch_ended(pipeline, None, "")
     assert s.progress == 2
-    s._batch_ended(lane, None, "peer_dead: shard-0")
+    s._batch_ended(pipeline, None, "peer_dead: shard-0")
     assert s.progress == 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.health import missing
-from services.scheduler.failed_ranges import unservable
+from services.scheduler.pipelines.failed_ranges import unservable
 
 
 @dataclass

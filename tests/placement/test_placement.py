@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from services.modelstore.footprint import Footprint
-from services.scheduler.placement import (Member, Plan, PlacementRefused, decide, need, peak_use,
+from services.scheduler.placement.policy import (Member, Plan, PlacementRefused, decide, need, peak_use,
                                           place)
 
 

@@ -1,6 +1,6 @@
 """Drives a Scheduler the way the service shell will, playing the last shard's sampler."""
 
-from services.scheduler import Request, SampledToken, Scheduler, SchedulerConfig
+from services.scheduler.batching import Request, SampledToken, Scheduler, SchedulerConfig
 
 
 class ManualClock:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.scheduler import (BadMaxTokens, BadRequestId, BadSampling, BadSeed, BadStopStrings,
+from services.scheduler.batching import (BadMaxTokens, BadRequestId, BadSampling, BadSeed, BadStopStrings,
                                 BadTokenIds, ConfigError, DuplicateRequest, EmptyPrompt,
                                 PromptTooLong, QueueFull, Request, SampledToken, Scheduler,
                                 UnknownPriority, check_sampling)
@@ -104,7 +104,7 @@ def test_bad_config_is_refused_when_built(kw):
 
 
 def test_throughput_is_measured_over_busy_time_not_idle_time():
-    from services.scheduler.throughput import Throughput
+    from services.scheduler.batching.throughput import Throughput
     meter = Throughput(window_s=10.0)
     assert meter.rate(0.0) is None
     meter.started(100.0)

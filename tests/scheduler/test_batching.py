@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.scheduler import BadCompletion, Request, SampledToken, Scheduler, UnknownBatch
+from services.scheduler.batching import BadCompletion, Request, SampledToken, Scheduler, UnknownBatch
 
 from .harness import LINE, req, run_to_end, samples_for, small, step
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.scheduler.breaker import CLOSED, HALF_OPEN, OPEN, BreakerConfig, Breakers
+from services.scheduler.pipelines.breaker import CLOSED, HALF_OPEN, OPEN, BreakerConfig, Breakers
 
 CFG = BreakerConfig(failures=3, window_s=10.0, cooldown_s=5.0, max_cooldown_s=12.0,
                     slow_factor=3.0, slow_samples=4, smoothing=0.5)

@@ -1,8 +1,8 @@
 """The text a client sees of its generated tokens: characters never split, stop strings cut, the
 tail of an unfinished character shown only where the text so far is the answer."""
 
-from services.scheduler.client_text import ClientText
-from services.scheduler.stop_rules import StopState
+from services.scheduler.batching.client_text import ClientText
+from services.scheduler.batching.stop_rules import StopState
 from services.tokenizer.stream import IncrementalDecoder
 
 EOS = 0

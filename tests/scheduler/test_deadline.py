@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from services.scheduler import BadRequest, Scheduler
+from services.scheduler.batching import BadRequest, Scheduler
 from wire.messages.scheduler import Generate
 
 from .harness import ManualClock, req, run_to_end, small, step

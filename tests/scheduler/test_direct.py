@@ -11,7 +11,7 @@ import pytest
 
 import wire
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError
-from services.scheduler.direct import DirectReplies
+from services.scheduler.pipelines.direct import DirectReplies
 from wire.messages.shard import (Forward, ForwardFailed, ForwardReply, ForwardResult, HandedOn,
                                  RouteStage)
 

@@ -10,10 +10,10 @@ import pytest
 
 import wire
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError
-from services.scheduler import Scheduler
-from services.scheduler.driver import _REFUSED, Driver
-from services.scheduler.pipeline import Stage
-from services.scheduler.streams import RequestStream
+from services.scheduler.batching import Scheduler
+from services.scheduler.pipelines.driver import _REFUSED, Driver
+from services.scheduler.pipelines.chains import Stage
+from services.scheduler.pipelines.streams import RequestStream
 from wire.messages.sampling import SamplingParams
 from wire.messages.shard import ForwardReply
 

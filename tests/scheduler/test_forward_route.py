@@ -3,9 +3,9 @@
 import pytest
 
 import wire
-from services.scheduler.batch_plan import BatchPlan, SeqChunk
-from services.scheduler.forward_plan import to_forward
-from services.scheduler.pipeline import Stage
+from services.scheduler.batching.batches import MicroBatch, SeqChunk
+from services.scheduler.pipelines.forward import to_forward
+from services.scheduler.pipelines.chains import Stage
 from wire.messages.sampling import SamplingParams
 from wire.messages.shard import Forward, RouteStage
 
@@ -13,8 +13,8 @@ CHAIN = [Stage("shard-0", 11, 0, 13, 64, 16), Stage("shard-13", 22, 13, 25, 64, 
          Stage("shard-25", 33, 25, 30, 64, 16)]
 
 
-def plan() -> BatchPlan:
-    return BatchPlan(batch_id=7, page_size=16, chunks=(
+def plan() -> MicroBatch:
+    return MicroBatch(batch_id=7, page_size=16, chunks=(
         SeqChunk("a", (1, 2, 3), 0, 0, (4,), True, 0, 0),
         SeqChunk("b", (9,), 20, 0, (5, 6), True, 0, 3)))
 

@@ -4,8 +4,8 @@ and bytes and latency per shard hop."""
 import numpy as np
 
 import wire
-from services.scheduler import Scheduler
-from services.scheduler.hops import HopStats
+from services.scheduler.batching import Scheduler
+from services.scheduler.pipelines.hops import HopStats
 from wire.messages.shard import ForwardReply
 
 from .harness import ManualClock, req, small, step

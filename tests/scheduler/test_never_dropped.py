@@ -5,7 +5,7 @@ from collections import Counter
 from hypothesis import event, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from services.scheduler import PromptTooLong, QueueFull, Request, SampledToken, Scheduler, SchedulerConfig
+from services.scheduler.batching import PromptTooLong, QueueFull, Request, SampledToken, Scheduler, SchedulerConfig
 
 from .harness import TOKEN_BYTES, run_to_end
 

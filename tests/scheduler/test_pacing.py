@@ -4,8 +4,8 @@ while streams decode or a first token is on its way (and only then), with the sa
 import pytest
 from hypothesis import given, strategies as st
 
-from services.scheduler import Scheduler
-from services.scheduler.pacing import Cost, StepCost, fit, prefill_budget
+from services.scheduler.batching import Scheduler
+from services.scheduler.batching.pacing import Cost, StepCost, fit, prefill_budget
 
 from .harness import ManualClock, req, run_to_end, samples_for, small, step
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from services.scheduler.kv import KVManager
-from services.scheduler.pages import PagePool
-from services.scheduler.prefix_cache import PrefixCache, chain_key
-from services.scheduler.sequence import Request, Sequence
-from services.scheduler.stop_rules import StopState
+from services.scheduler.batching.kv import KVManager
+from services.scheduler.batching.pages import PagePool
+from services.scheduler.batching.prefix_cache import PrefixCache, chain_key
+from services.scheduler.batching.sequence import Request, Sequence
+from services.scheduler.batching.stop_rules import StopState
 
 P = 4
 

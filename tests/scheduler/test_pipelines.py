@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.scheduler.pipeline import find_chain
-from services.scheduler.pipelines import assign_pipelines, assignment_key
+from services.scheduler.pipelines.chains import assign_pipelines, assignment_key, find_chain
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.scheduler import Scheduler, UnknownBatch
+from services.scheduler.batching import Scheduler, UnknownBatch
 
 from .harness import req, run_to_end, samples_for, small, step
 

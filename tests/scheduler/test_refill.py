@@ -1,7 +1,7 @@
 """Re-prefill after a loss: interrupted sequences come back oldest first, `max_refill_tokens` a
 batch, beside the decodes of those already back, and go on exactly as undisturbed."""
 
-from services.scheduler import Scheduler
+from services.scheduler.batching import Scheduler
 
 from .harness import req, run_to_end, samples_for, small, step
 

@@ -1,7 +1,7 @@
 """Batches whose result is unusable or refused: run again, alone when refused, failed only when
 one request is to blame. Pure policy."""
 
-from services.scheduler import Scheduler
+from services.scheduler.batching import Scheduler
 
 from .harness import req, run_to_end, samples_for, small, step
 

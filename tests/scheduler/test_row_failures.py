@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import wire
-from services.scheduler import BadCompletion, SampledToken, Scheduler
-from services.scheduler.driver import Driver
-from services.scheduler.streams import RequestStream
+from services.scheduler.batching import BadCompletion, SampledToken, Scheduler
+from services.scheduler.pipelines.driver import Driver
+from services.scheduler.pipelines.streams import RequestStream
 from wire.messages.sampling import SamplingParams
 from wire.messages.shard import ForwardReply
 

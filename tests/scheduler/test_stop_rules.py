@@ -2,8 +2,8 @@
 
 from hypothesis import example, given, strategies as st
 
-from services.scheduler.loop_detect import LineLoopDetector
-from services.scheduler.stop_rules import StopState
+from services.scheduler.batching.loop_detect import LineLoopDetector
+from services.scheduler.batching.stop_rules import StopState
 
 EOS = 2
 

@@ -51,7 +51,7 @@ def prompts(model_path) -> list[list[int]]:
 def expected(model_path, prompts) -> list[tuple[list[int], str]]:
     """Greedy tokens and finish reason of the in-process model: the stack's shards (ranges, weight format) with the
     stack's fp16 hop between them, each prompt prefilled in 512-token chunks, up to EOS or MAX_TOKENS."""
-    from services.cli.ranges import head_cost_in_layers, split_layers
+    from services.scheduler.placement.policy import head_cost_in_layers, split_layers
     from services.modelstore.weight_cache import load_weights
     from services.shard.kv_cache import KVConfig, PagedKVCache
     from services.shard.inprocess import Chunk, PageAllocator, Pipeline, build_batch

@@ -212,7 +212,7 @@ async def test_a_batch_resting_on_kv_the_shards_never_wrote_is_refused(pipeline)
 
 
 class Caller(Service):
-    """The scheduler's end of a straight answer (services.scheduler.direct): what the shards
+    """The scheduler's end of a straight answer (services.scheduler.pipelines.direct): what the shards
     tell it, one-way."""
     kind = "test"
 

@@ -6,7 +6,7 @@ typed. A caller that names itself in `Forward.reply_to` also gets the last shard
 straight, as a one-way `shard.result`, ahead of the chain's: a decode step then waits for one
 message back instead of one per stage. With `ReplyTo.only`, the chain carries back only
 `shard.handed_on` (or a stage's own error), and a stage whose next stage fails the batch tells
-the caller with a one-way `shard.failed` (services.scheduler.direct)."""
+the caller with a one-way `shard.failed` (services.scheduler.pipelines.direct)."""
 
 from __future__ import annotations
 

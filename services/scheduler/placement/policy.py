@@ -1,4 +1,6 @@
-"""Placement: which shard holds which contiguous layer range, from each shard's memory budget.
+"""Placement: cutting a model's layers into contiguous ranges, one per shard. The one home of
+layer cutting: by each shard's memory budget (`place`, `decide`: shards the scheduler places) or
+into ranges of about equal work (`split_layers`: the ranges `llmbus up` pins).
 
 Pure: a model's footprint (bytes per layer, the first shard's embeddings, the last's head) and
 the shards that offer memory in, a plan (or a refusal naming what is missing) out. `decide` adds
@@ -197,3 +199,42 @@ def decide(fp: Footprint, current: Plan | None, members: Sequence[Member],
     if best != current and peak_use(fp, best, members) < now * (1 - min_gain):
         return Decision(best, f"peak use {now:.0%} -> {peak_use(fp, best, members):.0%}")
     return Decision(None, "the current plan holds")
+
+
+# ----------------------------------------------------------------- by work, for pinned shards
+def split_layers(n_layers: int, n_shards: int, head_cost: float = 0.0) -> list[tuple[int, int]]:
+    """Contiguous [a, b) ranges covering 0..n_layers.
+
+    `head_cost` is the work of the output head in layers (it runs on the last shard): the last
+    range gets that many fewer layers, so that no stage of the pipeline is the slow one.
+    Without it the ranges are as even as possible, earlier ones larger.
+    """
+    if not 1 <= n_shards <= n_layers:
+        raise ValueError(f"cannot cut {n_layers} layers into {n_shards} shards")
+    if head_cost < 0:
+        raise ValueError("head_cost must be >= 0")
+    share = (n_layers + head_cost) / n_shards
+    last = min(max(1, round(share - head_cost)), n_layers - (n_shards - 1))
+    base, extra = divmod(n_layers - last, n_shards - 1) if n_shards > 1 else (0, 0)
+    out, a = [], 0
+    for i in range(n_shards - 1):
+        b = a + base + (1 if i < extra else 0)
+        out.append((a, b))
+        a = b
+    out.append((a, n_layers))
+    return out
+
+
+def head_cost_in_layers(meta: dict) -> float:
+    """Multiply-adds of the output head over those of one layer, from GGUF metadata (llama)."""
+    arch = meta.get("general.architecture", "llama")
+    d = int(meta.get(f"{arch}.embedding_length", 0))
+    ffn = int(meta.get(f"{arch}.feed_forward_length", 0))
+    heads = int(meta.get(f"{arch}.attention.head_count", 0))
+    kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
+    vocab = len(meta.get("tokenizer.ggml.tokens", ())) or int(meta.get(f"{arch}.vocab_size", 0))
+    if not (d and ffn and heads):
+        return 0.0
+    kv = d * kv_heads // heads
+    layer = d * (d + 2 * kv) + d * d + 3 * d * ffn    # wqkv, wo, gate+up, down
+    return vocab * d / layer

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping
 from .admission import Admission, validate
 from services.tokenizer.stream import IncrementalDecoder
 
-from .batch_plan import BatchPlan, Draft, Output, SampledToken, SeqChunk, check_samples
+from .batches import MicroBatch, Draft, Output, SampledToken, SeqChunk, check_samples
 from .client_text import ClientText
 from .config import SchedulerConfig
 from .errors import BadCompletion, DuplicateRequest, QueueFull, UnknownBatch
@@ -93,7 +93,7 @@ class Scheduler:
 
     # ---- micro-batches --------------------------------------------------------------------
 
-    def schedule(self) -> BatchPlan | None:
+    def schedule(self) -> MicroBatch | None:
         """Plan the next micro-batch and mark its sequences busy; None if nothing can run now."""
         cfg = self.config
         if len(self._inflight) >= cfg.max_inflight:
@@ -385,7 +385,7 @@ class Scheduler:
             self.kv.grow(seq, min(need, self.kv.available()))
         return max(0, min(want, len(seq.pages) * P - seq.num_computed))
 
-    def _launch(self, draft: Draft) -> BatchPlan:
+    def _launch(self, draft: Draft) -> MicroBatch:
         batch_id = next(self._batch_ids)
         chunks = {}
         for rid, (seq, n) in draft.parts.items():
@@ -402,7 +402,7 @@ class Scheduler:
             self._throughput.started(self.clock())
         self._inflight[batch_id] = chunks
         self._counts["batches"] += 1
-        return BatchPlan(batch_id, self.kv.page_size, tuple(chunks.values()))
+        return MicroBatch(batch_id, self.kv.page_size, tuple(chunks.values()))
 
     def _preempt(self, seq: Sequence) -> None:
         """Free the pages of a running sequence and queue it to be prefilled again."""

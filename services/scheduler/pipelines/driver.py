@@ -31,11 +31,11 @@ from collections.abc import Callable
 from bus.errors import BusError, PeerRestarted, RemoteError
 from wire.messages.shard import ForwardReply
 
-from .batch_plan import BatchPlan, Output, SampledToken
-from .errors import BadReply, UnknownBatch
-from .forward_plan import to_forward
-from .pipeline import Stage, signature
-from .policy import Scheduler
+from ..batching.batches import MicroBatch, Output, SampledToken
+from ..batching.errors import BadReply, UnknownBatch
+from ..batching.policy import Scheduler
+from .chains import Stage, signature
+from .forward import to_forward
 from .streams import RequestStream, StreamEvent
 
 log = logging.getLogger("llmbus.scheduler")
@@ -138,22 +138,22 @@ class Driver:
         if self._seen is not None and sig != self._seen:
             self._pipeline_changed(sig)
         self._seen = sig
-        while (plan := self.policy.schedule()) is not None:
+        while (batch := self.policy.schedule()) is not None:
             try:
                 # Built now, while every planned request still has its stream (a cancel may come
                 # before the task first runs).
-                body = to_forward(plan, {c.request_id: self.requests[c.request_id].sampling
-                                         for c in plan.chunks if c.sample},
+                body = to_forward(batch, {c.request_id: self.requests[c.request_id].sampling
+                                         for c in batch.chunks if c.sample},
                                   {c.request_id: self.policy.history(c.request_id)
-                                   for c in plan.chunks
+                                   for c in batch.chunks
                                    if c.sample and self.requests[c.request_id].sampling.penalized},
                                   chain)
             except Exception as e:  # a bug: its requests end with the reason, none hangs
-                log.exception("batch %d could not be built", plan.batch_id)
-                self._give_up(plan, f"the scheduler could not build the batch: {e!r}")
+                log.exception("batch %d could not be built", batch.batch_id)
+                self._give_up(batch, f"the scheduler could not build the batch: {e!r}")
                 continue
             task = asyncio.get_running_loop().create_task(
-                self._run_batch(plan, body, chain[0].name, sig))
+                self._run_batch(batch, body, chain[0].name, sig))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
 
@@ -198,39 +198,39 @@ class Driver:
     def _poll_later(self, delay: float) -> None:
         asyncio.get_running_loop().call_later(delay, self.wake.set)
 
-    async def _run_batch(self, plan: BatchPlan, body, first: str, sig: tuple) -> None:
+    async def _run_batch(self, batch: MicroBatch, body, first: str, sig: tuple) -> None:
         try:
             t0 = time.perf_counter()
             try:
                 reply = await self._call(first, body, self.batch_timeout)
             except BusError as e:
-                self._batch_failed(plan, sig, e)
+                self._batch_failed(batch, sig, e)
                 return
             except Exception as e:  # not the bus's own error: e.g. a reply that did not decode
-                self._bad_reply(plan, e)
+                self._bad_reply(batch, e)
                 return
             try:
-                self._batch_done(plan, reply, time.perf_counter() - t0, sig)
+                self._batch_done(batch, reply, time.perf_counter() - t0, sig)
             except Exception as e:  # checked before the policy applies anything: nothing is lost
-                self._bad_reply(plan, e)
+                self._bad_reply(batch, e)
         except Exception as e:  # a bug in the handling above: the batch must still end
-            log.exception("batch %d: handling its result failed", plan.batch_id)
+            log.exception("batch %d: handling its result failed", batch.batch_id)
             self.counters["driver_errors"] += 1
-            self._give_up(plan, f"the scheduler failed handling this batch: {e!r}")
+            self._give_up(batch, f"the scheduler failed handling this batch: {e!r}")
         finally:
             self.wake.set()
 
-    def _batch_done(self, plan: BatchPlan, reply, seconds: float, sig: tuple | None = None) -> None:
-        if plan.batch_id not in self.policy.inflight:
+    def _batch_done(self, batch: MicroBatch, reply, seconds: float, sig: tuple | None = None) -> None:
+        if batch.batch_id not in self.policy.inflight:
             return  # dropped by a recovery while it ran
-        if not isinstance(reply, ForwardReply) or reply.batch_id != plan.batch_id:
-            raise BadReply(f"batch {plan.batch_id} came back as {type(reply).__name__} "
+        if not isinstance(reply, ForwardReply) or reply.batch_id != batch.batch_id:
+            raise BadReply(f"batch {batch.batch_id} came back as {type(reply).__name__} "
                            f"{getattr(reply, 'batch_id', '')}")
         tokens = reply.tokens.array()
         logprobs = reply.logprobs.array()
         top_ids = reply.top_ids.array() if reply.top_ids is not None else None
         top_lps = reply.top_logprobs.array() if reply.top_logprobs is not None else None
-        n = sum(c.sample for c in plan.chunks)
+        n = sum(c.sample for c in batch.chunks)
         errors = reply.errors or [""] * n   # []: every row sampled
         if tokens.shape != (n,) or logprobs.shape != (n,) or tokens.dtype.kind not in "iu" or \
                 logprobs.dtype.kind != "f" or len(errors) != n or (top_ids is not None and (
@@ -242,12 +242,12 @@ class Driver:
         self.timing["batch_ms"] += seconds * 1e3
         for shard, ms in reply.hop_ms.items():
             self.timing[f"compute_ms.{shard}"] += ms
-        if plan.num_tokens == len(plan.chunks):   # decodes only: the engine's own step
+        if batch.num_tokens == len(batch.chunks):   # decodes only: the engine's own step
             self.timing["decode_compute_ms"] += sum(reply.hop_ms.values())
             self.counters["decode_batches"] += 1
-        self.policy.record_step({k: ms / 1e3 for k, ms in reply.hop_ms.items()}, plan.num_tokens)
+        self.policy.record_step({k: ms / 1e3 for k, ms in reply.hop_ms.items()}, batch.num_tokens)
         samples, failures, tops = {}, {}, {}
-        for row, chunk in enumerate(c for c in plan.chunks if c.sample):
+        for row, chunk in enumerate(c for c in batch.chunks if c.sample):
             stream = self.requests.get(chunk.request_id)
             if stream is None or not self.policy.is_tracked(chunk.request_id):
                 continue  # cancelled while the batch ran
@@ -261,7 +261,7 @@ class Driver:
                 tops[chunk.request_id] = ([int(t) for t in top_ids[row, :k]],
                                           [float(x) for x in top_lps[row, :k]])
         try:
-            outputs = self.policy.complete(plan.batch_id, samples, failures)
+            outputs = self.policy.complete(batch.batch_id, samples, failures)
         except UnknownBatch:
             return
         self._failed, self.backoff = None, self._first_backoff
@@ -270,7 +270,7 @@ class Driver:
             self._kv_sig = sig if sig is not None else self._seen
         self.counters["batches_done"] += 1
         self.counters["rows_failed"] += len(failures)
-        self._on_batch(seconds if plan.num_tokens == len(plan.chunks) else None, "")
+        self._on_batch(seconds if batch.num_tokens == len(batch.chunks) else None, "")
         # The next batch is planned and sent before the streams hear of this one: a token waits
         # for the pipeline, so the pipeline gets the event loop first (a failed step retries on
         # the wake-up this batch's end sets).
@@ -278,17 +278,17 @@ class Driver:
         for o in outputs:
             self._deliver(o, *tops.get(o.request_id, ((), ())))
 
-    def _batch_failed(self, plan: BatchPlan, sig: tuple, e: BusError) -> None:
-        if plan.batch_id not in self.policy.inflight:
+    def _batch_failed(self, batch: MicroBatch, sig: tuple, e: BusError) -> None:
+        if batch.batch_id not in self.policy.inflight:
             return  # an earlier failure already reset everything in flight
         code = e.code if isinstance(e, RemoteError) else type(e).__name__
         self.counters[f"batch_errors.{code}"] += 1
         if code in _REFUSED:
             # Deterministic for this batch, but usually one row is to blame: the policy runs its
             # sequences alone, and fails one the shards refuse alone.
-            log.warning("batch %d refused (%s)", plan.batch_id, e)
+            log.warning("batch %d refused (%s)", batch.batch_id, e)
             self._deliver_all(self.policy.refuse_batch(
-                plan.batch_id, f"the pipeline refused this request: {e}"))
+                batch.batch_id, f"the pipeline refused this request: {e}"))
             return
         self._on_batch(None, str(e) or type(e).__name__)
         self._failed, self.retry_at = sig, self._clock() + self.backoff
@@ -299,35 +299,35 @@ class Driver:
         if self._kv_sig is None:
             # Nothing was computed since the last recovery (a retry on a stale pipeline, or the
             # first batches ever): no KV is lost, the batch only runs again.
-            log.warning("batch %d failed (%s); running it again", plan.batch_id, e)
+            log.warning("batch %d failed (%s); running it again", batch.batch_id, e)
             self.counters["retries_uncharged"] += 1
-            self.policy.abort_batch(plan.batch_id)
+            self.policy.abort_batch(batch.batch_id)
             return
         if not _proves_loss(e):
             # A shard stopped answering (paused, overloaded, cut off) but no new epoch showed: if
             # it comes back as the same process its cache is intact and the batch only runs
             # again; if it comes back as a new one, the pipeline change charges the loss.
-            log.warning("batch %d failed (%s); running it again once %s answers", plan.batch_id,
+            log.warning("batch %d failed (%s); running it again once %s answers", batch.batch_id,
                         e, "the same pipeline")
             self.counters["retries_same_epoch"] += 1
-            self.policy.abort_batch(plan.batch_id)
+            self.policy.abort_batch(batch.batch_id)
             return
-        log.warning("batch %d failed (%s); re-prefilling after the pipeline recovers", plan.batch_id, e)
+        log.warning("batch %d failed (%s); re-prefilling after the pipeline recovers", batch.batch_id, e)
         self._recover(str(e))
 
-    def _bad_reply(self, plan: BatchPlan, e: Exception) -> None:
-        if plan.batch_id not in self.policy.inflight:
+    def _bad_reply(self, batch: MicroBatch, e: Exception) -> None:
+        if batch.batch_id not in self.policy.inflight:
             return
-        log.warning("batch %d: unusable result (%r); running it again", plan.batch_id, e)
+        log.warning("batch %d: unusable result (%r); running it again", batch.batch_id, e)
         self.counters["bad_replies"] += 1
         self._deliver_all(self.policy.retry_batch(
-            plan.batch_id, f"the pipeline's results were unusable: {e}"))
+            batch.batch_id, f"the pipeline's results were unusable: {e}"))
 
-    def _give_up(self, plan: BatchPlan, reason: str) -> None:
+    def _give_up(self, batch: MicroBatch, reason: str) -> None:
         """End every request of a batch with `reason`: used when no retry can be trusted."""
-        if plan.batch_id in self.policy.inflight:
-            self.policy.abort_batch(plan.batch_id)
-        self._deliver_all(o for c in plan.chunks if (o := self.policy.fail(c.request_id, reason)))
+        if batch.batch_id in self.policy.inflight:
+            self.policy.abort_batch(batch.batch_id)
+        self._deliver_all(o for c in batch.chunks if (o := self.policy.fail(c.request_id, reason)))
 
     def _recover(self, why: str) -> None:
         self.counters["recoveries"] += 1

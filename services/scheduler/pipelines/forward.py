@@ -1,4 +1,4 @@
-"""A BatchPlan of the policy as the `shard.forward` message the first shard runs."""
+"""A MicroBatch of the policy as the `shard.forward` message the first shard runs."""
 
 from __future__ import annotations
 
@@ -10,22 +10,22 @@ import wire
 from wire.messages.sampling import SamplingParams
 from wire.messages.shard import Forward, RouteStage
 
-from .batch_plan import BatchPlan
-from .pipeline import Stage
+from ..batching.batches import MicroBatch
+from .chains import Stage
 
 
-def to_forward(plan: BatchPlan, sampling: Mapping[str, SamplingParams],
+def to_forward(batch: MicroBatch, sampling: Mapping[str, SamplingParams],
                histories: Mapping[str, Sequence[int]], chain: Sequence[Stage]) -> Forward:
     """`sampling[rid]` is the request's SamplingParams, for each chunk that samples; a request is
     in `histories` only when its penalties need the tokens it has seen. `chain` is the pipeline the
     batch must take: the shards whose KV the policy's page tables describe."""
-    chunks = plan.chunks
-    tokens = np.fromiter((t for c in chunks for t in c.token_ids), np.int32, plan.num_tokens)
+    chunks = batch.chunks
+    tokens = np.fromiter((t for c in chunks for t in c.token_ids), np.int32, batch.num_tokens)
     samplers = [c for c in chunks if c.sample]
     hist = [histories.get(c.request_id, ()) for c in samplers]
     penalized = any(hist)
     return Forward(
-        batch_id=plan.batch_id, first_layer=0,
+        batch_id=batch.batch_id, first_layer=0,
         positions=[p for c in chunks for p in range(c.start, c.start + len(c.token_ids))],
         query_lens=[len(c.token_ids) for c in chunks],
         page_table=[list(c.page_table) for c in chunks],

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from wire.messages.sampling import SamplingParams
 
-from .batch_plan import Output
+from ..batching.batches import Output
 
 
 @dataclass

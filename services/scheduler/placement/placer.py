@@ -19,7 +19,7 @@ from bus.errors import BusError, RemoteError
 from services.modelstore.footprint import Footprint
 from wire.messages.placement import FootprintRequest, Place, Switch
 
-from .placement import Member, Plan, PlacementRefused, decide
+from .policy import Member, Plan, PlacementRefused, decide
 
 log = logging.getLogger("llmbus.scheduler")
 

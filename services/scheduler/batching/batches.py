@@ -28,7 +28,7 @@ class SeqChunk:
 
 
 @dataclass(frozen=True)
-class BatchPlan:
+class MicroBatch:
     batch_id: int
     page_size: int
     chunks: tuple[SeqChunk, ...]
