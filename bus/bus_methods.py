@@ -7,6 +7,7 @@ import socket
 import time
 
 import wire
+from wire.failures import NO_DIRECTORY
 from wire.messages.bus import (Echo, EchoReply, Hello, Probe, ProbeReply, Status, StatusReply,
                                Welcome)
 
@@ -49,7 +50,7 @@ class BusMethods:
     @handles(Probe)
     async def _probe(self, msg: wire.Message) -> ProbeReply:
         if self.peers is None:
-            raise ServiceError("no_directory", f"{self.name} runs without discovery")
+            raise ServiceError(NO_DIRECTORY, f"{self.name} runs without discovery")
         target = msg.body.target
         client = await self.peers.client(target, wait=msg.body.timeout)
         t0 = time.perf_counter()

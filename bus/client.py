@@ -18,6 +18,7 @@ import zmq.asyncio
 
 import wire
 from wire.errors import Oversized
+from wire.failures import BAD_REPLY
 from wire.messages.bus import Cancel, Error, Hello, StreamEnd, Welcome
 
 from .errors import (BadReply, BusError, CallTimeout, ClientClosed, MessageTooLarge, PeerRestarted,
@@ -229,7 +230,7 @@ class RpcClient:
     async def handshake(self, cluster: str, timeout: float = 2.0) -> Welcome:
         welcome = await self.call(Hello(cluster=cluster), timeout)
         if not isinstance(welcome, Welcome):
-            raise RemoteError("bad_reply", f"handshake answered with {type(welcome).TYPE}", peer=self.name)
+            raise RemoteError(BAD_REPLY, f"handshake answered with {type(welcome).TYPE}", peer=self.name)
         self.saw_epoch(welcome.epoch)
         return welcome
 

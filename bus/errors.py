@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from wire.failures import NOT_FOUND, PEER_DEAD, PEER_RESTARTED, TIMEOUT, UPSTREAM_FAILED
+
 
 class BusError(Exception):
     """Base of every error raised by the bus."""
 
 
 class RemoteError(BusError):
-    """The peer answered with a typed error (`bus.error`): `code` is for code, the text for people."""
+    """The peer answered with a typed error (`bus.error`): `code` (wire.failures) is for code, the
+    text for people."""
 
     def __init__(self, code: str, message: str, retry_after: float | None = None, peer: str = ""):
         super().__init__(f"{peer + ': ' if peer else ''}{code}: {message}")
@@ -35,7 +38,7 @@ class ServiceNotFound(BusError):
 
 
 class ServiceError(BusError):
-    """Raised inside a handler to answer with a typed `bus.error` reply."""
+    """Raised inside a handler to answer with a typed `bus.error` reply; `code` from wire.failures."""
 
     def __init__(self, code: str, message: str, retry_after: float | None = None):
         super().__init__(f"{code}: {message}")
@@ -61,8 +64,8 @@ def code_of(e: BusError) -> str:
     """The `bus.error` code a handler answers with when a call it made failed with `e`."""
     if isinstance(e, (RemoteError, ServiceError)):
         return e.code
-    return _CODES.get(type(e), "upstream_failed")
+    return _CODES.get(type(e), UPSTREAM_FAILED)
 
 
-_CODES = {ServiceNotFound: "not_found", CallTimeout: "timeout", PeerDead: "peer_dead",
-          PeerRestarted: "peer_restarted"}
+_CODES = {ServiceNotFound: NOT_FOUND, CallTimeout: TIMEOUT, PeerDead: PEER_DEAD,
+          PeerRestarted: PEER_RESTARTED}

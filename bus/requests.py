@@ -12,6 +12,7 @@ import zmq
 
 import wire
 from wire.errors import Oversized
+from wire.failures import BUSY, DEADLINE_EXCEEDED, DRAINING, INTERNAL, TOO_LARGE, UNKNOWN_METHOD
 from wire.messages.bus import Cancel, Error, StreamEnd
 
 from . import eager
@@ -64,9 +65,9 @@ class RequestLoop:
                 continue
             counted = msg.type not in ALWAYS
             if counted and len(self._capped) >= self.config.max_requests:
-                self.counters["errors.busy"] += 1
+                self.counters[f"errors.{BUSY}"] += 1
                 await self._send(ident, msg.reply(Error(
-                    code="busy", message=f"{self.name} is at its limit of {len(self._capped)} "
+                    code=BUSY, message=f"{self.name} is at its limit of {len(self._capped)} "
                     "requests at once: retry later", retry_after=BUSY_RETRY_AFTER),
                     self.name, self.epoch))
                 continue
@@ -100,11 +101,11 @@ class RequestLoop:
         handler = self._handlers.get(msg.type)
         try:
             if handler is None:
-                raise ServiceError("unknown_method", f"{self.kind} does not handle {msg.type}")
+                raise ServiceError(UNKNOWN_METHOD, f"{self.kind} does not handle {msg.type}")
             if self.state in ("draining", "stopped") and msg.type not in ALWAYS:
-                raise ServiceError("draining", f"{self.name} is shutting down", retry_after=1.0)
+                raise ServiceError(DRAINING, f"{self.name} is shutting down", retry_after=1.0)
             if msg.deadline and time.time() > msg.deadline:
-                raise ServiceError("deadline_exceeded", "request arrived after its deadline")
+                raise ServiceError(DEADLINE_EXCEEDED, "request arrived after its deadline")
             if is_stream(handler):
                 if not await self._stream(ident, msg, handler):
                     return  # cancelled, or the caller is gone: nobody to answer
@@ -120,8 +121,8 @@ class RequestLoop:
             self.counters[f"errors.{code}"] += 1
             body = Error(code=code, message=str(e)[:500])
         except Exception as e:  # a handler bug answers the caller and keeps the loop alive
-            self.counters["errors.internal"] += 1
-            body = Error(code="internal", message=f"{type(e).__name__}: {e}"[:500])
+            self.counters[f"errors.{INTERNAL}"] += 1
+            body = Error(code=INTERNAL, message=f"{type(e).__name__}: {e}"[:500])
         await self._send(ident, msg.reply(body, self.name, self.epoch))
 
     async def _stream(self, ident: bytes, msg: wire.Message, handler: Handler) -> bool:
@@ -153,7 +154,7 @@ class RequestLoop:
             # Callers of this service's kind receive with the limits its request socket has.
             return wire.encode(reply, max_frame_bytes=self._request_limits.max_msg_size)
         except Oversized as e:
-            raise ServiceError("too_large", f"{reply.type} reply not sent: {e}") from None
+            raise ServiceError(TOO_LARGE, f"{reply.type} reply not sent: {e}") from None
 
     async def _send(self, ident: bytes, msg: wire.Message) -> bool:
         """Send to one caller (a reply too large becomes a `too_large` error); False when the

@@ -1,9 +1,11 @@
 """Typed errors of the gateway, each with its HTTP status; every protocol renders them in its
-own shape (see `Protocol.error`)."""
+own shape (see `Protocol.error`). A failure from the cluster gets its status from its code's
+entry in wire.failures, never from its text."""
 
 from __future__ import annotations
 
-from bus.errors import BusError, CallTimeout, PeerDead, PeerRestarted, RemoteError, ServiceNotFound
+from bus.errors import BusError, RemoteError, code_of
+from wire.failures import QUEUE_FULL, failure
 
 
 class GatewayError(Exception):
@@ -66,42 +68,30 @@ class UpstreamTimeout(GatewayError):
     status, kind = 504, "timeout"
 
 
-# Scheduler and tokenizer refusals that are the client's fault, with the field to name.
-_CLIENT_CODES = {
-    "bad_sampling": None, "prompt_too_long": "messages", "bad_max_tokens": "max_tokens",
-    "bad_stop_strings": "stop", "bad_seed": "seed", "empty_prompt": "prompt",
-    "bad_token_ids": "prompt", "bad_messages": "messages", "template_error": "messages",
-    "unknown_template": "messages", "text_too_long": "messages", "bad_token_id": "tokens",
-    "bad_request": None, "bad_request_id": None, "duplicate_request_id": None,
-}
-_UNAVAILABLE_CODES = {"starting", "draining", "loading", "tokenizer_unavailable", "not_found",
-                      "timeout", "peer_dead", "peer_restarted", "no_directory"}
+# The class of each HTTP status a failure code may carry (wire.failures).
+_BY_STATUS: dict[int, type[GatewayError]] = {400: BadRequest, 429: Overloaded, 503: Unavailable,
+                                             504: UpstreamTimeout, 500: UpstreamFailed}
 
 
-def failed_in_cluster(detail: str) -> GatewayError:
-    """An admitted request the scheduler ended as failed, by its reason: a range no shard holds
-    any more or a scheduler stopping is the cluster being unavailable (503), a passed deadline is
-    a timeout (504), anything else an internal failure (500)."""
-    message = f"the request failed in the cluster: {detail or 'no reason given'}"
-    if detail.startswith("range_failed"):
-        return Unavailable(message)
-    if detail.startswith("the scheduler stopped"):
-        return Unavailable(message, retry_after=1.0)
-    if detail.startswith("deadline"):
-        return UpstreamTimeout(message)
-    return UpstreamFailed(message)
+def of_code(code: str, message: str, retry_after: float | None = None) -> GatewayError:
+    """The answer to a failure `code`: its status, the field at fault, and Retry-After where a
+    retry can help (the peer's hint, or 1 s), all from the code's entry in the table."""
+    f = failure(code)
+    hint = (retry_after or 1.0) if f.retry and f.http in (429, 503) else None
+    return _BY_STATUS.get(f.http, UpstreamFailed)(message, param=f.field, retry_after=hint)
+
+
+def failed_in_cluster(code: str, detail: str) -> GatewayError:
+    """An admitted request the scheduler ended as failed, with its code and reason: e.g. a range
+    no shard holds any more (503), a scheduler stopping (503, retry), its deadline (504)."""
+    return of_code(code, f"the request failed in the cluster: {detail or 'no reason given'}")
 
 
 def from_bus(e: BusError) -> GatewayError:
     """A bus failure as the error the HTTP client should see."""
     if isinstance(e, RemoteError):
-        if e.code == "queue_full":
-            return Overloaded(f"the cluster is busy ({e.message})", retry_after=e.retry_after or 1.0)
-        if e.code in _CLIENT_CODES:
-            return BadRequest(f"{e.code}: {e.message}", param=_CLIENT_CODES[e.code])
-        if e.code in _UNAVAILABLE_CODES:
-            return Unavailable(f"{e.code}: {e.message}", retry_after=e.retry_after or 1.0)
-        return UpstreamFailed(f"{e.code}: {e.message}")
-    if isinstance(e, (PeerDead, PeerRestarted, ServiceNotFound, CallTimeout)):
-        return Unavailable(f"the cluster did not answer: {e}", retry_after=1.0)
-    return UpstreamFailed(str(e))
+        if e.code == QUEUE_FULL:
+            return of_code(e.code, f"the cluster is busy ({e.message})", e.retry_after)
+        return of_code(e.code, f"{e.code}: {e.message}", e.retry_after)
+    code = code_of(e)
+    return of_code(code, f"the cluster did not answer: {e}" if failure(code).retry else str(e))

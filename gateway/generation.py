@@ -45,7 +45,7 @@ class Result:
         elif isinstance(ev, Done):
             self.done_at = time.perf_counter()
             if ev.finish_reason == "failed":
-                raise failed_in_cluster(ev.detail or "")
+                raise failed_in_cluster(ev.code, ev.detail)
             self.finish_reason = ev.finish_reason
             self.stop_string = ev.stop_string
             self.prompt_tokens = ev.prompt_tokens

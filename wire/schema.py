@@ -23,6 +23,7 @@ import typing
 from typing import Any, Callable
 
 from .errors import BadFrame
+from .failures import BAD_FRAME
 from .limits import MAX_LIST, MAX_STR
 from .tensor import Tensor
 
@@ -142,7 +143,7 @@ def _generate_decoder(cls: type):
     fields = dataclasses.fields(cls)
     ns: dict[str, Any] = {"_M": _MISSING, "_cls": cls, "_new": object.__new__, "BadFrame": BadFrame,
                           "_check": getattr(cls, "check", None), "MAX_STR": MAX_STR,
-                          "_unknown": _unknown_field}
+                          "_unknown": _unknown_field, "BAD_FRAME": BAD_FRAME}
     lines = ["def conv(raw, path, tensors):",
              "    if type(raw) is not dict and not isinstance(raw, dict):",
              "        raise BadFrame('schema', f'{path}: expected a map, got {type(raw).__name__}')",
@@ -181,7 +182,7 @@ def _generate_decoder(cls: type):
               "        except ValueError as e:",
               "            # A check may name the refusal its caller should see (a `code` attribute).",
               "            raise BadFrame('schema', f'{path}: {e}',",
-              "                           code=getattr(e, 'code', None) or 'bad_frame') from None",
+              "                           code=getattr(e, 'code', None) or BAD_FRAME) from None",
               "    return obj"]
     exec("\n".join(lines), ns)
     return ns["conv"]

@@ -19,6 +19,7 @@ from bus.config import ServiceConfig
 from bus.errors import ServiceError
 from bus.machine import machine_id
 from bus.service import Service, handles
+from wire.failures import NOT_RUNNING, UNKNOWN_SERVICE
 from wire.messages.bus import Heartbeat
 from wire.messages.health import HealthStatus, HealthStatusReply, Kill, KillReply, ServiceEvent
 
@@ -105,7 +106,7 @@ class HealthService(Service):
         try:
             pid = self.watcher.kill(k.name, signals.Signals[k.signal])
         except UnknownService as e:
-            raise ServiceError("unknown_service", str(e)) from None
+            raise ServiceError(UNKNOWN_SERVICE, str(e)) from None
         except (ProcessLookupError, PermissionError) as e:
-            raise ServiceError("not_running", f"{k.name}: {e}") from None
+            raise ServiceError(NOT_RUNNING, f"{k.name}: {e}") from None
         return KillReply(name=k.name, pid=pid, signal=k.signal)

@@ -21,6 +21,8 @@ from bus.config import ServiceConfig
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError, ServiceError, ServiceNotFound
 from bus.dispatch import receives
 from bus.service import Service, handles, streams
+from wire.failures import (DUPLICATE_REQUEST, LOADING, QUEUE_FULL, RANGE_FAILED, SCHEDULER_STOPPED,
+                           STARTING, TOKENIZER_UNAVAILABLE)
 from wire.messages.bus import Event
 from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Generate, Started, Stats,
                                      StatsRequest, Tokens)
@@ -187,7 +189,8 @@ class SchedulerService(Service):
     async def on_stop(self) -> None:
         # Past the drain timeout: what is still running ends with a reason, not a silent close.
         if self.pipelines is not None:
-            for out in self.pipelines.fail_all("the scheduler stopped before this request finished"):
+            for out in self.pipelines.fail_all("the scheduler stopped before this request finished",
+                                               SCHEDULER_STOPPED):
                 if (stream := self.requests.get(out.request_id)) is not None:
                     stream.deliver(StreamEvent(out))
             if self._inflight:
@@ -297,7 +300,7 @@ class SchedulerService(Service):
         if why is None:
             return
         log.error("failing every request: %s", why)
-        for out in self.pipelines.fail_all(why):
+        for out in self.pipelines.fail_all(why, RANGE_FAILED):
             if (stream := self.requests.get(out.request_id)) is not None:
                 stream.deliver(StreamEvent(out))
         self.pipelines.wake()
@@ -307,14 +310,14 @@ class SchedulerService(Service):
     async def generate(self, msg):
         req: Generate = msg.body
         if (why := self.failed_ranges.why(self.directory.live(), self.model)) is not None:
-            raise ServiceError("range_failed", why)
+            raise ServiceError(RANGE_FAILED, why)
         if self.pipelines is None:
-            raise ServiceError("starting", "the scheduler is still finding its pipeline",
+            raise ServiceError(STARTING, "the scheduler is still finding its pipeline",
                                retry_after=1.0)
         arrived = asyncio.get_running_loop().time()
         rid = req.request_id or uuid.uuid4().hex
         if rid in self.requests:
-            raise ServiceError("duplicate_request_id", f"request {rid!r} is already running")
+            raise ServiceError(DUPLICATE_REQUEST, f"request {rid!r} is already running")
         try:
             params = check_sampling(SamplingParams.of(req))
         except BadRequest as e:
@@ -330,7 +333,7 @@ class SchedulerService(Service):
             terms = self.pipelines.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
                                                tuple(req.stop), params.seed, deadline))
         except QueueFull as e:
-            raise ServiceError("queue_full", str(e), retry_after=round(e.retry_after, 1)) from None
+            raise ServiceError(QUEUE_FULL, str(e), retry_after=round(e.retry_after, 1)) from None
         except BadRequest as e:
             raise ServiceError(e.reason, e.detail) from None
         self.requests[rid] = stream
@@ -356,7 +359,8 @@ class SchedulerService(Service):
                     yield Done(request_id=rid, finish_reason=finish.reason,
                                prompt_tokens=stream.prompt_tokens,
                                completion_tokens=stream.completion_tokens,
-                               stop_string=finish.stop_string, detail=finish.detail)
+                               stop_string=finish.stop_string, detail=finish.detail,
+                               code=finish.code)
                     return
         finally:
             # The caller left (or cancelled): end the request now and free its pages.
@@ -383,12 +387,12 @@ class SchedulerService(Service):
                     why = f"{tok} did not answer: {e}"
                     self.counters["tokenizer_retries"] += 1
                 except RemoteError as e:
-                    if e.code != "loading":          # a respawned tokenizer answers before it has loaded
+                    if e.code != LOADING:          # a respawned tokenizer answers before it has loaded
                         raise
                     why = f"{tok} is still loading"
                     self.counters["tokenizer_retries"] += 1
             if loop.time() >= give_up:
-                raise ServiceError("tokenizer_unavailable", f"{why} (waited "
+                raise ServiceError(TOKENIZER_UNAVAILABLE, f"{why} (waited "
                                    f"{self.sched.tokenizer_wait_s:g} s)", retry_after=1.0)
             await asyncio.sleep(0.05)
 
@@ -407,7 +411,7 @@ class SchedulerService(Service):
     @handles(StatsRequest)
     async def stats(self, msg) -> Stats:
         if self.pipelines is None:
-            raise ServiceError("starting", "the scheduler is still finding its pipeline",
+            raise ServiceError(STARTING, "the scheduler is still finding its pipeline",
                                retry_after=1.0)
         s = self.pipelines.policy_stats()
         s.update(self.pipelines.driver_stats())

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from kernels.sampling import BadLogits, BadSamplerInput, SampleResult, sample
+from wire.failures import BAD_BATCH, BAD_LOGITS, BAD_SAMPLING, INTERNAL
 from wire.messages.sampling import BadSamplingParams
 
 # How a row's failure is named for the scheduler, which ends that request with it.
-_CODES = ((BadSamplingParams, "bad_sampling"), (BadLogits, "bad_logits"),
-          (BadSamplerInput, "bad_batch"))
+_CODES = ((BadSamplingParams, BAD_SAMPLING), (BadLogits, BAD_LOGITS), (BadSamplerInput, BAD_BATCH))
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ def _sample_subset(sampler, logits, params, steps, histories, rows: list[int]) -
 
 
 def _reason(e: Exception) -> str:
-    code = next((c for t, c in _CODES if isinstance(e, t)), "internal")
-    detail = str(e) if code != "internal" else f"{type(e).__name__}: {e}"
+    code = next((c for t, c in _CODES if isinstance(e, t)), INTERNAL)
+    detail = str(e) if code != INTERNAL else f"{type(e).__name__}: {e}"
     return f"{code}: {detail}"[:500]
 
 

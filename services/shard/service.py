@@ -31,6 +31,8 @@ import wire
 from bus.config import ServiceConfig
 from bus.errors import BusError, ServiceError, code_of
 from bus.service import Service, handles
+from wire.failures import (BAD_BATCH, BAD_RANGE, DEADLINE_EXCEEDED, KV_MISSING, LOADING, NOT_STAGED,
+                           PINNED, RANGE_MISMATCH, STALE_ROUTE, SUPERSEDED, UNREACHABLE)
 from wire.messages.placement import (FootprintReply, FootprintRequest, Place, Placed, Switch,
                                      Switched)
 from wire.messages.shard import (Forward, ForwardFailed, ForwardReply, ForwardResult, HandedOn,
@@ -231,13 +233,13 @@ class ShardService(Service):
     async def place(self, msg: wire.Message) -> Placed:
         p: Place = msg.body
         if self.pinned:
-            raise ServiceError("pinned", f"{self.name} serves layers {self.shard.start}:"
+            raise ServiceError(PINNED, f"{self.name} serves layers {self.shard.start}:"
                                          f"{self.shard.end} given by --layers")
         if p.end > self.footprint.n_layers:
-            raise ServiceError("bad_range", f"{p.start}:{p.end} is past the model's "
+            raise ServiceError(BAD_RANGE, f"{p.start}:{p.end} is past the model's "
                                             f"{self.footprint.n_layers} layers")
         if p.plan < self._wanted:
-            raise ServiceError("superseded", f"plan {p.plan} is older than plan {self._wanted}")
+            raise ServiceError(SUPERSEDED, f"plan {p.plan} is older than plan {self._wanted}")
         key = (p.plan, p.start, p.end)
         if self._staged is not None and (self._staged.plan, self._staged.start, self._staged.end) == key:
             return Placed(plan=p.plan, start=p.start, end=p.end, load_s=0.0)   # asked again
@@ -259,7 +261,7 @@ class ShardService(Service):
                 if fut.done():
                     self._loading.pop(key, None)
         if self._wanted != p.plan:
-            raise ServiceError("superseded", f"plan {self._wanted} came while plan {p.plan} loaded")
+            raise ServiceError(SUPERSEDED, f"plan {self._wanted} came while plan {p.plan} loaded")
         self._staged = staged
         self.counters["placements_loaded"] += 1
         return Placed(plan=p.plan, start=p.start, end=p.end,
@@ -269,7 +271,7 @@ class ShardService(Service):
     async def switch(self, msg: wire.Message) -> Switched:
         r = self._staged
         if r is None or r.plan != msg.body.plan:
-            raise ServiceError("not_staged", f"{self.name} has not loaded plan {msg.body.plan}"
+            raise ServiceError(NOT_STAGED, f"{self.name} has not loaded plan {msg.body.plan}"
                                + (f" (it holds plan {r.plan})" if r is not None else ""))
         self._staged = None
         self._take_range(r)
@@ -285,16 +287,16 @@ class ShardService(Service):
         received, arrived = time.perf_counter(), time.time()
         self.counters["forwards"] += 1
         if self.model is None:
-            raise ServiceError("loading", f"{self.name} is still loading", retry_after=1.0)
+            raise ServiceError(LOADING, f"{self.name} is still loading", retry_after=1.0)
         try:
             check_self(f.route, f.hop, self.name, self.epoch)
         except StaleRoute as e:
-            raise self._refuse("stale_route", e) from None
+            raise self._refuse(STALE_ROUTE, e) from None
         # The range this batch runs on, held through the awaits below: a switch of placement
         # may come meanwhile, and the batch ends on the layers it began with.
         model, end = self.model, self.shard.end
         if f.first_layer != self.shard.start:
-            raise ServiceError("range_mismatch", f"{self.name} holds layers {self.shard.start}:"
+            raise ServiceError(RANGE_MISMATCH, f"{self.name} holds layers {self.shard.start}:"
                                                  f"{self.shard.end}, not {f.first_layer}:")
         batch = self._batch(f)
         inline = batch.num_tokens <= INLINE_TOKENS and not self._computing
@@ -358,7 +360,7 @@ class ShardService(Service):
         if not to.only:
             return reply
         if not sent:
-            raise ServiceError("unreachable", f"{self.name} could not send the result of batch "
+            raise ServiceError(UNREACHABLE, f"{self.name} could not send the result of batch "
                                               f"{f.batch_id} to {to.name}")
         return HandedOn(batch_id=f.batch_id)
 
@@ -367,12 +369,12 @@ class ShardService(Service):
         try:
             nxt = next_stage(f.route, f.hop, self._live_epoch, end)
         except StaleRoute as e:
-            raise self._refuse("stale_route", e) from None
+            raise self._refuse(STALE_ROUTE, e) from None
         except BadRoute as e:
-            raise ServiceError("bad_batch", str(e)) from None
+            raise ServiceError(BAD_BATCH, str(e)) from None
         timeout = (msg.deadline - time.time()) if msg.deadline else 30.0
         if timeout <= 0:
-            raise ServiceError("deadline_exceeded", "no time left to reach the next shard")
+            raise ServiceError(DEADLINE_EXCEEDED, "no time left to reach the next shard")
         return nxt, timeout
 
     async def _hand_on_detached(self, nxt: RouteStage, onward: Forward, reply: Awaitable,
@@ -407,7 +409,7 @@ class ShardService(Service):
                 hidden=f.hidden.array() if f.hidden is not None else None,
                 want_logits=f.want_logits.array() if f.want_logits is not None else None)
         except ValueError as e:   # a payload not of its declared shape, a layout past int32
-            raise ServiceError("bad_batch", str(e)) from None
+            raise ServiceError(BAD_BATCH, str(e)) from None
 
     def _refuse(self, code: str, e: Exception) -> ServiceError:
         """A batch planned for KV this shard does not hold: the scheduler must plan again."""
@@ -430,9 +432,9 @@ class ShardService(Service):
             finally:
                 self._computing -= 1
         except KVMissing as e:
-            raise self._refuse("kv_missing", e) from None
+            raise self._refuse(KV_MISSING, e) from None
         except (BadBatch, BadSamplerInput) as e:
-            raise ServiceError("bad_batch", str(e)) from None
+            raise ServiceError(BAD_BATCH, str(e)) from None
 
     def _live_epoch(self, name: str) -> int | None:
         e = self.directory.get(name)

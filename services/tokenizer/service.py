@@ -22,6 +22,8 @@ from bus.service import Service, handles
 from services.tokenizer import errors
 from services.tokenizer.templates import reads_tools
 from services.tokenizer.tool_prompt import builtin_tool_chat, uses_tools
+from wire.failures import (BAD_MESSAGES, BAD_REQUEST, BAD_TOKEN_ID, LOADING, PROMPT_TOO_LONG, TEMPLATE_ERROR,
+                           TEXT_TOO_LONG, UNKNOWN_TEMPLATE, VOCAB_TOO_LARGE)
 from wire.limits import MAX_HEADER_BYTES
 from wire.messages.tokenizer import (Decode, Encode, Ids, InfoRequest, Prompt, Render, Text,
                                      TokenizerInfo, VocabRequest, VocabTable)
@@ -33,10 +35,10 @@ MAX_TEXT_BYTES = 1 << 19
 _HEADER_ROOM = 4096
 
 _CODES: dict[type, str] = {
-    errors.BadMessages: "bad_messages",
-    errors.UnknownTemplate: "unknown_template",
-    errors.TemplateError: "template_error",
-    errors.BadTokenId: "bad_token_id",
+    errors.BadMessages: BAD_MESSAGES,
+    errors.UnknownTemplate: UNKNOWN_TEMPLATE,
+    errors.TemplateError: TEMPLATE_ERROR,
+    errors.BadTokenId: BAD_TOKEN_ID,
 }
 
 
@@ -128,13 +130,13 @@ class TokenizerService(Service):
         table = self._tables[req.skip_special]
         n = len(table)
         if req.start > n:
-            raise ServiceError("bad_token_id", f"start {req.start} is past the vocabulary of {n}")
+            raise ServiceError(BAD_TOKEN_ID, f"start {req.start} is past the vocabulary of {n}")
         end = n if req.count == 0 else min(n, req.start + req.count)
         page = table[req.start:end]
         size = sum(len(b) for b in page) + 5 * len(page)   # msgpack bin: at most 5 bytes a header
         if size > MAX_HEADER_BYTES - _HEADER_ROOM:
             fit = max(1, (MAX_HEADER_BYTES - _HEADER_ROOM) * len(page) // (2 * size))
-            raise ServiceError("vocab_too_large",
+            raise ServiceError(VOCAB_TOO_LARGE,
                                f"ids {req.start}..{end} take about {size} bytes, over the "
                                f"{MAX_HEADER_BYTES} one message carries; ask in pages with "
                                f"start and count (count={fit} fits)")
@@ -192,14 +194,14 @@ class TokenizerService(Service):
         if len(text) * 4 > MAX_HEADER_BYTES - _HEADER_ROOM:   # cheap bound first, as for input
             n = len(text.encode("utf-8", "surrogatepass"))
             if n > MAX_HEADER_BYTES - _HEADER_ROOM:
-                raise ServiceError("text_too_long", f"{len(req.ids)} ids decode to {n} bytes, more "
+                raise ServiceError(TEXT_TOO_LONG, f"{len(req.ids)} ids decode to {n} bytes, more "
                                                     f"than one reply carries: decode fewer at once")
         return Text(text=text)
 
     # ------------------------------------------------------------------ helpers
     def _ready(self):
         if self.tokenizer is None:
-            raise ServiceError("loading", f"{self.name} is still loading", retry_after=0.5)
+            raise ServiceError(LOADING, f"{self.name} is still loading", retry_after=0.5)
         return self.tokenizer
 
     def _check_length(self, text: str, what: str) -> None:
@@ -209,7 +211,7 @@ class TokenizerService(Service):
             return
         n = len(text.encode("utf-8", "surrogatepass"))
         if n > limit:
-            raise ServiceError("text_too_long", f"{what} is {n} bytes of UTF-8, over the limit "
+            raise ServiceError(TEXT_TOO_LONG, f"{what} is {n} bytes of UTF-8, over the limit "
                                                 f"of {limit}: send it in shorter pieces")
 
     @staticmethod
@@ -219,7 +221,7 @@ class TokenizerService(Service):
         # leave it waiting, so say so here.
         size = len(msgpack.packb(ids)) + len(text.encode("utf-8", "surrogatepass"))
         if size > MAX_HEADER_BYTES - _HEADER_ROOM:
-            raise ServiceError("prompt_too_long", f"the prompt is {len(ids)} tokens, more than one "
+            raise ServiceError(PROMPT_TOO_LONG, f"the prompt is {len(ids)} tokens, more than one "
                                                   f"reply carries ({size} bytes of "
                                                   f"{MAX_HEADER_BYTES}): shorten it")
 
@@ -228,4 +230,4 @@ class TokenizerService(Service):
             return await asyncio.get_running_loop().run_in_executor(
                 self._work, lambda: fn(*args, **kw))
         except errors.TokenizerError as e:
-            raise ServiceError(_CODES.get(type(e), "bad_request"), str(e)) from None
+            raise ServiceError(_CODES.get(type(e), BAD_REQUEST), str(e)) from None

@@ -14,6 +14,7 @@ from gateway.config import GatewayConfig, parse_http
 from gateway.errors import (BadRequest, Overloaded, Unauthorized, Unavailable, UpstreamFailed,
                             UpstreamTimeout, failed_in_cluster, from_bus)
 from gateway.fields import Fields, text_of
+from wire.failures import DEADLINE, INTERNAL, RANGE_FAILED, SCHEDULER_STOPPED, TABLE, UNSERVED
 
 
 def test_fields_name_the_field_at_fault():
@@ -132,15 +133,27 @@ def test_bus_errors_become_http_errors():
     assert isinstance(from_bus(RemoteError("internal", "oops")), UpstreamFailed)
 
 
-def test_a_request_failed_in_the_cluster_gets_the_status_of_its_reason():
-    # The reasons as the scheduler words them (policy.expire, the service's range check and
-    # on_stop, the driver's budget).
-    gone = failed_in_cluster("range_failed: layers 15:30 of M are held by no ready shard and ...")
-    assert isinstance(gone, Unavailable) and gone.status == 503 and "range_failed" in gone.message
-    stopped = failed_in_cluster("the scheduler stopped before this request finished")
+def test_a_request_failed_in_the_cluster_gets_the_status_of_its_code_never_of_its_text():
+    # The codes the scheduler ends a request with (policy.expire, the service's range check and
+    # on_stop, the driver's budget); the text is for people only.
+    gone = failed_in_cluster(RANGE_FAILED, "layers 15:30 of M are held by no ready shard and ...")
+    assert isinstance(gone, Unavailable) and gone.status == 503 and "layers 15:30" in gone.message
+    assert gone.retry_after is None                 # it will not come back by itself
+    stopped = failed_in_cluster(SCHEDULER_STOPPED, "the scheduler stopped before this finished")
     assert stopped.status == 503 and stopped.retry_after == 1.0
-    late = failed_in_cluster("deadline: 2 s passed with 3 of 40 tokens generated")
+    late = failed_in_cluster(DEADLINE, "deadline: 2 s passed with 3 of 40 tokens generated")
     assert isinstance(late, UpstreamTimeout) and late.status == 504
-    other = failed_in_cluster("every batch on ['shard-0'] failed (last: x); nothing served for 300 s")
+    other = failed_in_cluster(UNSERVED, "every batch on ['shard-0'] failed (last: x); nothing "
+                                        "served for 300 s")
     assert isinstance(other, UpstreamFailed) and other.status == 500
-    assert "no reason given" in failed_in_cluster("").message
+    # The same words under another code get that code's status: the text decides nothing.
+    assert failed_in_cluster(DEADLINE, "range_failed: the scheduler stopped").status == 504
+    assert "no reason given" in failed_in_cluster(INTERNAL, "").message
+    assert failed_in_cluster("", "an older scheduler").status == 500
+
+
+def test_every_code_of_the_table_becomes_its_status_from_the_bus():
+    for code, f in TABLE.items():
+        e = from_bus(RemoteError(code, "x"))
+        assert e.status == f.http and e.param == f.field, code
+        assert (e.retry_after is not None) == (f.retry and f.http in (429, 503)), code

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 
+from ..failures import BAD_SAMPLING
 from ..schema import record
 
 SEED_LIMIT = 1 << 64
@@ -33,7 +34,7 @@ _INTS = {
 class BadSamplingParams(ValueError):
     """A sampling parameter is out of range; the message names it and the allowed range."""
 
-    code = "bad_sampling"   # the bus error a refused request gets
+    code = BAD_SAMPLING   # the failure code a refused request gets
 
     def __init__(self, name: str, value, allowed: str):
         super().__init__(f"sampling parameter {name}={value!r} is invalid: must be {allowed}")

@@ -2,7 +2,7 @@
 
 `scheduler.generate` is answered by a stream (bus `@streams`): one `Started`, then `Tokens`
 as they are sampled, then one `Done` saying why it ended. A refused request gets a typed
-`bus.error` instead (queue_full with retry_after, or the bad request's reason).
+`bus.error` instead (queue_full with retry_after, or the bad request's failure code).
 """
 
 from __future__ import annotations
@@ -70,13 +70,15 @@ class Tokens:
 @message("scheduler.done")
 class Done:
     """Last event of a stream: why it ended (stop, length, repeated_line_loop, cancelled, failed);
-    for `failed`, `detail` says why, starting "deadline:" when the request's deadline passed."""
+    a failed one has its failure `code` (wire.failures: callers decide by it) and a `detail` for
+    people, starting "deadline:" when the request's deadline passed."""
     request_id: str
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
     stop_string: str | None = None
     detail: str = ""
+    code: str = ""
 
 
 @message("scheduler.cancel")

@@ -24,6 +24,7 @@ from bus.directory import Directory
 from bus.errors import (BusError, CallTimeout, PeerDead, PeerRestarted, RemoteError,
                         ServiceNotFound)
 from bus.peers import Peers
+from wire.failures import QUEUE_FULL, STARTING, failure
 from wire.messages.scheduler import CancelRequest, Done, Generate, Started, Tokens
 
 from .errors import ChatError, Refused, StackGone
@@ -160,17 +161,17 @@ class ChatClient:
             raise StackGone(f"{target.scheduler} now belongs to cluster {w.cluster!r}, not "
                             f"{target.cluster!r}: the stack has stopped")
         if w.state == "starting":
-            raise Refused("starting", "the stack is still starting: ask again in a moment", 1.0)
+            raise Refused(STARTING, "the stack is still starting: ask again in a moment", 1.0)
         return w.name, w.cluster
 
 
 def refusal(e: RemoteError) -> Refused:
     """A scheduler's typed error as one line that says what to do."""
-    if e.code == "queue_full":
+    if e.code == QUEUE_FULL:
         wait = f"try again in {e.retry_after:g} s" if e.retry_after else "try again later"
         return Refused(e.code, f"the stack is busy (queue_full: {e.message}): {wait}",
                        e.retry_after)
-    if e.code in ("starting", "draining"):
+    if failure(e.code).retry:
         return Refused(e.code, f"{e.code}: {e.message}: try again in {e.retry_after or 1:g} s",
                        e.retry_after)
     return Refused(e.code, f"{e.code}: {e.message}", e.retry_after)

@@ -1,5 +1,7 @@
 """Typed errors of the scheduler policy, named for the caller that must react to them."""
 
+from wire import failures
+
 
 class SchedulerError(Exception):
     """Base of every error the scheduler policy raises."""
@@ -10,9 +12,10 @@ class ConfigError(SchedulerError, ValueError):
 
 
 class BadRequest(SchedulerError, ValueError):
-    """A request is refused as malformed; `reason` is a short tag, the message says what to fix."""
+    """A request is refused as malformed; `reason` is its failure code (wire.failures), the
+    message says what to fix."""
 
-    reason = "bad_request"
+    reason = failures.BAD_REQUEST
 
     def __init__(self, detail: str):
         super().__init__(f"{self.reason}: {detail}")
@@ -20,19 +23,19 @@ class BadRequest(SchedulerError, ValueError):
 
 
 class BadRequestId(BadRequest):
-    reason = "bad_request_id"
+    reason = failures.BAD_REQUEST_ID
 
 
 class EmptyPrompt(BadRequest):
-    reason = "empty_prompt"
+    reason = failures.EMPTY_PROMPT
 
 
 class BadTokenIds(BadRequest):
-    reason = "bad_token_ids"
+    reason = failures.BAD_TOKEN_IDS
 
 
 class PromptTooLong(BadRequest):
-    reason = "prompt_too_long"
+    reason = failures.PROMPT_TOO_LONG
 
     def __init__(self, prompt_tokens: int, context_length: int):
         super().__init__(f"prompt has {prompt_tokens} tokens; the context holds {context_length} "
@@ -42,33 +45,33 @@ class PromptTooLong(BadRequest):
 
 
 class BadMaxTokens(BadRequest):
-    reason = "bad_max_tokens"
+    reason = failures.BAD_MAX_TOKENS
 
 
 class UnknownPriority(BadRequest):
-    reason = "unknown_priority"
+    reason = failures.UNKNOWN_PRIORITY
 
 
 class BadStopStrings(BadRequest):
-    reason = "bad_stop_strings"
+    reason = failures.BAD_STOP_STRINGS
 
 
 class BadDeadline(BadRequest):
-    reason = "bad_deadline"
+    reason = failures.BAD_DEADLINE
 
 
 class BadSeed(BadRequest):
-    reason = "bad_seed"
+    reason = failures.BAD_SEED
 
 
 class BadSampling(BadRequest):
     """A sampling parameter is out of its range; the message names it and the range."""
 
-    reason = "bad_sampling"
+    reason = failures.BAD_SAMPLING
 
 
 class DuplicateRequest(BadRequest):
-    reason = "duplicate_request_id"
+    reason = failures.DUPLICATE_REQUEST
 
 
 class QueueFull(SchedulerError):

@@ -6,6 +6,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
+from wire.failures import BAD_REPLY, DEADLINE, INTERNAL, SAMPLING_FAILED
+
 from .admission import Admission, validate
 from services.tokenizer.stream import IncrementalDecoder
 
@@ -68,17 +70,17 @@ class Scheduler:
         """End a request now and free its pages; None if it already finished."""
         return self._end(request_id, Finish("cancelled"))
 
-    def fail(self, request_id: str, reason: str) -> Output | None:
-        """End a request as failed with `reason`; None if it already finished."""
-        return self._end(request_id, Finish("failed", detail=reason))
+    def fail(self, request_id: str, reason: str, code: str = INTERNAL) -> Output | None:
+        """End a request as failed with `reason` and failure `code`; None if it already finished."""
+        return self._end(request_id, Finish("failed", detail=reason, code=code))
 
     def expire(self) -> list[Output]:
-        """End every request whose deadline has passed, failed with reason deadline."""
+        """End every request whose deadline has passed, failed with code `deadline`."""
         now = self.clock()
         late = [s for s in self._seqs.values() if s.deadline is not None and s.deadline <= now]
         return [self._end(s.request_id, Finish("failed", detail=(
             f"deadline: {s.request.deadline_s:.3g} s passed with {s.num_generated} of "
-            f"{s.max_tokens} tokens generated"))) for s in late]
+            f"{s.max_tokens} tokens generated"), code=DEADLINE)) for s in late]
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of an unfinished request (policy clock), None if none has one."""
@@ -164,7 +166,8 @@ class Scheduler:
         for rid, chunk in attached.items():
             done += len(chunk.token_ids)
             if rid in failures:
-                outputs.append(self._end(rid, Finish("failed", detail=failures[rid])))
+                outputs.append(self._end(rid, Finish("failed", detail=failures[rid],
+                                                     code=SAMPLING_FAILED)))
                 continue
             seq = self._seqs[rid]
             seq.busy_batch = None
@@ -200,17 +203,17 @@ class Scheduler:
             seq.retries += 1
             if seq.retries >= self.config.max_batch_retries:
                 failed.append(self._end(seq.request_id, Finish(
-                    "failed", detail=f"{reason} ({seq.retries} times in a row)")))
+                    "failed", detail=f"{reason} ({seq.retries} times in a row)", code=BAD_REPLY)))
         self._counts["batches_retried"] += 1
         return failed
 
-    def refuse_batch(self, batch_id: int, reason: str) -> list[Output]:
+    def refuse_batch(self, batch_id: int, reason: str, code: str = INTERNAL) -> list[Output]:
         """The shards refused a batch as a whole, naming no row: with several sequences, each
-        runs its chunk again in a batch of its own; a sequence refused alone fails with `reason`.
-        Returns that failure."""
+        runs its chunk again in a batch of its own; a sequence refused alone fails with `reason`
+        and the shards' failure `code`. Returns that failure."""
         held = self._abort(batch_id)
         if len(held) == 1:
-            return [self._end(held[0].request_id, Finish("failed", detail=reason))]
+            return [self._end(held[0].request_id, Finish("failed", detail=reason, code=code))]
         for seq in held:
             seq.solo = True
         self._counts["batches_split"] += 1
@@ -261,10 +264,11 @@ class Scheduler:
         self._enqueue(seq)
         self._counts["moved_in"] += 1
 
-    def fail_all(self, reason: str) -> list[Output]:
-        """End every unfinished request as failed with `reason` (its pipeline is not coming back)."""
+    def fail_all(self, reason: str, code: str = INTERNAL) -> list[Output]:
+        """End every unfinished request as failed with `reason` and `code` (its pipeline is not
+        coming back)."""
         self._inflight.clear()
-        return [o for rid in list(self._seqs) if (o := self.fail(rid, reason)) is not None]
+        return [o for rid in list(self._seqs) if (o := self.fail(rid, reason, code)) is not None]
 
     def _requeue_after_loss(self, seq: Sequence) -> None:
         seq.busy_batch = None  # its in-flight result, if it ever comes, is ignored

@@ -9,12 +9,14 @@ FINISH_REASONS = ("stop", "length", "repeated_line_loop", "cancelled", "failed")
 
 @dataclass(frozen=True)
 class Finish:
-    """Why a sequence ended; `stop_string`/`stop_token` say which stop matched, `detail` why it failed."""
+    """Why a sequence ended; `stop_string`/`stop_token` say which stop matched; a failed one has
+    its failure code (wire.failures) and `detail` for people."""
 
     reason: str
     stop_string: str | None = None
     stop_token: int | None = None
     detail: str = ""
+    code: str = ""
 
 
 class StopState:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import wire
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError
+from wire.failures import UNREACHABLE
 from wire.messages.shard import (Forward, ForwardFailed, ForwardReply, ForwardResult, HandedOn,
                                  ReplyTo)
 
@@ -79,7 +80,7 @@ class DirectReplies:
             else:
                 answer = await self._both_ways(w, first, body, timeout)
         except (CallTimeout, RemoteError) as e:
-            if isinstance(e, CallTimeout) or e.code == "unreachable":
+            if isinstance(e, CallTimeout) or e.code == UNREACHABLE:
                 self._heard.pop(last.name, None)   # both ways again until heard from straight
             raise
         finally:

@@ -14,7 +14,7 @@ pipeline at once. Whatever goes wrong, a batch leaves the policy's in-flight set
 - no request fails for how often that happens: only when the pipeline has served nothing for
   `unserved_budget_s` while there was work (a layer range has no shard, or every batch fails),
   every request ends with that reason;
-- the shards refused the batch (`_REFUSED`), naming no row: its sequences run again each in a
+- the shards refused the batch (a code a retry cannot mend), naming no row: its sequences run again each in a
   batch of its own; a request refused alone fails with the shard's reason;
 - the reply does not fit the batch, or anything else is raised: the batch runs again, and a
   request whose results are unusable `max_batch_retries` times in a row fails with the reason.
@@ -28,7 +28,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from bus.errors import BusError, PeerRestarted, RemoteError
+from bus.errors import BusError, PeerRestarted, RemoteError, code_of
+from wire.failures import INTERNAL, KV_MISSING, PEER_RESTARTED, UNSERVED, failure
 from wire.messages.shard import ForwardReply
 
 from ..batching.batches import MicroBatch, Output, SampledToken
@@ -40,13 +41,16 @@ from .streams import RequestStream, StreamEvent
 
 log = logging.getLogger("llmbus.scheduler")
 
-# Errors that mean "this batch is wrong", not "the pipeline is broken": retrying cannot help.
-_REFUSED = frozenset({"bad_batch", "bad_sampling", "bad_logits", "bad_frame", "internal",
-                      "unknown_method"})
 # Errors that prove KV on a shard is gone: a process of the pipeline was replaced, or a shard
 # lacks positions it wrote. Any other failure (no answer, a stage not live, `stale_route`) may
 # be a shard that is only late; a restart behind it shows as a new epoch in the pipeline.
-_KV_LOST = frozenset({"peer_restarted", "kv_missing"})
+_KV_LOST = frozenset({PEER_RESTARTED, KV_MISSING})
+
+
+def _refused(e: BusError) -> bool:
+    """The batch itself is at fault, not the pipeline: sent again as it is, it fails again (the
+    shard's code says a retry cannot help)."""
+    return isinstance(e, RemoteError) and not failure(e.code).retry
 
 
 def _proves_loss(e: BusError) -> bool:
@@ -191,7 +195,7 @@ class Driver:
                   f"(budget {self.unserved_budget_s:.0f} s)")
         log.error("giving up on every request: %s", reason)
         self.counters["unserved_give_ups"] += 1
-        self._deliver_all(self.policy.fail_all(reason))
+        self._deliver_all(self.policy.fail_all(reason, UNSERVED))
         self._unserved_since = None
         return True
 
@@ -281,14 +285,13 @@ class Driver:
     def _batch_failed(self, batch: MicroBatch, sig: tuple, e: BusError) -> None:
         if batch.batch_id not in self.policy.inflight:
             return  # an earlier failure already reset everything in flight
-        code = e.code if isinstance(e, RemoteError) else type(e).__name__
-        self.counters[f"batch_errors.{code}"] += 1
-        if code in _REFUSED:
+        self.counters[f"batch_errors.{code_of(e)}"] += 1
+        if _refused(e):
             # Deterministic for this batch, but usually one row is to blame: the policy runs its
             # sequences alone, and fails one the shards refuse alone.
             log.warning("batch %d refused (%s)", batch.batch_id, e)
             self._deliver_all(self.policy.refuse_batch(
-                batch.batch_id, f"the pipeline refused this request: {e}"))
+                batch.batch_id, f"the pipeline refused this request: {e}", e.code))
             return
         self._on_batch(None, str(e) or type(e).__name__)
         self._failed, self.retry_at = sig, self._clock() + self.backoff
@@ -327,7 +330,8 @@ class Driver:
         """End every request of a batch with `reason`: used when no retry can be trusted."""
         if batch.batch_id in self.policy.inflight:
             self.policy.abort_batch(batch.batch_id)
-        self._deliver_all(o for c in batch.chunks if (o := self.policy.fail(c.request_id, reason)))
+        self._deliver_all(o for c in batch.chunks
+                          if (o := self.policy.fail(c.request_id, reason, INTERNAL)))
 
     def _recover(self, why: str) -> None:
         self.counters["recoveries"] += 1

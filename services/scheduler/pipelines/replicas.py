@@ -161,8 +161,8 @@ class Pipelines:
             if pipeline.driver is not None:
                 pipeline.driver.wake.set()
 
-    def fail_all(self, reason: str) -> list:
-        return [o for pipeline in self for o in pipeline.policy.fail_all(reason)]
+    def fail_all(self, reason: str, code: str) -> list:
+        return [o for pipeline in self for o in pipeline.policy.fail_all(reason, code)]
 
     def idle(self) -> bool:
         return not any(pipeline.policy.inflight for pipeline in self.pipelines)
