@@ -8,12 +8,12 @@ import time
 
 import wire
 from wire.failures import NO_DIRECTORY
+from wire.messages.info import info_map
 from wire.messages.bus import (Echo, EchoReply, Hello, Probe, ProbeReply, Status, StatusReply,
                                Welcome)
 
 from .dispatch import handles
 from .errors import ServiceError
-from .machine import machine_id
 
 # Answered in every state and past the request cap: they are how peers and people see a service.
 ALWAYS = frozenset({Hello.TYPE, Status.TYPE, Echo.TYPE})
@@ -24,23 +24,20 @@ class BusMethods:
 
     @handles(Hello)
     async def _hello(self, msg: wire.Message) -> Welcome:
-        return Welcome(name=self.name, kind=self.kind, instance=self.instance, epoch=self.epoch,
-                       cluster=self.config.bus.cluster, host=self.config.bus.advertised,
-                       rpc_port=self.rpc_port, pub_port=self.pub_port, state=self.state,
-                       info=self.info(), machine=machine_id(), pid=os.getpid(),
-                       unit=self.config.unit)
+        return Welcome(**vars(self.identity()), cluster=self.config.bus.cluster,
+                       state=self.state, info=info_map(self.info()))
 
     @handles(Status)
     async def _status(self, msg: wire.Message) -> StatusReply:
         counters = dict(self.counters)
         if self.directory is not None:
             counters.update({f"directory.{k}": v for k, v in self.directory.counters.items()})
-        return StatusReply(name=self.name, kind=self.kind, instance=self.instance,
-                           epoch=self.epoch, state=self.state, load=self.load,
+        return StatusReply(**vars(self.identity()), state=self.state, load=self.load,
                            progress=self.progress, uptime=time.monotonic() - self.started_at,
                            counters=counters,
-                           info={**self.info(), "host": socket.gethostname(), "pid": os.getpid(),
-                                 "peers": [e.name for e in self.directory.live()] if self.directory else []})
+                           info={**info_map(self.info()), "host": socket.gethostname(),
+                                 "pid": os.getpid(), "peers": [e.name for e in self.directory.live()]
+                                 if self.directory else []})
 
     @handles(Echo)
     async def _echo(self, msg: wire.Message) -> EchoReply:

@@ -85,6 +85,7 @@ class Ctl:
 
 
 async def cmd_list(ctl: Ctl) -> int:
+    from wire.messages.info import info_map
     await asyncio.sleep(ctl.args.wait)
     now = time.monotonic()
     live = ctl.directory.live()
@@ -95,7 +96,8 @@ async def cmd_list(ctl: Ctl) -> int:
     rows = [{"name": e.name, "kind": e.kind, "instance": e.instance, "host": e.host,
              "rpc_port": e.rpc_port, "epoch": e.epoch, "state": e.state, "load": e.load,
              "progress": e.progress, "heartbeat_age_s": round(now - e.last_seen, 2),
-             "machine": e.machine, "pid": e.pid, "unit": e.unit, "info": e.info} for e in live]
+             "machine": e.machine, "pid": e.pid, "unit": e.unit, "info": info_map(e.info)}
+            for e in live]
     seen = {r["name"] for r in rows}
     # What watchers know but the bus no longer hears (down, failed) is listed too.
     rows += [{"name": n, "kind": "", "instance": "", "host": "", "rpc_port": 0, "epoch": 0,
@@ -160,7 +162,7 @@ async def cmd_kill(ctl: Ctl) -> int:
         return 2
     deadline = time.monotonic() + ctl.args.wait
     while True:   # the watcher of NAME's machine lists it in its heartbeat
-        watchers = [e for e in ctl.directory.of_kind("health") if name in e.info.get("watching", ())]
+        watchers = [e for e in ctl.directory.of_kind("health") if name in e.info.watching]
         if watchers or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.1)

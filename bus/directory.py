@@ -109,6 +109,13 @@ class Directory:
     def of_kind(self, kind: str) -> list[PeerEntry]:
         return [e for e in self.live() if e.kind == kind]
 
+    def pick(self, kind: str, model: str | None = None) -> PeerEntry | None:
+        """The least loaded ready service of `kind` (serving `model`, when given); None if none
+        is. Where requests go when any service of a kind will do."""
+        ready = [e for e in self.of_kind(kind) if e.state == "ready"
+                 and (model is None or e.info.model == model)]
+        return min(ready, key=lambda e: e.load) if ready else None
+
     async def wait_for(self, name: str, timeout: float) -> PeerEntry:
         deadline = time.monotonic() + timeout
         while True:

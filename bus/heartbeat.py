@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from typing import Any
 
@@ -12,14 +11,14 @@ import zmq
 import wire
 from wire.errors import Oversized
 from wire.messages.bus import Heartbeat
+from wire.messages.info import info_map
 
 from .directory import HEARTBEAT_TOPIC
-from .machine import machine_id
 from .sockets import CONTROL
 
 
 class Heartbeats:
-    """Mixin of Service: publishes on `_pub`; reads name, kind, state, load, progress, info()."""
+    """Mixin of Service: publishes on `_pub`; reads identity(), state, load, progress, info()."""
 
     def publish(self, topic: str, body: Any) -> None:
         """Publish an event; PUB never blocks (slow subscribers drop at their HWM)."""
@@ -38,11 +37,8 @@ class Heartbeats:
 
     def _heartbeat(self) -> Heartbeat:
         self._hb_seq += 1
-        return Heartbeat(name=self.name, kind=self.kind, instance=self.instance, epoch=self.epoch,
-                         state=self.state, load=self.load, progress=self.progress,
-                         seq=self._hb_seq, host=self.config.bus.advertised,
-                         rpc_port=self.rpc_port, pub_port=self.pub_port, info=self.info(),
-                         machine=machine_id(), pid=os.getpid(), unit=self.config.unit)
+        return Heartbeat(**vars(self.identity()), state=self.state, load=self.load,
+                         progress=self.progress, seq=self._hb_seq, info=info_map(self.info()))
 
     def _publish_heartbeat(self) -> None:
         self.publish(HEARTBEAT_TOPIC.decode(), self._heartbeat())

@@ -2,38 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+
+from wire.messages.bus import Heartbeat, Identity, Welcome
+from wire.messages.info import ServiceInfo, info_of
 
 
-@dataclass
-class PeerEntry:
-    name: str
-    kind: str
-    instance: str
-    epoch: int
-    host: str
-    rpc_port: int
-    pub_port: int
+@dataclass(frozen=True)
+class PeerEntry(Identity):
+    """A live service as the directory knows it: its identity, and what its last heartbeat (or
+    handshake) said."""
     state: str = "starting"
     load: float = 0.0
     progress: int = 0
+    info: ServiceInfo = field(default_factory=ServiceInfo)   # the kind's record (wire.messages.info)
+    source: str = ""                # "mdns", "static" or "heartbeat"
     last_seen: float = 0.0
     last_progress_at: float = 0.0   # when `progress` last grew
-    info: dict[str, Any] = field(default_factory=dict)
-    source: str = ""                # "mdns", "static" or "heartbeat"
-    machine: str = ""               # which machine, process and systemd unit (health watchers act on these)
-    pid: int = 0
-    unit: str = ""
 
     @classmethod
-    def of(cls, m: Any, source: str) -> "PeerEntry":
-        """From a bus.welcome or bus.heartbeat (which carry the same identity fields)."""
-        return cls(name=m.name, kind=m.kind, instance=m.instance, epoch=m.epoch, host=m.host,
-                   rpc_port=m.rpc_port, pub_port=m.pub_port, state=m.state,
-                   load=getattr(m, "load", 0.0), progress=getattr(m, "progress", 0),
-                   info=dict(m.info), source=source, machine=getattr(m, "machine", ""),
-                   pid=getattr(m, "pid", 0), unit=getattr(m, "unit", ""))
+    def of(cls, m: Welcome | Heartbeat, source: str) -> "PeerEntry":
+        """From a bus.welcome or bus.heartbeat (a handshake tells no load or progress)."""
+        return cls(**vars(Identity.of(m)), state=m.state, load=getattr(m, "load", 0.0),
+                   progress=getattr(m, "progress", 0), info=info_of(m.kind, m.info), source=source)
 
     @property
     def rpc_endpoint(self) -> str:
@@ -57,10 +48,8 @@ class LivenessTable:
         An observation from an epoch older than the one known is stale and ignored ('stale').
         """
         old = self.entries.get(e.name)
-        e.last_seen = now
         if old is None:
-            e.last_progress_at = now
-            self.entries[e.name] = e
+            self.entries[e.name] = replace(e, last_seen=now, last_progress_at=now)
             gone = self.gone_epochs.pop(e.name, None)
             return "restarted" if gone is not None and gone != e.epoch else "new"
         if e.epoch < old.epoch and self.is_alive(old, now):
@@ -72,12 +61,11 @@ class LivenessTable:
                 return "clash"
             return "stale"
         if e.epoch != old.epoch:
-            e.last_progress_at = now
-            self.entries[e.name] = e
+            self.entries[e.name] = replace(e, last_seen=now, last_progress_at=now)
             return "restarted"
-        e.last_progress_at = now if e.progress != old.progress else old.last_progress_at
-        e.source = old.source or e.source
-        self.entries[e.name] = e
+        self.entries[e.name] = replace(
+            e, last_seen=now, source=old.source or e.source,
+            last_progress_at=now if e.progress != old.progress else old.last_progress_at)
         return None
 
     def is_alive(self, e: PeerEntry, now: float) -> bool:

@@ -28,15 +28,16 @@ the `bus.*` handlers in bus_methods.py.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from collections import Counter
-from typing import Any
 
 import zmq
 import zmq.asyncio
 
-from wire.messages.bus import Event
+from wire.messages.bus import Event, Identity
+from wire.messages.info import ServiceInfo
 
 from . import zap
 from .bus_methods import BusMethods
@@ -45,6 +46,7 @@ from .directory import Directory
 from .dispatch import Handler, handler_table, handles, streams
 from .handshakes import RefusedHandshakes
 from .heartbeat import Heartbeats
+from .machine import machine_id
 from .mdns import Advertiser, Candidate, open_zeroconf
 from .notify import Notifier
 from .peers import Peers
@@ -91,9 +93,16 @@ class Service(RequestLoop, Heartbeats, BusMethods):
         self._refused: list[RefusedHandshakes] = []
 
     # ------------------------------------------------------------------ what subclasses add
-    def info(self) -> dict[str, Any]:
-        """Extra facts advertised in heartbeats and status (a shard's layer range, say)."""
-        return {}
+    def info(self) -> ServiceInfo:
+        """What this service tells about itself in heartbeats and status: its kind's record in
+        wire.messages.info (a shard's layer range, say)."""
+        return ServiceInfo()
+
+    def identity(self) -> Identity:
+        return Identity(name=self.name, kind=self.kind, instance=self.instance, epoch=self.epoch,
+                        host=self.config.bus.advertised, rpc_port=self.rpc_port,
+                        pub_port=self.pub_port, machine=machine_id(), pid=os.getpid(),
+                        unit=self.config.unit)
 
     @property
     def load(self) -> float:

@@ -17,9 +17,9 @@ from typing import Any
 from bus.directory import Directory
 from bus.errors import BusError
 from bus.peers import Peers
+from services.tokenizer.client import fetch_model
 from wire.messages.scheduler import CancelRequest, Done, Generate, Started, StatsRequest, Tokens
-from wire.messages.tokenizer import (Decode, Encode, InfoRequest, Render, TokenizerInfo,
-                                     VocabRequest)
+from wire.messages.tokenizer import Decode, Encode, Render
 
 from . import health
 from .errors import NotFound, Unavailable, from_bus
@@ -30,7 +30,6 @@ from .tools import Tools
 log = logging.getLogger("llmbus.gateway")
 
 CALL_TIMEOUT = 30.0
-VOCAB_PAGE = 16384
 
 
 class Backend:
@@ -48,8 +47,8 @@ class Backend:
         """Learn the served model from a tokenizer (again if it changes); runs for the
         service's life."""
         while True:
-            tok = self._pick("tokenizer")
-            if tok is not None and (self.card is None or tok.info.get("model") != self.card.identity):
+            tok = self.directory.pick("tokenizer")
+            if tok is not None and (self.card is None or tok.info.model != self.card.identity):
                 try:
                     self.card = await self._load_card(tok.name)
                     log.info("serving model %r (%s)", self.card.id, self.card.identity)
@@ -58,14 +57,7 @@ class Backend:
             await asyncio.sleep(0.25)
 
     async def _load_card(self, tok: str) -> ModelCard:
-        info: TokenizerInfo = await self.peers.call(tok, InfoRequest(), timeout=CALL_TIMEOUT)
-        table: list[bytes] = []
-        while len(table) < info.vocab_size:   # in pages: one message holds at most 1 MiB
-            page = await self.peers.call(tok, VocabRequest(skip_special=True, start=len(table),
-                                                           count=VOCAB_PAGE), timeout=CALL_TIMEOUT)
-            if not page.token_bytes:
-                break
-            table.extend(page.token_bytes)
+        info, table = await fetch_model(self.peers, tok, CALL_TIMEOUT)
         return ModelCard.of(info, int(time.time()), table)
 
     def model(self, requested: str | None = None) -> ModelCard:
@@ -87,7 +79,7 @@ class Backend:
         the bus stream is cancelled, and a scheduler.cancel makes sure its pages are freed.
         """
         card = self.model()
-        sched = self._pick("scheduler", card.identity)
+        sched = self.directory.pick("scheduler", card.identity)
         if sched is None:
             raise Unavailable("no scheduler is ready: " + "; ".join(self.missing()),
                               retry_after=1.0)
@@ -156,7 +148,7 @@ class Backend:
 
     async def _tokenizer_call(self, body):
         card = self.model()
-        tok = self._pick("tokenizer", card.identity)
+        tok = self.directory.pick("tokenizer", card.identity)
         if tok is None:
             raise Unavailable("no tokenizer of the served model is live", retry_after=1.0)
         try:
@@ -168,7 +160,7 @@ class Backend:
     async def scheduler_stats(self) -> dict[str, float]:
         """The serving scheduler's stats, {} when none answers (a scrape must not fail)."""
         card = self.card
-        sched = self._pick("scheduler", card.identity if card else None)
+        sched = self.directory.pick("scheduler", card.identity if card else None)
         if sched is None:
             return {}
         try:
@@ -186,12 +178,6 @@ class Backend:
         view["model"] = None if card is None else {"id": card.id, "identity": card.identity}
         view["missing"] = self.missing()
         return view
-
-    def _pick(self, kind: str, model: str | None = None):
-        """The least loaded ready service of `kind` (of `model`, when given)."""
-        live = [e for e in self.directory.of_kind(kind) if e.state == "ready"
-                and (model is None or e.info.get("model") == model)]
-        return min(live, key=lambda e: e.load) if live else None
 
 
 def _with_id(request: Generate, request_id: str) -> Generate:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from wire.messages.tokenizer import TokenizerInfo
+from wire.messages.tokenizer import ModelInfo
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class ModelCard:
     token_bytes: tuple[bytes, ...] = ()   # per id, for logprobs (control tokens: b"")
 
     @classmethod
-    def of(cls, info: TokenizerInfo, created: int, token_bytes: list[bytes]) -> "ModelCard":
+    def of(cls, info: ModelInfo, created: int, token_bytes: list[bytes]) -> "ModelCard":
         return cls(id=info.name or info.model, identity=info.model, created=created,
                    context_length=info.context_length, details=dict(info.details),
                    token_bytes=tuple(token_bytes))

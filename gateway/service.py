@@ -15,6 +15,7 @@ from .app import build_app
 from .backend import Backend
 from .config import GatewayConfig
 from .metrics import Metrics
+from wire.messages.info import GatewayInfo
 
 log = logging.getLogger("llmbus.gateway")
 
@@ -60,7 +61,7 @@ class GatewayService(Service):
     def url(self) -> str:
         return f"http://{self.gateway.host}:{self.http_port}"
 
-    def info(self) -> dict:
+    def info(self) -> GatewayInfo:
         card = self.backend.card if self.backend else None
-        return {"http": self.url if self.http_port else "",
-                "model": card.identity if card else "", "model_id": card.id if card else ""}
+        return GatewayInfo(http=self.url if self.http_port else "",
+                           model=card.identity if card else "", model_id=card.id if card else "")

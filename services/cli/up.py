@@ -181,7 +181,7 @@ async def _up(args) -> int:
         if not await _wait_ready(directory, kids, stop, logs):
             return 0 if stop.is_set() else 1
         endpoint = f"tcp://127.0.0.1:{sched_port}"
-        http = directory.get("gateway-0").info.get("http", "")
+        http = directory.get("gateway-0").info.http
         stack_file = register(cluster, {"scheduler": f"127.0.0.1:{sched_port}", "http": http,
                                         "peers": peers,
                                         **({"key_file": str(args.key_file.resolve())} if key else {}),
@@ -221,7 +221,7 @@ async def _wait_ready(directory, kids, stop: asyncio.Event, logs: Path) -> bool:
     while not stop.is_set():
         sched, gateway = directory.get("scheduler-0"), directory.get("gateway-0")
         if (sched is not None and sched.state == "ready" and gateway is not None
-                and gateway.state == "ready" and gateway.info.get("model")):
+                and gateway.state == "ready" and gateway.info.model):
             return True
         failed = kids.exited()
         if failed:

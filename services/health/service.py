@@ -21,6 +21,7 @@ from bus.machine import machine_id
 from bus.service import Service, handles
 from wire.failures import NOT_RUNNING, UNKNOWN_SERVICE
 from wire.messages.bus import Heartbeat
+from wire.messages.info import HealthInfo
 from wire.messages.health import HealthStatus, HealthStatusReply, Kill, KillReply, ServiceEvent
 
 from .policy import HealthConfig
@@ -91,9 +92,10 @@ class HealthService(Service):
         for cb in self.on_event:
             cb(e)
 
-    def info(self) -> dict:
-        return {"mode": self.mode.name, "machine": self.machine,
-                "watching": sorted(self.watcher.policy.services), "failed": self.watcher.failed()}
+    def info(self) -> HealthInfo:
+        return HealthInfo(mode=self.mode.name, machine=self.machine,
+                          watching=sorted(self.watcher.policy.services),
+                          failed=self.watcher.failed())
 
     @handles(HealthStatus)
     async def status(self, msg) -> HealthStatusReply:

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from wire.messages.bus import Heartbeat
 from wire.messages.health import ServiceEvent, Watched
+from wire.messages.info import FailedService
 
 from .policy import Action, HealthConfig, HealthPolicy
 
@@ -40,7 +41,7 @@ class Watcher:
         self.me, self.machine = me, machine
         self._publish = publish
         self._clock = clock
-        self.info: dict[str, dict] = {}     # last heartbeat info of each watched service
+        self.last: dict[str, tuple[str, dict]] = {}   # each watched service's kind and last info
 
     def started(self, name: str) -> None:
         """The mode started `name`'s process (first start: a child spawned)."""
@@ -52,7 +53,7 @@ class Watcher:
             return
         if hb.name not in self.policy.services:          # under systemd: first heard, now watched
             self.policy.started(hb.name, self._clock())
-        self.info[hb.name] = dict(hb.info)
+        self.last[hb.name] = (hb.kind, dict(hb.info))
         self.policy.heard(hb.name, hb.epoch, hb.load, hb.progress, self._clock())
 
     def tick(self) -> list[Action]:
@@ -66,9 +67,10 @@ class Watcher:
                 self.policy.started(a.name, now)
         for e in self.policy.pop_events():
             w = self.policy.services[e.name]
+            kind, info = self.last.get(e.name, ("", {}))
             self._publish(ServiceEvent(kind=e.kind, service=e.name, reason=e.detail,
                                        watcher=self.me, machine=self.machine,
-                                       restarts=w.total_restarts, info=self.info.get(e.name, {})))
+                                       restarts=w.total_restarts, service_kind=kind, info=info))
         return actions
 
     def kill(self, name: str, signum: int) -> int:
@@ -84,8 +86,8 @@ class Watcher:
                         last_error=v["last_error"], pid=self.mode.pid(n) or 0,
                         unit=self.mode.unit(n)) for n, v in sorted(view.items())]
 
-    def failed(self) -> dict[str, dict]:
+    def failed(self) -> dict[str, FailedService]:
         """Services given up: why, and their last heartbeat info (a shard's layers and model),
         so that a scheduler or gateway that missed the event still knows what is gone."""
-        return {n: {"reason": w.last_error, "info": self.info.get(n, {})}
+        return {n: FailedService(w.last_error, *self.last.get(n, ("", {})))
                 for n, w in self.policy.services.items() if w.state == "failed"}

@@ -21,14 +21,16 @@ from bus.config import ServiceConfig
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError, ServiceError, ServiceNotFound
 from bus.dispatch import receives
 from bus.service import Service, handles, streams
+from services.tokenizer.client import fetch_model
 from wire.failures import (DUPLICATE_REQUEST, LOADING, QUEUE_FULL, RANGE_FAILED, SCHEDULER_STOPPED,
                            STARTING, TOKENIZER_UNAVAILABLE)
 from wire.messages.bus import Event
+from wire.messages.info import SchedulerInfo
 from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Generate, Started, Stats,
                                      StatsRequest, Tokens)
 from wire.messages.sampling import SamplingParams
 from wire.messages.shard import Forward, ForwardFailed, ForwardReply, ForwardResult
-from wire.messages.tokenizer import Encode, InfoRequest, Render, VocabRequest
+from wire.messages.tokenizer import Encode, Render
 
 from .batching.admission import check_sampling
 from .batching.config import SchedulerConfig
@@ -104,15 +106,8 @@ class SchedulerService(Service):
         self.directory.on_expire.append(lambda entry: self.direct.lost(entry.name, None))
         self.directory.on_replaced.append(lambda old, new: self.direct.lost(new.name, new.epoch))
         tok = await self._wait_for(self._tokenizer, "a tokenizer")
-        info = await self.peers.call(tok, InfoRequest(), timeout=10)
+        info, self.token_bytes = await fetch_model(self.peers, tok)
         self.model = info.model
-        while len(self.token_bytes) < info.vocab_size:  # in pages: a header holds at most 1 MiB
-            page = await self.peers.call(tok, VocabRequest(skip_special=True,
-                                                           start=len(self.token_bytes),
-                                                           count=16384), timeout=30)
-            if not page.token_bytes:
-                raise ValueError(f"{tok} sent {len(self.token_bytes)} of {info.vocab_size} tokens")
-            self.token_bytes.extend(page.token_bytes)
         # Shards without --layers wait for a range: the placer gives them one from here on.
         self.placer = Placer(self.directory, self._forward, lambda: self.model,
                              idle=lambda: self.pipelines is None or self.pipelines.idle(),
@@ -210,9 +205,8 @@ class SchedulerService(Service):
         return found
 
     def _tokenizer(self) -> str | None:
-        live = [e for e in self.directory.of_kind("tokenizer") if e.state == "ready"
-                and (not self.model or e.info.get("model") == self.model)]
-        return min(live, key=lambda e: e.load).name if live else None
+        e = self.directory.pick("tokenizer", self.model or None)
+        return e.name if e is not None else None
 
     def _shards(self) -> list:
         shards = self.directory.of_kind("shard")
@@ -267,18 +261,18 @@ class SchedulerService(Service):
                              (time.perf_counter() - sent) * 1e3)
         return reply
 
-    def info(self) -> dict:
+    def info(self) -> SchedulerInfo:
         extra = {"placement": self.placer.info()} if self.placer is not None else {}
         if self.directory is not None and (clashes := self.directory.clashes()):
             extra["name_clashes"] = {n: list(eps) for n, eps in clashes.items()}
         if self.pipelines is None:
-            return {"model": self.model, **extra}
+            return SchedulerInfo(model=self.model, **extra)
         s = self.pipelines.policy_stats()
-        keep = ("waiting", "running", "inflight_batches", "pages_total", "pages_used", "page_use",
-                "pages_cached", "prefix_hit_rate", "tokens_per_s")
-        return {"model": self.model, "pipeline": self.pipelines.first_pipeline(),
-                "pipelines": self.pipelines.info(),
-                **{k: round(float(s[k]), 4) for k in keep}, **extra}
+        counts = {k: int(s[k]) for k in ("waiting", "running", "inflight_batches", "pages_total",
+                                         "pages_used", "pages_cached")}
+        rates = {k: round(float(s[k]), 4) for k in ("page_use", "prefix_hit_rate", "tokens_per_s")}
+        return SchedulerInfo(model=self.model, pipeline=self.pipelines.first_pipeline(),
+                             pipelines=self.pipelines.info(), **counts, **rates, **extra)
 
     def _on_health_event(self, topic: bytes, msg) -> None:
         """A watcher gave a service up: if it held a range no one else holds, the requests

@@ -33,6 +33,7 @@ from bus.errors import BusError, ServiceError, code_of
 from bus.service import Service, handles
 from wire.failures import (BAD_BATCH, BAD_RANGE, DEADLINE_EXCEEDED, KV_MISSING, LOADING, NOT_STAGED,
                            PINNED, RANGE_MISMATCH, STALE_ROUTE, SUPERSEDED, UNREACHABLE)
+from wire.messages.info import ShardInfo
 from wire.messages.placement import (FootprintReply, FootprintRequest, Place, Placed, Switch,
                                      Switched)
 from wire.messages.shard import (Forward, ForwardFailed, ForwardReply, ForwardResult, HandedOn,
@@ -199,27 +200,25 @@ class ShardService(Service):
         return self.footprint.kv_bytes_per_layer(self.shard.num_pages, self.shard.page_size,
                                                  itemsize)
 
-    def info(self) -> dict:
-        out = {}
+    def info(self) -> ShardInfo:
+        out = ShardInfo()
         if not self.pinned and getattr(self, "footprint", None) is not None:
             # What placement reads: the budget, the KV one layer costs here, the plan served.
-            out = {"model": self.model_id, "n_layers": self.footprint.n_layers,
-                   "memory": self.shard.memory, "kv_per_layer": self.kv_per_layer,
-                   "plan": self.plan, "num_pages": self.shard.num_pages,
-                   "page_size": self.shard.page_size}
+            out = ShardInfo(model=self.model_id, n_layers=self.footprint.n_layers,
+                            memory=self.shard.memory, kv_per_layer=self.kv_per_layer,
+                            plan=self.plan, num_pages=self.shard.num_pages,
+                            page_size=self.shard.page_size)
         if self.model is None:
-            if self.pinned:
-                out["layers"] = [self.shard.start, self.shard.end]
-            return out
+            return wire.evolve(out, layers=(self.shard.start, self.shard.end)) if self.pinned else out
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        return {**out, "layers": [self.shard.start, self.shard.end],
-                "n_layers": self.model.config.n_layers,
-                "model": self.model_id, "codec": self.shard.codec, "device": self.shard.device,
-                "weights": self.weight_format, "weights_mb": round(self.loaded.weights.nbytes() / 2**20, 1),
-                "num_pages": self.shard.num_pages, "page_size": self.shard.page_size,
-                "load_s": round(self.loaded.seconds, 3), "cold_load": self.loaded.cold,
-                "kv_mb": round(self.kv_bytes / 2**20, 1), "max_rss_mb": round(rss_mb, 1),
-                "threads": self.threads}
+        return wire.evolve(
+            out, layers=(self.shard.start, self.shard.end), n_layers=self.model.config.n_layers,
+            model=self.model_id, codec=self.shard.codec, device=self.shard.device,
+            weights=self.weight_format, weights_mb=round(self.loaded.weights.nbytes() / 2**20, 1),
+            num_pages=self.shard.num_pages, page_size=self.shard.page_size,
+            load_s=round(self.loaded.seconds, 3), cold_load=self.loaded.cold,
+            kv_mb=round(self.kv_bytes / 2**20, 1), max_rss_mb=round(rss_mb, 1),
+            threads=self.threads)
 
     # ------------------------------------------------------------------ placement
     @handles(FootprintRequest)

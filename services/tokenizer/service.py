@@ -25,8 +25,9 @@ from services.tokenizer.tool_prompt import builtin_tool_chat, uses_tools
 from wire.failures import (BAD_MESSAGES, BAD_REQUEST, BAD_TOKEN_ID, LOADING, PROMPT_TOO_LONG, TEMPLATE_ERROR,
                            TEXT_TOO_LONG, UNKNOWN_TEMPLATE, VOCAB_TOO_LARGE)
 from wire.limits import MAX_HEADER_BYTES
+from wire.messages.info import TokenizerInfo
 from wire.messages.tokenizer import (Decode, Encode, Ids, InfoRequest, Prompt, Render, Text,
-                                     TokenizerInfo, VocabRequest, VocabTable)
+                                     ModelInfo, VocabRequest, VocabTable)
 
 # Half the largest message a request can arrive in: big enough for any real prompt, small
 # enough that this typed error, not the frame decoder's, is what a caller meets first.
@@ -76,7 +77,7 @@ class TokenizerService(Service):
         self.tok_config = tok
         self.tokenizer = None
         self.model_id = ""
-        self._info: TokenizerInfo | None = None
+        self._info: ModelInfo | None = None
         self._tables: dict[bool, list[bytes]] = {}   # skip_special -> bytes of every id
         # One worker: the Tokenizer serializes its callers anyway, and a long encode must not
         # hold the event loop (heartbeats, other requests) while it runs.
@@ -100,7 +101,7 @@ class TokenizerService(Service):
         templates = tok.templates
         self.model_id = model_identity(path)
         self._tables = {True: tok.token_bytes, False: token_bytes_table(tok.vocab, special=True)}
-        self._info = TokenizerInfo(
+        self._info = ModelInfo(
             model=self.model_id, vocab_size=tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id,
             eot_ids=sorted(tok.eot_ids), special_ids=sorted(tok.special_ids),
             context_length=int(meta.get(f"{arch}.context_length", 0)),
@@ -112,14 +113,14 @@ class TokenizerService(Service):
     async def on_stop(self) -> None:
         self._work.shutdown(wait=True)
 
-    def info(self) -> dict:
+    def info(self) -> TokenizerInfo:
         if self._info is None:
-            return {}
-        return {"model": self.model_id, "vocab_size": self._info.vocab_size}
+            return TokenizerInfo()
+        return TokenizerInfo(model=self.model_id, vocab_size=self._info.vocab_size)
 
     # ------------------------------------------------------------------ handlers
     @handles(InfoRequest)
-    async def get_info(self, msg: wire.Message) -> TokenizerInfo:
+    async def get_info(self, msg: wire.Message) -> ModelInfo:
         self._ready()
         return self._info
 

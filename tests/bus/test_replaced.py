@@ -4,6 +4,8 @@ handshake of the new process came between the old entry being dead by time and i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import asyncio
 import time
 
@@ -53,7 +55,8 @@ async def test_a_new_epoch_fails_calls_pending_on_the_old_one_at_once(rig, old_d
     d._observe(entry(1, port))
     call = await pending_call(peers, mute)
     if old_dead_by_time:                   # its heartbeats stopped; the expiry has not run yet
-        d.table.entries["svc"].last_seen = time.monotonic() - d.config.dead_after - 1
+        d.table.entries["svc"] = replace(d.table.entries["svc"],
+                                         last_seen=time.monotonic() - d.config.dead_after - 1)
     d._observe(entry(2, port if same_endpoint else port + 7))   # the replacement's handshake
     with pytest.raises(PeerRestarted, match="epoch 1 -> 2"):
         await asyncio.wait_for(call, 2)
@@ -65,7 +68,8 @@ async def test_the_same_epoch_heard_again_fails_nothing(rig):
     d, peers, mute, port = rig
     d._observe(entry(1, port))
     call = await pending_call(peers, mute)
-    d.table.entries["svc"].last_seen = time.monotonic() - d.config.dead_after - 1
+    d.table.entries["svc"] = replace(d.table.entries["svc"],
+                                         last_seen=time.monotonic() - d.config.dead_after - 1)
     d._observe(entry(1, port))             # its heartbeat again, before the expiry ran
     await asyncio.sleep(0)                 # a failure would be set synchronously; let it show
     assert not call.done()

@@ -14,6 +14,7 @@ from gateway.config import GatewayConfig, parse_http
 from gateway.errors import (BadRequest, Overloaded, Unauthorized, Unavailable, UpstreamFailed,
                             UpstreamTimeout, failed_in_cluster, from_bus)
 from gateway.fields import Fields, text_of
+from wire.messages.info import info_of
 from wire.failures import DEADLINE, INTERNAL, RANGE_FAILED, SCHEDULER_STOPPED, TABLE, UNSERVED
 
 
@@ -94,6 +95,9 @@ class Entry:
     load: float = 0.0
     last_seen: float = 0.0
     rpc_endpoint: str = "tcp://127.0.0.1:1"
+
+    def __post_init__(self):
+        self.info = info_of(self.kind, self.info)   # as a heartbeat's is read
 
 
 def shard(name, a, b, n=30, model="m"):

@@ -22,18 +22,19 @@ from services.scheduler.service import SchedulerService
 from wire.messages.health import ServiceEvent
 
 from ..scheduler.harness import req, small
+from wire.messages.info import ShardInfo
 
 
 def shard(name: str, a: int, b: int, epoch: int = 1) -> PeerEntry:
     return PeerEntry(name=name, kind="shard", instance="0", epoch=epoch, host="127.0.0.1",
                      rpc_port=1, pub_port=2, state="ready",
-                     info={"layers": [a, b], "model": "M", "n_layers": 30})
+                     info=ShardInfo(layers=(a, b), model="M", n_layers=30))
 
 
 def failed_event(name: str, a: int, b: int) -> wire.Message:
     body = ServiceEvent(kind="service_failed", service=name, reason="3 failures within 60 s",
                         watcher="health-0", machine="m", restarts=2,
-                        info={"layers": [a, b], "model": "M"})
+                        service_kind="shard", info={"layers": [a, b], "model": "M"})
     return wire.Message(body=body)
 
 

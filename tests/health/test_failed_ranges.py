@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from gateway.health import missing
 from services.scheduler.pipelines.failed_ranges import unservable
+from wire.messages.info import FailedService, info_map, info_of
 
 
 @dataclass
@@ -16,13 +17,16 @@ class E:
     state: str = "ready"
     info: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        self.info = info_of(self.kind, self.info)   # as a heartbeat's is read
+
 
 def shard(name, a, b, state="ready", model="M"):
     return E(name, "shard", state, {"layers": [a, b], "model": model, "n_layers": 30})
 
 
 def failed(a, b, model="M"):
-    return {"reason": "exited with status 1", "info": {"layers": [a, b], "model": model}}
+    return FailedService("exited with status 1", "shard", {"layers": [a, b], "model": model})
 
 
 def test_a_failed_shard_whose_layers_nobody_else_holds_makes_the_model_unservable():
@@ -42,11 +46,11 @@ def test_a_replica_or_overlapping_holders_keep_it_servable():
 
 def test_failures_of_another_model_or_without_layers_do_not_count():
     assert unservable({"x": failed(15, 30, model="other")}, [], "M") is None
-    assert unservable({"tokenizer-0": {"reason": "r", "info": {}}}, [], "M") is None
+    assert unservable({"tokenizer-0": FailedService("r", "tokenizer")}, [], "M") is None
 
 
 def test_health_names_the_failed_service_when_something_is_missing():
-    watcher = E("health-0", "health", info={"failed": {"shard-15": failed(15, 30)}})
+    watcher = E("health-0", "health", info={"failed": {"shard-15": info_map(failed(15, 30))}})
     entries = [E("scheduler-0", "scheduler", info={"model": "M"}), shard("shard-0", 0, 15), watcher]
     gaps = missing(entries, "M")
     assert "shards: layers 15:30 are held by no ready shard" in gaps

@@ -15,6 +15,7 @@ from services.health.policy import HealthConfig, HealthPolicy
 from services.health.systemd import SystemdMode
 from services.health.watcher import UnknownService, Watcher
 from wire.messages.bus import Heartbeat
+from wire.messages.info import FailedService
 
 CFG = HealthConfig(heartbeat_interval=0.5, heartbeat_misses=3, restart_budget=2,
                    budget_window=60.0, backoff_first=0.5)
@@ -94,8 +95,9 @@ def test_a_silent_unit_is_killed_by_systemctl_then_restarted_and_given_up_past_t
     failed = events[-1]
     assert failed.info == {"layers": [0, 15], "model": "M"} and failed.restarts == 2
     assert "3 failures within 60 s" in failed.reason
-    assert w.failed() == {"shard-0": {"reason": w.policy.services["shard-0"].last_error,
-                                      "info": {"layers": [0, 15], "model": "M"}}}
+    assert w.failed() == {"shard-0": FailedService(w.policy.services["shard-0"].last_error, "shard",
+                                                   {"layers": [0, 15], "model": "M"})}
+    assert failed.service_kind == "shard" and failed.last_info.layers == (0, 15)
     (row,) = w.status()
     assert (row.name, row.state, row.restarts, row.unit) == (
         "shard-0", "failed", 2, "llmbus-shard@0.service")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import wire
+from wire.messages.info import ShardInfo
 from services.scheduler.pipelines.chains import assign_pipelines, assignment_key, find_chain
 
 
@@ -19,8 +21,8 @@ class Entry:
     info: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        self.info = {"layers": [self.a, self.b], "model": self.model, "n_layers": 30,
-                     "num_pages": 64, "page_size": 16}
+        self.info = ShardInfo(layers=(self.a, self.b), model=self.model, n_layers=30,
+                              num_pages=64, page_size=16)
 
 
 def names(chains):
@@ -95,6 +97,6 @@ def test_the_assignment_key_changes_with_everything_the_assignment_reads():
                     assignment_key(entries()[:1], "M", [["s0", "s1"]])):
         assert changed != key
     e = entries()
-    e[1].info["num_pages"] = 32
+    e[1].info = wire.evolve(e[1].info, num_pages=32)
     assert assignment_key(e, "M", [["s0", "s1"]]) != key
     assert names(assign_pipelines(entries(), "M", [])) == [["s0", "s1"]]

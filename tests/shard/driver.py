@@ -69,7 +69,7 @@ async def shards_ready(d: Directory, names, timeout: float = 240.0):
     names = set(names)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        ready = [e for e in d.of_kind("shard") if e.name in names and e.state == "ready" and "model" in e.info]
+        ready = [e for e in d.of_kind("shard") if e.name in names and e.state == "ready" and e.info.model]
         if len(ready) == len(names) and await _see_each_other(ready, names):
             return ready
         await asyncio.sleep(0.1)

@@ -96,7 +96,7 @@ async def test_two_cuda_shard_processes_follow_the_cpu_model(model_path):
         await d.start()
         peers = Peers(ctx, d, me="t")
         ready = await _ready(d, 2)
-        assert {e.info["device"] for e in ready} == {"cuda"}
+        assert {e.info.device for e in ready} == {"cuda"}
         drive = Driver(peers)
         agree = total = 0
         for chat in REFERENCE["chats"][:2]:

@@ -96,8 +96,8 @@ def local_logits(model, chat, steps):
 async def test_three_processes_with_fp32_give_the_logits_of_one_in_process_model(pipeline, local_model):
     _, _, d, drive, _ = pipeline
     from services.shard.service import weight_format
-    assert {d.get(n).info["weights"] for n in ("shard-0", "shard-10", "shard-20")} == {weight_format("cpu", "auto")}
-    assert [d.get(n).info["threads"] for n in NAMES] == list(THREADS)
+    assert {d.get(n).info.weights for n in ("shard-0", "shard-10", "shard-20")} == {weight_format("cpu", "auto")}
+    assert [d.get(n).info.threads for n in NAMES] == list(THREADS)
     for chat in REFERENCE["chats"][:2]:
         replies = await drive.teacher_forced(chat, steps=6)
         expected = local_logits(local_model, chat, steps=6)
@@ -292,11 +292,11 @@ async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_mod
                     "--page-size", str(PAGE)))
     while True:
         e = d.get("shard-10")
-        if e is not None and e.epoch != old.epoch and e.state == "ready" and "load_s" in e.info:
+        if e is not None and e.epoch != old.epoch and e.state == "ready" and e.info.load_s:
             break
         assert time.monotonic() - t0 < 60, d.explain()
         await asyncio.sleep(0.1)
-    assert e.info["cold_load"] is False and e.info["load_s"] < 2.0
+    assert e.info.cold_load is False and e.info.load_s < 2.0
     # Along the old route the batch is refused by name; along the new one, the sequence that went
     # on from its prompt is refused by shard-10, which never computed that prompt's keys.
     with pytest.raises(RemoteError) as e:

@@ -16,7 +16,7 @@ from bus.client import RpcClient
 from bus.errors import BusError, RemoteError
 from wire.messages.bus import Status
 from wire.messages.tokenizer import (Decode, Encode, Ids, InfoRequest, Prompt, Render, Text,
-                                     TokenizerInfo, VocabRequest, VocabTable)
+                                     ModelInfo, VocabRequest, VocabTable)
 
 from ..bus.procs import Procs, busctl_cmd, cli, env, free_port, unique_cluster
 
@@ -63,7 +63,7 @@ async def test_info_describes_the_model(svc, smollm, model_path):
     from services.modelstore.identity import model_identity
     client = svc[0]
     info = await client.call(InfoRequest())
-    assert isinstance(info, TokenizerInfo)
+    assert isinstance(info, ModelInfo)
     assert info.model == model_identity(model_path)
     assert (info.vocab_size, info.bos_id, info.eos_id) == (49152, smollm.bos_id, smollm.eos_id)
     assert info.eot_ids == sorted(smollm.eot_ids) and smollm.eos_id in info.eot_ids

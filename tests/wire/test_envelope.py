@@ -27,19 +27,21 @@ def test_header_is_exactly_the_documented_map():
 
 
 def test_every_bus_message_round_trips():
-    info = {"n": 1, "nested": {"a": [1, 2.5, "x", None, True, b"\x00"]}}
+    info = {"model": "m", "layers": [0, 15]}   # a shard's info record (wire.messages.info)
+    data = {"n": 1, "nested": {"a": [1, 2.5, "x", None, True, b"\x00"]}}
     bodies = [
         Hello(cluster="c"), Status(), Echo(), EchoReply(text="t"),
         Error(code="QueueFull", message="try later", retry_after=0.5),
         Error(code="BadFrame", message="m"),
         Heartbeat(name="n", kind="shard", instance="i", epoch=1, state="ready", load=0.5,
                   progress=9, seq=3, host="h", rpc_port=1, pub_port=2, info=info),
-        wire.messages.bus.Welcome(name="n", kind="k", instance="i", epoch=1, cluster="c",
+        wire.messages.bus.Welcome(name="n", kind="shard", instance="i", epoch=1, cluster="c",
                                   host="h", rpc_port=1, pub_port=2, state="ready", info=info),
-        wire.messages.bus.StatusReply(name="n", kind="k", instance="i", epoch=1, state="ready",
+        wire.messages.bus.StatusReply(name="n", kind="k", instance="i", epoch=1, host="h",
+                                      rpc_port=1, pub_port=2, state="ready",
                                       load=1.0, progress=2, uptime=3.5, counters={"bad": 4},
                                       info={}),
-        wire.messages.bus.Event(topic="respawned", service="shard-1", data=info),
+        wire.messages.bus.Event(topic="respawned", service="shard-1", data=data),
     ]
     for body in bodies:
         msg = wire.Message(body, id=5, sender="s", epoch=6)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import KW_ONLY
 from typing import Any
 
-from ..schema import message
+from ..schema import message, record
+from .info import check_info
 from ..tensor import Tensor
 
 STATES = ("starting", "ready", "draining", "stopped", "failed")
@@ -16,45 +19,52 @@ class Hello:
     cluster: str
 
 
-@message("bus.welcome")
-class Welcome:
+@record
+class Identity:
+    """Who a service process is and where it answers, declared once: its handshake, heartbeats,
+    status and every directory entry of it carry these fields."""
     name: str
     kind: str
     instance: str
-    epoch: int
-    cluster: str
+    epoch: int         # new on every start of the process; grows across restarts
     host: str
     rpc_port: int
     pub_port: int
-    state: str
-    info: dict[str, Any]
+    _: KW_ONLY
     # Where the process runs, so that the health watcher of that machine can act on it.
     machine: str = ""  # /etc/machine-id (or the host name): equal for every process of a machine
     pid: int = 0
     unit: str = ""     # the systemd unit that runs it ("" when none does)
 
+    @classmethod
+    def of(cls, carrier) -> "Identity":
+        """The identity of anything that carries its fields (a heartbeat, a directory entry)."""
+        return cls(**{f.name: getattr(carrier, f.name) for f in dataclasses.fields(cls)})
+
+
+@message("bus.welcome")
+class Welcome(Identity):
+    """The answer to `bus.hello`: who answers at this endpoint, of which cluster, in which state."""
+    cluster: str
+    state: str
+    info: dict[str, Any]   # the kind's info record (wire.messages.info), as in heartbeats
+
+    def check(self):
+        check_info(self.kind, self.info)
+
 
 @message("bus.heartbeat")
-class Heartbeat:
-    name: str
-    kind: str
-    instance: str
-    epoch: int
+class Heartbeat(Identity):
     state: str
     load: float        # requests in flight (or the service's own notion of load)
     progress: int      # grows whenever the service gets work done
     seq: int           # heartbeat counter of this epoch
-    host: str
-    rpc_port: int
-    pub_port: int
-    info: dict[str, Any]
-    machine: str = ""  # as in bus.welcome: which machine, process and unit this is
-    pid: int = 0
-    unit: str = ""
+    info: dict[str, Any]   # the kind's info record (wire.messages.info), checked on decode
 
     def check(self):
         if self.state not in STATES:
             raise ValueError(f"unknown state {self.state!r}")
+        check_info(self.kind, self.info)
 
 
 @message("bus.status")
@@ -63,17 +73,13 @@ class Status:
 
 
 @message("bus.status_reply")
-class StatusReply:
-    name: str
-    kind: str
-    instance: str
-    epoch: int
+class StatusReply(Identity):
     state: str
     load: float
     progress: int
     uptime: float
     counters: dict[str, int]
-    info: dict[str, Any]
+    info: dict[str, Any]   # the kind's info record, with what the process adds (host, pid, peers)
 
 
 @message("bus.echo")

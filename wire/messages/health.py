@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..schema import message, record
+from .info import ServiceInfo, check_info, info_of
 
 EVENT_KINDS = ("service_down", "service_up", "service_failed")
 STATES = ("starting", "up", "stalled", "killing", "down", "failed")
@@ -22,10 +23,16 @@ class ServiceEvent:
     machine: str
     restarts: int
     info: dict[str, Any]          # the service's last heartbeat info (a shard's layers, model)
+    service_kind: str = ""        # the kind of the service, whose info record `info` is
 
     def check(self):
         if self.kind not in EVENT_KINDS:
             raise ValueError(f"unknown event kind {self.kind!r}; one of {', '.join(EVENT_KINDS)}")
+        check_info(self.service_kind, self.info)
+
+    @property
+    def last_info(self) -> ServiceInfo:
+        return info_of(self.service_kind, self.info)
 
     @property
     def topic(self) -> str:

@@ -18,7 +18,8 @@ class InfoRequest:
 
 
 @message("tokenizer.info_reply")
-class TokenizerInfo:
+class ModelInfo:
+    """The served model as its tokenizer knows it: vocabulary, special ids, context, templates."""
     model: str              # services.modelstore.identity.model_identity of the GGUF
     vocab_size: int
     bos_id: int | None
@@ -74,7 +75,7 @@ class Render:
     starts with, appended after the generation prompt (a forced tool call starts this way)."""
     messages: list[dict[str, Any]]
     add_generation_prompt: bool = True
-    template: str | None = None   # a name from TokenizerInfo.templates; None: the default
+    template: str | None = None   # a name from ModelInfo.templates; None: the default
     tools: list[dict[str, Any]] | None = None
     assistant_prefix: str = ""
 

@@ -25,12 +25,9 @@ async def discover(ctx, cluster: str, interfaces: tuple[str, ...] = (), wait: fl
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while True:
-            ready = [e for e in directory.of_kind("scheduler") if e.state == "ready"]
-            if ready:
-                e = min(ready, key=lambda e: e.load)
+            if (e := directory.pick("scheduler")) is not None:
                 return Target(scheduler=f"{e.host}:{e.rpc_port}", cluster=cluster,
-                              model=str(e.info.get("model", "")),
-                              shards=len(e.info.get("pipeline", ())))
+                              model=e.info.model, shards=len(e.info.pipeline))
             if loop.time() >= deadline:
                 raise NoStack(f"no scheduler of cluster {cluster!r} runs here nor answers on the "
                               f"network ({directory.explain()})")

@@ -28,12 +28,10 @@ def ready_stages(entries: Iterable, model: str) -> tuple[list[Stage], int | None
     stages, n_layers = [], None
     for e in entries:
         info = e.info
-        layers = info.get("layers")
-        if e.state != "ready" or info.get("model") != model or not layers or len(layers) != 2:
+        if e.state != "ready" or info.model != model or not info.layers:
             continue
-        n_layers = info.get("n_layers", n_layers)
-        stages.append(Stage(e.name, e.epoch, int(layers[0]), int(layers[1]),
-                            int(info.get("num_pages", 0)), int(info.get("page_size", 0))))
+        n_layers = info.n_layers or n_layers
+        stages.append(Stage(e.name, e.epoch, *info.layers, info.num_pages, info.page_size))
     return stages, n_layers
 
 
@@ -74,9 +72,8 @@ def signature(chain: Sequence[Stage]) -> tuple[tuple[str, int, int, int], ...]:
 def find_gap(entries: Iterable, model: str) -> tuple[int, int | None] | None:
     """The first layer range [start, end) no ready shard of `model` serves; end None when the
     model's layer count is unknown (no shard of it is ready); None when every layer is served."""
-    ranges = sorted((int(e.info["layers"][0]), int(e.info["layers"][1]), e.info.get("n_layers"))
-                    for e in entries if e.state == "ready" and e.info.get("model") == model
-                    and len(e.info.get("layers") or ()) == 2)
+    ranges = sorted((*e.info.layers, e.info.n_layers) for e in entries
+                    if e.state == "ready" and e.info.model == model and e.info.layers)
     if not ranges:
         return (0, None)
     n_layers = next((n for *_, n in ranges if n), ranges[-1][1])
@@ -90,7 +87,7 @@ def find_gap(entries: Iterable, model: str) -> tuple[int, int | None] | None:
 
 def explain_missing(entries: Iterable, model: str) -> str:
     """Say what is there, for an operator wondering why nothing runs."""
-    have = sorted((e.info.get("layers", [None])[0] or 0, e.name, e.state, e.info.get("model") == model)
+    have = sorted(((e.info.layers or (0,))[0], e.name, e.state, e.info.model == model)
                   for e in entries)
     if not have:
         return "no shard is live on the bus"

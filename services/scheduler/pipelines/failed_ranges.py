@@ -12,26 +12,24 @@ from collections.abc import Iterable
 
 import wire
 from wire.messages.health import ServiceEvent
+from wire.messages.info import FailedService
 
 FAILED_TOPIC = b"health.service_failed"
 
 
-def unservable(failed: dict[str, dict], entries: Iterable, model: str) -> str | None:
+def unservable(failed: dict[str, FailedService], entries: Iterable, model: str) -> str | None:
     """Why no request of `model` can be served: a failed shard's layers that no ready shard of
     `model` holds; None when every failed shard's range is still held (or none failed)."""
-    entries = list(entries)
-    held = sorted((int(e.info["layers"][0]), int(e.info["layers"][1])) for e in entries
-                  if e.kind == "shard" and e.state == "ready" and e.info.get("model") == model
-                  and len(e.info.get("layers") or ()) == 2)
+    held = sorted(e.info.layers for e in entries if e.kind == "shard" and e.state == "ready"
+                  and e.info.serving and e.info.model == model)
     for name, f in sorted(failed.items()):
-        info = f.get("info", {})
-        layers = info.get("layers") or ()
-        if info.get("model") != model or len(layers) != 2:
+        info = f.last_info
+        if f.kind != "shard" or info.model != model or not info.layers:
             continue
-        a, b = int(layers[0]), int(layers[1])
+        a, b = info.layers
         if not _covered(a, b, held):
             return (f"range_failed: layers {a}:{b} of {model} are held by no ready shard and "
-                    f"{name} was given up by its health watcher ({f.get('reason', '')})")
+                    f"{name} was given up by its health watcher ({f.reason})")
     return None
 
 
@@ -47,14 +45,14 @@ class FailedRanges:
     """The failed shards this scheduler knows of, from events and watchers' heartbeats."""
 
     def __init__(self):
-        self.heard: dict[str, dict] = {}
+        self.heard: dict[str, FailedService] = {}
 
     def on_event(self, topic: bytes, msg: wire.Message) -> bool:
         """Keep a `health.service_failed` event; True when it is one (the caller checks then)."""
         e = msg.body
         if topic != FAILED_TOPIC or not isinstance(e, ServiceEvent) or e.kind != "service_failed":
             return False
-        self.heard[e.service] = {"reason": e.reason, "info": dict(e.info)}
+        self.heard[e.service] = FailedService(e.reason, e.service_kind, dict(e.info))
         return True
 
     def why(self, entries: Iterable, model: str) -> str | None:
@@ -62,5 +60,5 @@ class FailedRanges:
         failed = dict(self.heard)
         for w in entries:
             if w.kind == "health":
-                failed.update(w.info.get("failed") or {})
+                failed.update(w.info.failed)
         return unservable(failed, entries, model)

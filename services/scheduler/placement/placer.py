@@ -60,8 +60,8 @@ class Placer:
         """The shard entries a pipeline may be built from: while a plan is in force, its members
         serving that plan; with none, the pinned shards (no `memory` offered)."""
         if self.plan is None:
-            return [e for e in entries if "memory" not in e.info]
-        return [e for e in entries if e.name in self.plan.names and e.info.get("plan") == self.plan_id]
+            return [e for e in entries if not e.info.memory]
+        return [e for e in entries if e.name in self.plan.names and e.info.plan == self.plan_id]
 
     def info(self) -> dict:
         out = {"plan": self.plan_id,
@@ -100,14 +100,14 @@ class Placer:
         now = time.monotonic()
         model = self._model()
         entries = {e.name: e for e in self.directory.of_kind("shard")
-                   if e.state == "ready" and "memory" in e.info and e.info.get("model") == model}
+                   if e.state == "ready" and e.info.memory and e.info.model == model}
         members = []
         for e in entries.values():
             seen = self._first_seen.setdefault((e.name, e.epoch), now)
             # A newcomer waits to settle (its siblings starting beside it join the same plan);
             # a member of the plan in force counts at once.
             if now - seen >= self.settle_s or (self.plan is not None and e.name in self.plan.names):
-                members.append(Member(e.name, int(e.info["memory"]), int(e.info.get("kv_per_layer", 0))))
+                members.append(Member(e.name, e.info.memory, e.info.kv_per_layer))
                 self._last_member[e.name] = (now, members[-1])
         if self.plan is not None:
             have = {m.name for m in members}
@@ -133,7 +133,7 @@ class Placer:
         if plan is None:
             # The same plan, but a member restarted (a new epoch serves no plan): place it again.
             restarted = sorted(n for n in self.plan.names
-                               if n in entries and entries[n].info.get("plan") != self.plan_id)
+                               if n in entries and entries[n].info.plan != self.plan_id)
             if not restarted:
                 return
             plan, reason = self.plan, f"restarted {', '.join(restarted)}"
@@ -202,8 +202,8 @@ class Placer:
 
     def _announced(self, plan: Plan, pid: int) -> bool:
         live = {e.name: e for e in self.directory.of_kind("shard")}
-        return all(n in live and live[n].info.get("plan") == pid
-                   and list(live[n].info.get("layers") or ()) == [a, b] for n, a, b in plan.ranges)
+        return all(n in live and live[n].info.plan == pid and live[n].info.layers == (a, b)
+                   for n, a, b in plan.ranges)
 
     def _say(self, text: str) -> None:
         if text != self._said:
