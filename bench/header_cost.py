@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 
 import wire  # noqa: E402
 from wire.messages.sampling import SamplingParams  # noqa: E402
-from wire.messages.shard import Forward, ReplyTo, RouteStage  # noqa: E402
+from wire.messages.shard import Forward, Hop, ReplyTo, RouteStage  # noqa: E402
 
 EVICT_BYTES = 64 << 20
 COLD_REPS = 300
@@ -37,8 +37,7 @@ def decode_step(seqs: int, d_model: int = 576, pages: int = 8) -> wire.Message:
         hidden=wire.Tensor(np.random.default_rng(0).standard_normal((seqs, d_model), np.float32), "fp16"),
         sampling=[SamplingParams(temperature=0.0, seed=1234)] * seqs, steps=[5] * seqs,
         route=[RouteStage("shard-0", 1), RouteStage("shard-13", 1), RouteStage("shard-25", 1)], hop=1,
-        reply_to=ReplyTo("scheduler", 99, True), hop_ms={"shard-0": 2.9}, hop_bytes={"shard-0": 4},
-        hop_latency_ms={"shard-0": 0.3}, sent_at=time.time())
+        reply_to=ReplyTo("scheduler", 99), hops=[Hop("shard-0", 4, 0.3, 2.9)], sent_at=time.time())
     return wire.Message(body=body, id=5, sender="shard-0", epoch=1, deadline=time.time() + 30)
 
 
@@ -77,7 +76,8 @@ def main(argv=None) -> int:
 
         def evolve():
             return wire.evolve(got, first_layer=20, tokens=None, hop=2,
-                               hidden=wire.Tensor(out, "fp16"), hop_ms={"shard-13": 2.5},
+                               hidden=wire.Tensor(out, "fp16"),
+                               hops=[*got.hops, Hop("shard-13", 1152 * s, 0.3, 2.5)],
                                sent_at=time.time())
 
         onward = wire.Message(body=evolve(), id=6, sender="shard-13", epoch=1, deadline=msg.deadline)

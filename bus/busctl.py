@@ -191,6 +191,7 @@ async def cmd_status(ctl: Ctl) -> int:
 
 async def cmd_call(ctl: Ctl) -> int:
     import wire
+    import wire.envelope  # noqa: F401  (registers every message type)
     from wire.schema import REGISTRY, from_wire
 
     cls = REGISTRY.get(ctl.args.method)

@@ -131,17 +131,11 @@ class Backend:
 
     async def render(self, messages: list[dict], tools: Tools | None = None,
                      template: str | None = None) -> list[int]:
+        """The prompt's ids, for a count (the scheduler has a request's chat rendered itself)."""
         return list((await self._tokenizer_call(Render(
             messages=messages, template=template, tools=(tools.functions or None) if tools else None,
             assistant_prefix=tools.prefix if tools else ""))).ids)
 
-    async def with_tools(self, request: Generate, tools: Tools | None) -> Generate:
-        """The request with its tools in the prompt: the chat rendered here (the scheduler's
-        Generate has no tools), with a forced call's opening (or a prefill) appended."""
-        if tools is None or request.messages is None:
-            return request
-        ids = await self.render(request.messages, tools, request.template)
-        return dataclasses.replace(request, messages=None, prompt_ids=ids)
 
     async def detokenize(self, ids: list[int]) -> str:
         return (await self._tokenizer_call(Decode(ids=ids, skip_special=False))).text

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bus.options import option
+
 DEFAULT_HTTP = "127.0.0.1:8080"
 
 
@@ -12,8 +14,9 @@ class GatewayConfig:
     host: str = "127.0.0.1"
     port: int = 8080                  # 0: any free port (tests)
     api_key: str | None = None        # None: no authentication
-    max_body_bytes: int = 4 << 20     # larger bodies are refused with 413 before being read
-    read_timeout: float = 30.0        # to receive a request's body once its headers are in
+    max_body_bytes: int = option(4 << 20, "largest request body, bytes (larger ones are refused "
+                                 "with 413 before being read)", flag="--max-body")
+    read_timeout: float = option(30.0, "seconds a client has to send a request's headers and body")
     header_timeout: float = 10.0      # from a connection's first byte to its headers' end
     stream_idle_timeout: float = 300.0  # a stream that stays silent this long has failed
 

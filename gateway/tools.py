@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import uuid
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
+
+from wire.messages.scheduler import Generate
 
 from .errors import BadRequest
 from .fields import Fields, text_of
@@ -38,6 +41,12 @@ class Tools:
         if self.force == "":
             return OPEN + '\n{"name": "'
         return OPEN + '\n{"name": ' + json.dumps(self.force) + ', "arguments": '
+
+    def offered(self, request: Generate) -> Generate:
+        """`request` (a chat) with these tools, and a forced call's opening (or the prefill) as
+        the start of the answer: the scheduler has the tokenizer render them into the prompt."""
+        return dataclasses.replace(request, tools=self.functions or None,
+                                   assistant_prefix=self.prefix)
 
     def stream(self) -> ToolCallStream:
         """A parser for this request's output, already past the forced prefix."""

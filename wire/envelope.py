@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 import msgpack
 import numpy as np
 
-from . import limits
+from . import limits, messages  # noqa: F401  (messages: registers every type before a decode)
 from .codecs import CODECS, encode_tensor
 from .errors import BadFrame, Oversized
 from .schema import from_wire, lookup, nesting, to_wire

@@ -15,6 +15,7 @@ from ..generation import Result, admitted, collect, merged
 from ..toolcalls import Text, ToolCall, parse
 from ..tools import anthropic_tools, anthropic_turn, call_id
 from ..model import ModelCard
+from ..params import Body, Param
 from ..stream import json_response, open_stream, sse
 from .base import Protocol, error_headers
 
@@ -59,6 +60,15 @@ _TOOLS = {"type": "array", "items": {"type": "object", "required": ["name"], "pr
 _TOOL_CHOICE = {"type": "object", "required": ["type"], "properties": {
     "type": {"enum": ["auto", "any", "tool", "none"]}, "name": {"type": "string"}}}
 
+# The fields of each request body, declared once: read with their checks, and described in
+# /openapi.json.
+COUNT_TOKENS = Body(model=Param.str(required=True), messages=Param.raw(_MESSAGES, required=True),
+                    system=Param.raw({"type": ["string", "array"]}), tools=Param.raw(_TOOLS))
+MESSAGES = COUNT_TOKENS.extend(
+    max_tokens=Param.int(lo=1, required=True), stop_sequences=Param.stops(),
+    temperature=Param.num(1.0, lo=0.0, hi=1.0), top_k=Param.int(0, lo=0),
+    top_p=Param.num(1.0, lo=0.0, hi=1.0), stream=Param.bool(), tool_choice=Param.raw(_TOOL_CHOICE))
+
 
 def tool_use(c: ToolCall) -> dict:
     return {"type": "tool_use", "id": call_id("toolu_"), "name": c.name, "input": c.arguments}
@@ -66,24 +76,7 @@ def tool_use(c: ToolCall) -> dict:
 
 class Anthropic(Protocol):
     name = "anthropic"
-    requests = {
-        "/v1/messages": {"type": "object", "required": ["model", "messages", "max_tokens"],
-                         "properties": {"model": {"type": "string"}, "messages": _MESSAGES,
-                                        "max_tokens": {"type": "integer", "minimum": 1},
-                                        "system": {"type": ["string", "array"]},
-                                        "stop_sequences": {"type": "array",
-                                                           "items": {"type": "string"}},
-                                        "temperature": {"type": "number", "minimum": 0,
-                                                        "maximum": 1},
-                                        "top_k": {"type": "integer", "minimum": 0},
-                                        "top_p": {"type": "number", "minimum": 0, "maximum": 1},
-                                        "stream": {"type": "boolean"},
-                                        "tools": _TOOLS, "tool_choice": _TOOL_CHOICE}},
-        "/v1/messages/count_tokens": {"type": "object", "required": ["model", "messages"],
-                                      "properties": {"model": {"type": "string"},
-                                                     "messages": _MESSAGES,
-                                                     "system": {"type": ["string", "array"]}}},
-    }
+    requests = {"/v1/messages": MESSAGES.schema(), "/v1/messages/count_tokens": COUNT_TOKENS.schema()}
     error_schema = {"type": "object", "required": ["type", "error"], "properties": {
         "type": {"const": "error"}, "error": {"type": "object", "required": ["type", "message"]}}}
 
@@ -103,21 +96,20 @@ class Anthropic(Protocol):
 
     async def count_tokens(self, request: web.Request) -> web.Response:
         f = await self.body(request)
-        self.backend.model(f.str("model", required=True))
+        self.backend.model(COUNT_TOKENS.read(f)["model"])
         return json_response({"input_tokens": len(await self.backend.render(
             chat(f), anthropic_tools(f)))})
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         f = await self.body(request)
-        card = self.backend.model(f.str("model", required=True))
-        gen = Generate(messages=chat(f), max_tokens=f.int("max_tokens", lo=1, required=True),
-                       temperature=f.num("temperature", 1.0, 0.0, 1.0),
-                       top_k=f.int("top_k", 0, lo=0), top_p=f.num("top_p", 1.0, 0.0, 1.0),
-                       stop=f.stops("stop_sequences"))
+        v = MESSAGES.read(f)
+        card = self.backend.model(v["model"])
+        gen = Generate(messages=chat(f), max_tokens=v["max_tokens"], temperature=v["temperature"],
+                       top_k=v["top_k"], top_p=v["top_p"], stop=v["stop_sequences"])
         tools = anthropic_tools(f)
-        gen = await self.backend.with_tools(gen, tools)
+        gen = tools.offered(gen) if tools else gen
         msg_id = f"msg_{uuid.uuid4().hex[:24]}"
-        if f.bool("stream"):
+        if v["stream"]:
             return await self._stream(request, card, gen, msg_id, tools)
         r = await collect(self.backend.generate(gen))
         text, calls = parse(tools.prefix + r.text, tools.names) if tools else (r.text, [])

@@ -7,20 +7,23 @@ from aiohttp import web
 
 from ..errors import BadRequest, GatewayError
 from ..metrics import CONTENT_TYPE
+from ..params import Body, Param
 from .. import openapi
 from ..stream import json_response, sse
 from .base import Protocol, error_headers
 
 
+# The fields of each request body, declared once: read with their checks, and described in
+# /openapi.json.
+TOKENIZE = Body(content=Param.str(required=True), add_special=Param.bool(),
+                parse_special=Param.bool(True), with_pieces=Param.bool(), model=Param.str())
+DETOKENIZE = Body(tokens=Param.list({"items": {"type": "integer", "minimum": 0}}, required=True),
+                  model=Param.str())
+
+
 class Native(Protocol):
     name = "native"
-    requests = {
-        "/tokenize": {"type": "object", "required": ["content"], "properties": {
-            "content": {"type": "string"}, "add_special": {"type": "boolean"},
-            "parse_special": {"type": "boolean"}, "with_pieces": {"type": "boolean"}}},
-        "/detokenize": {"type": "object", "required": ["tokens"], "properties": {
-            "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}},
-    }
+    requests = {"/tokenize": TOKENIZE.schema(), "/detokenize": DETOKENIZE.schema()}
     error_schema = {"type": "object", "required": ["error"], "properties": {"error": {
         "type": "object", "required": ["code", "message", "type"]}}}
 
@@ -63,21 +66,20 @@ class Native(Protocol):
         return json_response(self.backend.cluster())
 
     async def tokenize(self, request: web.Request) -> web.Response:
-        f = await self.body(request)
-        self.backend.model(f.str("model"))
-        content = f.str("content", required=True)
-        ids = await self.backend.tokenize(content, add_special=f.bool("add_special"),
-                                          parse_special=f.bool("parse_special", True))
-        if not f.bool("with_pieces"):
+        v = TOKENIZE.read(await self.body(request))
+        self.backend.model(v["model"])
+        ids = await self.backend.tokenize(v["content"], add_special=v["add_special"],
+                                          parse_special=v["parse_special"])
+        if not v["with_pieces"]:
             return json_response({"tokens": ids})
         card = self.backend.model()
         pieces = [{"id": t, "piece": card.token(t).decode("utf-8", errors="replace")} for t in ids]
         return json_response({"tokens": pieces})
 
     async def detokenize(self, request: web.Request) -> web.Response:
-        f = await self.body(request)
-        self.backend.model(f.str("model"))
-        ids = f.list("tokens", required=True)
+        v = DETOKENIZE.read(await self.body(request))
+        self.backend.model(v["model"])
+        ids = v["tokens"]
         if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
             raise BadRequest("tokens must be a list of token ids (integers >= 0)", param="tokens")
         return json_response({"content": await self.backend.detokenize(ids)})

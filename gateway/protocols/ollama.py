@@ -17,6 +17,7 @@ from ..generation import Result, admitted, merged
 from ..toolcalls import Text, ToolCall, parse
 from ..tools import Tools, openai_tools, past_calls
 from ..model import ModelCard
+from ..params import Body, Param
 from ..stream import json_response, ndjson, open_stream
 from .base import Protocol, error_headers
 from .openai import TOOLS_SCHEMA
@@ -31,46 +32,37 @@ def _now() -> str:
 
 def sampling(f: Fields) -> dict:
     """Generate's sampling fields from Ollama's `options`."""
-    o = f.obj("options")
-    return dict(max_tokens=_num_predict(o), temperature=o.num("temperature", 0.8, 0.0, 2.0),
-                top_k=o.int("top_k", 40, lo=0), top_p=o.num("top_p", 0.9, 0.0, 1.0),
-                min_p=o.num("min_p", 0.0, 0.0, 1.0),
-                repetition_penalty=o.num("repeat_penalty", 1.0, 0.0),
-                presence_penalty=o.num("presence_penalty", 0.0, -2.0, 2.0),
-                frequency_penalty=o.num("frequency_penalty", 0.0, -2.0, 2.0),
-                seed=o.int("seed", lo=-(2 ** 63), hi=2 ** 64 - 1), stop=o.stops("stop"))
-
-
-def _num_predict(o: Fields) -> int | None:
-    n = o.int("num_predict")
+    o = OPTIONS.read(f.obj("options"))
+    n = o["num_predict"]
     if n == 0:
         raise BadRequest("options.num_predict must be -1 (no limit) or at least 1",
                          param="options.num_predict")
-    return None if n is None or n < 0 else n   # -1 (and Ollama's -2, "fill the context")
+    return dict(max_tokens=None if n is None or n < 0 else n,   # -1 (and Ollama's -2: fill the context)
+                temperature=o["temperature"], top_k=o["top_k"], top_p=o["top_p"], min_p=o["min_p"],
+                repetition_penalty=o["repeat_penalty"], presence_penalty=o["presence_penalty"],
+                frequency_penalty=o["frequency_penalty"], seed=o["seed"], stop=o["stop"])
 
 
-_OPTIONS = {"type": "object", "properties": {
-    "num_predict": {"type": "integer"}, "temperature": {"type": "number", "minimum": 0,
-                                                        "maximum": 2},
-    "top_k": {"type": "integer", "minimum": 0}, "top_p": {"type": "number", "minimum": 0,
-                                                         "maximum": 1},
-    "seed": {"type": "integer"}, "stop": {"type": ["string", "array"]}}}
+# The fields of each request body (and of `options`), declared once: read with their checks,
+# and described in /openapi.json.
+OPTIONS = Body(
+    num_predict=Param.int(), temperature=Param.num(0.8, lo=0.0, hi=2.0), top_k=Param.int(40, lo=0),
+    top_p=Param.num(0.9, lo=0.0, hi=1.0), min_p=Param.num(0.0, lo=0.0, hi=1.0),
+    repeat_penalty=Param.num(1.0, lo=0.0), presence_penalty=Param.num(0.0, lo=-2.0, hi=2.0),
+    frequency_penalty=Param.num(0.0, lo=-2.0, hi=2.0), seed=Param.int(lo=-(2 ** 63), hi=2 ** 64 - 1),
+    stop=Param.stops())
+SHOW = Body(model=Param.str(required=True))
+_GENERATING = SHOW.extend(stream=Param.bool(True), options=Param.obj(OPTIONS.schema()))
+CHAT = _GENERATING.extend(
+    messages=Param.list({"items": {"type": "object", "required": ["role"]}}, required=True),
+    tools=Param.raw(TOOLS_SCHEMA))
+GENERATE = _GENERATING.extend(prompt=Param.str(""), system=Param.str(), raw=Param.bool())
 
 
 class Ollama(Protocol):
     name = "ollama"
-    requests = {
-        "/api/chat": {"type": "object", "required": ["model"], "properties": {
-            "model": {"type": "string"}, "stream": {"type": "boolean"}, "options": _OPTIONS,
-            "messages": {"type": "array", "items": {"type": "object", "required": ["role"]}},
-            "tools": TOOLS_SCHEMA}},
-        "/api/generate": {"type": "object", "required": ["model"], "properties": {
-            "model": {"type": "string"}, "prompt": {"type": "string"},
-            "system": {"type": "string"}, "raw": {"type": "boolean"},
-            "stream": {"type": "boolean"}, "options": _OPTIONS}},
-        "/api/show": {"type": "object", "required": ["model"],
-                      "properties": {"model": {"type": "string"}}},
-    }
+    requests = {"/api/chat": CHAT.schema(), "/api/generate": GENERATE.schema(),
+                "/api/show": SHOW.schema()}
     error_schema = {"type": "object", "required": ["error"],
                     "properties": {"error": {"type": "string"}}}
 
@@ -86,8 +78,7 @@ class Ollama(Protocol):
     def stream_error(self, err: GatewayError) -> bytes:
         return ndjson({"error": err.message})
 
-    def _card(self, f: Fields) -> ModelCard:
-        name = f.str("model", required=True)
+    def _card(self, name: str) -> ModelCard:
         card = self.backend.model()
         # Ollama names carry a tag; ours has one, "latest".
         if not card.matches(name.removesuffix(":latest")):
@@ -121,7 +112,7 @@ class Ollama(Protocol):
                                           "size_vram": 0, "context_length": card.context_length}]})
 
     async def show(self, request: web.Request) -> web.Response:
-        card = self._card(await self.body(request))
+        card = self._card(SHOW.read(await self.body(request))["model"])
         entry = self._entry(card)
         arch = card.details.get("architecture", "")
         return json_response({"modelfile": "", "parameters": "", "template": "",
@@ -133,9 +124,10 @@ class Ollama(Protocol):
     # ------------------------------------------------------------------ generation
     async def chat(self, request: web.Request) -> web.StreamResponse:
         f = await self.body(request)
-        card = self._card(f)
+        v = CHAT.read(f)
+        card = self._card(v["model"])
         messages = []
-        for i, m in enumerate(f.list("messages", required=True)):
+        for i, m in enumerate(v["messages"]):
             mf = Fields(m, prefix=f"messages[{i}].")
             role = mf.str("role", required=True)
             if role not in ("system", "user", "assistant", "tool"):
@@ -155,7 +147,8 @@ class Ollama(Protocol):
             # As Ollama does, a last assistant message is continued, not answered: the reply
             # is the rest of it (a tool call it opened included).
             tools = Tools(tools.functions if tools else [], prefill=messages.pop()["content"])
-        gen = await self.backend.with_tools(Generate(messages=messages, **sampling(f)), tools)
+        gen = Generate(messages=messages, **sampling(f))
+        gen = tools.offered(gen) if tools else gen
 
         def piece(text: str, calls: list[ToolCall] = ()) -> dict:
             msg = {"role": "assistant", "content": text}
@@ -163,26 +156,27 @@ class Ollama(Protocol):
                 msg["tool_calls"] = [{"function": {"index": c.index, "name": c.name,
                                                    "arguments": c.arguments}} for c in calls]
             return {"message": msg}
-        return await self._run(request, f, card, gen, piece, tools)
+        return await self._run(request, v["stream"], card, gen, piece, tools)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         f = await self.body(request)
-        card = self._card(f)
-        prompt = f.str("prompt", "")
+        v = GENERATE.read(f)
+        card = self._card(v["model"])
+        prompt = v["prompt"]
         if not prompt:
             return json_response({"model": card.id, "created_at": _now(), "response": "",
                                   "done": True, "done_reason": "load"})
-        if f.bool("raw"):
+        if v["raw"]:
             source = {"prompt": prompt}
         else:
-            system = f.str("system")
+            system = v["system"]
             source = {"messages": ([{"role": "system", "content": system}] if system else [])
                       + [{"role": "user", "content": prompt}]}
-        return await self._run(request, f, card, Generate(**source, **sampling(f)),
+        return await self._run(request, v["stream"], card, Generate(**source, **sampling(f)),
                                lambda text: {"response": text})
 
-    async def _run(self, request, f: Fields, card: ModelCard, gen: Generate, piece, tools=None):
-        stream = f.bool("stream", True)    # Ollama streams unless told not to
+    async def _run(self, request, stream: bool, card: ModelCard, gen: Generate, piece, tools=None):
+        # Ollama streams unless told not to (the tables' `stream` defaults to true).
         parser = tools.stream() if tools else None
         async with contextlib.aclosing(merged([self.backend.generate(gen)])) as events:
             r = Result()

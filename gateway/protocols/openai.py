@@ -22,6 +22,7 @@ from ..generation import Result, admitted, collect_all, merged
 from ..toolcalls import Text, ToolCall, parse
 from ..tools import Tools, call_id, openai_tools, past_calls
 from ..model import ModelCard
+from ..params import Body, Param
 from ..stream import SseTemplate, json_response, open_stream, sse
 from .base import Protocol, error_headers
 
@@ -48,23 +49,17 @@ def finish_reason(res: Result) -> str:
     return "length" if res.length_limited else "stop"
 
 
-def sampling(f: Fields, card: ModelCard, prompt: dict, n: int, max_name: str) -> list[Generate]:
-    """The request's sampling fields, shared by chat and legacy completions."""
-    max_tokens = f.int("max_completion_tokens", lo=1) if max_name == "chat" else None
+def sampling(v: dict, prompt: dict) -> list[Generate]:
+    """One Generate per choice from a body's fields read by its table (chat and legacy alike)."""
+    max_tokens = v.get("max_completion_tokens")
     if max_tokens is None:
-        max_tokens = f.int("max_tokens", lo=1)
-    seed = f.int("seed", lo=-(2 ** 63), hi=2 ** 64 - 1)
-    common = dict(
-        max_tokens=max_tokens, temperature=f.num("temperature", 1.0, 0.0, 2.0),
-        top_p=f.num("top_p", 1.0, 0.0, 1.0), top_k=f.int("top_k", 0, lo=0),
-        min_p=f.num("min_p", 0.0, 0.0, 1.0),
-        repetition_penalty=f.num("repetition_penalty", 1.0, 0.0),
-        presence_penalty=f.num("presence_penalty", 0.0, -2.0, 2.0),
-        frequency_penalty=f.num("frequency_penalty", 0.0, -2.0, 2.0),
-        stop=f.stops("stop", limit=4 if max_name == "chat" else 16))
+        max_tokens = v["max_tokens"]
+    common = {k: v[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                                "presence_penalty", "frequency_penalty", "stop")}
     # Choices of one request differ by seed; a given seed makes the whole set reproducible.
-    return [Generate(**prompt, **common, seed=None if seed is None else (seed + i) % 2 ** 64)
-            for i in range(n)]
+    seed = v["seed"]
+    return [Generate(**prompt, **common, max_tokens=max_tokens,
+                     seed=None if seed is None else (seed + i) % 2 ** 64) for i in range(v["n"])]
 
 
 def chat_messages(f: Fields) -> list[dict]:
@@ -112,45 +107,38 @@ TOOLS_SCHEMA = {"type": "array", "items": {
         "function": {"type": "object", "required": ["name"], "properties": {
             "name": {"type": "string", "minLength": 1}, "description": {"type": "string"},
             "parameters": {"type": "object"}}}}}}
-_SAMPLING = {
-    "model": {"type": "string"}, "max_tokens": {"type": "integer", "minimum": 1},
-    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-    "top_p": {"type": "number", "minimum": 0, "maximum": 1},
-    "n": {"type": "integer", "minimum": 1, "maximum": MAX_N}, "seed": {"type": "integer"},
-    "stop": {"anyOf": [{"type": "string", "minLength": 1},
-                       {"type": "array", "maxItems": 4,
-                        "items": {"type": "string", "minLength": 1}}]},
-    "stream": {"type": "boolean"},
-    "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
-    "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
-    "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2}}
+_TOOL_CHOICE = {"anyOf": [{"enum": ["none", "auto", "required"]},
+                          {"type": "object", "required": ["type", "function"],
+                           "properties": {"type": {"const": "function"},
+                                          "function": _FUNCTION_NAME}}]}
+_PROMPT = {"anyOf": [{"type": "string"},
+                     {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                     {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}]}
+
+# The fields of each request body, declared once: read with their checks, and described in
+# /openapi.json.
+SAMPLING = Body(
+    model=Param.str(required=True), max_tokens=Param.int(lo=1),
+    temperature=Param.num(1.0, lo=0.0, hi=2.0), top_p=Param.num(1.0, lo=0.0, hi=1.0),
+    top_k=Param.int(0, lo=0), min_p=Param.num(0.0, lo=0.0, hi=1.0),
+    repetition_penalty=Param.num(1.0, lo=0.0),
+    presence_penalty=Param.num(0.0, lo=-2.0, hi=2.0),
+    frequency_penalty=Param.num(0.0, lo=-2.0, hi=2.0),
+    seed=Param.int(lo=-(2 ** 63), hi=2 ** 64 - 1), n=Param.int(1, lo=1, hi=MAX_N),
+    stream=Param.bool(),
+    stream_options=Param.obj({"properties": {"include_usage": {"type": "boolean"}}}))
+CHAT = SAMPLING.extend(
+    messages=Param.raw(_MESSAGES, required=True), stop=Param.stops(limit=4),
+    max_completion_tokens=Param.int(lo=1), logprobs=Param.bool(),
+    top_logprobs=Param.int(0, lo=0, hi=20), tools=Param.raw(TOOLS_SCHEMA),
+    tool_choice=Param.raw(_TOOL_CHOICE))
+COMPLETIONS = SAMPLING.extend(prompt=Param.raw(_PROMPT, required=True), stop=Param.stops(),
+                              logprobs=Param.int(0, lo=0, hi=5))
 
 
 class OpenAI(Protocol):
     name = "openai"
-    requests = {
-        "/v1/chat/completions": {"type": "object", "required": ["model", "messages"],
-                                 "properties": {**_SAMPLING, "messages": _MESSAGES,
-                                                "max_completion_tokens": {"type": "integer",
-                                                                          "minimum": 1},
-                                                "logprobs": {"type": "boolean"},
-                                                "tools": TOOLS_SCHEMA,
-                                                "tool_choice": {"anyOf": [
-                                                    {"enum": ["none", "auto", "required"]},
-                                                    {"type": "object", "required": ["type", "function"],
-                                                     "properties": {"type": {"const": "function"},
-                                                                    "function": _FUNCTION_NAME}}]},
-                                                "top_logprobs": {"type": "integer",
-                                                                 "minimum": 0, "maximum": 20}}},
-        "/v1/completions": {"type": "object", "required": ["model", "prompt"],
-                            "properties": {**_SAMPLING, "prompt": {"anyOf": [
-                                {"type": "string"},
-                                {"type": "array", "minItems": 1, "items": {"type": "string"}},
-                                {"type": "array", "minItems": 1,
-                                 "items": {"type": "integer", "minimum": 0}}]},
-                                           "logprobs": {"type": "integer", "minimum": 0,
-                                                        "maximum": 5}}},
-    }
+    requests = {"/v1/chat/completions": CHAT.schema(), "/v1/completions": COMPLETIONS.schema()}
     error_schema = {"type": "object", "required": ["error"], "properties": {"error": {
         "type": "object", "required": ["message", "type", "param", "code"]}}}
 
@@ -184,17 +172,15 @@ class OpenAI(Protocol):
     # ------------------------------------------------------------------ chat
     async def chat(self, request: web.Request) -> web.StreamResponse:
         f = await self.body(request)
-        card = self.backend.model(f.str("model", required=True))
-        n = f.int("n", 1, lo=1, hi=MAX_N)
-        top = f.int("top_logprobs", 0, lo=0, hi=20)
-        logprobs = f.bool("logprobs")
-        if top and not logprobs:
+        v = CHAT.read(f)
+        card = self.backend.model(v["model"])
+        if v["top_logprobs"] and not v["logprobs"]:
             raise BadRequest("top_logprobs needs logprobs: true", param="top_logprobs")
         tools = openai_tools(f)
-        gens = sampling(f, card, {"messages": chat_messages(f), "top_logprobs": top}, n, "chat")
-        gens = [await self.backend.with_tools(g, tools) for g in gens]
-        job = Job(gens, f.bool("stream"), f.obj("stream_options").bool("include_usage"),
-                  logprobs, n, tools)
+        gens = sampling(v, {"messages": chat_messages(f), "top_logprobs": v["top_logprobs"]})
+        gens = [tools.offered(g) if tools else g for g in gens]
+        job = Job(gens, v["stream"], v["stream_options"].bool("include_usage"), v["logprobs"],
+                  v["n"], tools)
         if job.stream:
             return await self._stream(request, card, job, chat=True)
         results = await collect_all([self.backend.generate(g) for g in gens])
@@ -203,26 +189,25 @@ class OpenAI(Protocol):
             text, calls = (parse(tools.prefix + r.text, tools.names) if tools else (r.text, []))
             choices.append({"index": i, "message": tool_message(text, calls),
                             "logprobs": ({"content": self._chat_logprobs(card, r, 0)}
-                                         if logprobs else None),
+                                         if job.logprobs else None),
                             "finish_reason": "tool_calls" if calls else finish_reason(r)})
         return json_response({"id": _id("chatcmpl"), "object": "chat.completion",
                               "created": int(time.time()), "model": card.id, "choices": choices,
-                              "usage": _usage(results, n)})
+                              "usage": _usage(results, job.n)})
 
     # ------------------------------------------------------------------ legacy completions
     async def completions(self, request: web.Request) -> web.StreamResponse:
         f = await self.body(request)
-        card = self.backend.model(f.str("model", required=True))
-        n = f.int("n", 1, lo=1, hi=MAX_N)
-        top = f.int("logprobs", 0, lo=0, hi=5)
+        v = COMPLETIONS.read(f)
+        card = self.backend.model(v["model"])
         gens = []
         for prompt in _prompts(f):
-            gens += sampling(f, card, {**prompt, "top_logprobs": top}, n, "legacy")
+            gens += sampling(v, {**prompt, "top_logprobs": v["logprobs"]})
         if len(gens) > MAX_N:
             raise BadRequest(f"{len(gens)} completions asked (prompts x n); at most {MAX_N}",
                              param="n")
-        job = Job(gens, f.bool("stream"), f.obj("stream_options").bool("include_usage"),
-                  f.has("logprobs"), n)
+        job = Job(gens, v["stream"], v["stream_options"].bool("include_usage"),
+                  f.has("logprobs"), v["n"])
         if job.stream:
             return await self._stream(request, card, job, chat=False)
         results = await collect_all([self.backend.generate(g) for g in gens])
@@ -231,7 +216,7 @@ class OpenAI(Protocol):
                     "finish_reason": finish_reason(r)} for i, r in enumerate(results)]
         return json_response({"id": _id("cmpl"), "object": "text_completion",
                               "created": int(time.time()), "model": card.id, "choices": choices,
-                              "usage": _usage(results, n)})
+                              "usage": _usage(results, job.n)})
 
     # ------------------------------------------------------------------ streams
     async def _stream(self, request: web.Request, card: ModelCard, job: Job,

@@ -40,23 +40,20 @@ def main(args: argparse.Namespace) -> int:
 
 async def _generate(args) -> int:
     import numpy as np
-    import zmq.asyncio
 
     import wire
-    from bus.config import BusConfig
-    from bus.directory import Directory
+    from bus.config import BusConfig, ServiceConfig
     from bus.errors import BusError
-    from bus.peers import Peers
-    from services.modelstore.pull import pull
-    from services.tokenizer import Tokenizer
+    from services.health.processes import Children, free_port
     from services.modelstore.gguf_meta import read_metadata
+    from services.modelstore.pull import pull
+    from services.scheduler.pipelines.answers import PipelineClient
+    from services.scheduler.placement.policy import split_layers
+    from services.tokenizer import Tokenizer
     from wire.messages.sampling import SamplingParams
     from wire.messages.shard import Forward, RouteStage
 
-    from services.health.processes import Children, free_port
-
     from .stacks import private_cluster
-    from services.scheduler.placement.policy import split_layers
 
     model = args.model or pull(quiet=False)
     meta = read_metadata(model)
@@ -73,12 +70,12 @@ async def _generate(args) -> int:
 
     cluster = private_cluster()
     ports = [free_port() for _ in ranges]
-    peers_args = [a for p in ports for a in ("--peer", f"127.0.0.1:{p}")]
+    me = free_port()        # this process on the bus: the last shard sends it every answer
+    peers_args = [a for p in (*ports, me) for a in ("--peer", f"127.0.0.1:{p}")]
     kids = Children(log_dir=args.logs)
-    ctx = zmq.asyncio.Context()
-    directory = Directory(ctx, BusConfig(cluster=cluster, mdns=False,
-                                         peers=tuple(f"127.0.0.1:{p}" for p in ports)), me="generate")
-    peers = Peers(ctx, directory, me="generate")
+    client = PipelineClient(ServiceConfig(
+        name="generate", kind="client", rpc_port=me, discover=True,
+        bus=BusConfig(cluster=cluster, mdns=False, peers=tuple(f"127.0.0.1:{p}" for p in ports))))
     t0 = time.monotonic()
     try:
         for (a, b), port in zip(ranges, ports):
@@ -86,7 +83,8 @@ async def _generate(args) -> int:
                                       "--no-mdns", "--rpc-port", str(port), *peers_args,
                                       "--model", str(model), "--layers", f"{a}:{b}",
                                       "--codec", args.codec, "--pages", str(pages)])
-        await directory.start()
+        await client.start()
+        directory = client.directory
         while len([e for e in directory.of_kind("shard") if e.state == "ready"]) < len(ranges):
             if kids.dead():
                 print("llmbus generate: a shard exited while starting (see --logs)", file=sys.stderr)
@@ -95,6 +93,7 @@ async def _generate(args) -> int:
                 print(f"llmbus generate: shards not ready: {directory.explain()}", file=sys.stderr)
                 return 1
             await asyncio.sleep(0.1)
+        await client.reached_by(f"shard-{ranges[-1][0]}")
         print(f"[{len(ranges)} shards {ranges} ready in {time.monotonic() - t0:.1f}s]",
               file=sys.stderr)
 
@@ -113,7 +112,7 @@ async def _generate(args) -> int:
                 tokens=wire.Tensor(np.asarray(feed, np.int32)),
                 sampling=[params], steps=[step], route=route)
             try:
-                reply = await peers.call(f"shard-{ranges[0][0]}", body, timeout=60)
+                reply = await client.answers.forward(f"shard-{ranges[0][0]}", body, timeout=60)
             except BusError as e:
                 print(f"\nllmbus generate: {e}", file=sys.stderr)
                 return 1
@@ -135,7 +134,5 @@ async def _generate(args) -> int:
         print(f"[{n} tokens, {rate:.1f} tokens/s after the first]", file=sys.stderr)
         return 0
     finally:
-        await peers.close()
-        await directory.stop()
-        ctx.destroy(linger=0)          # a socket left open must not hold the shutdown
+        await client.shutdown()
         kids.stop()

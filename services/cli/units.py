@@ -66,7 +66,7 @@ def shard_instances(args: argparse.Namespace, model: Path) -> dict[str, str]:
     """Each shard unit's instance -> its LLMBUS_ARGS: a range by hand, or a memory budget."""
     if not (args.placed or args.memory):
         return {str(a): f"--layers {a}:{b}" for a, b in shard_ranges(args, model)}
-    from services.shard.cli import parse_memory
+    from services.shard.config import parse_memory
 
     from .run import default_name
     if args.layers:
@@ -100,7 +100,7 @@ def key_file(args: argparse.Namespace) -> str:
 
 
 def shard_ranges(args: argparse.Namespace, model: Path) -> list[tuple[int, int]]:
-    from services.shard.cli import parse_layers
+    from services.shard.config import parse_layers
 
     from services.scheduler.placement.policy import head_cost_in_layers, split_layers
     if args.layers:

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from services.shard.cli import positive      # light: argparse and os only
+from services.shard.config import positive      # light: no numpy
 
 def add_parser(sub) -> None:
     p = sub.add_parser("up", help="run tokenizer, scheduler, shards and gateway here until Ctrl-C")
@@ -40,9 +40,6 @@ def add_parser(sub) -> None:
                         "every stage has work; more only split the batch)")
     p.add_argument("--max-batch-tokens", type=int, default=512,
                    help="token budget of one micro-batch (decodes + prefill chunks)")
-    p.add_argument("--no-direct-results", dest="direct_results", action="store_false",
-                   help="each batch's answer comes back only along the chain of shards, not "
-                        "straight from the last shard as well")
     p.add_argument("--cluster", default=None, help="bus cluster name (default: a private one)")
     p.add_argument("--port", type=int, default=0, help="scheduler RPC port (default: any free)")
     p.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
@@ -103,7 +100,7 @@ async def _up(args) -> int:
     from services.modelstore.pull import pull
     from services.modelstore.gguf_meta import read_metadata
 
-    from services.shard.cli import default_threads
+    from services.shard.config import default_threads
     from services.scheduler.placement.policy import head_cost_in_layers, split_layers
     from .stacks import private_cluster, register, runtime_dir
 
@@ -143,8 +140,7 @@ async def _up(args) -> int:
                                "--threads", str(threads)]
             for a, b in ranges for r in range(args.replicas)},
         "scheduler-0": ["run", "scheduler", "--max-queue", str(args.max_queue),
-                        "--inflight", str(inflight), "--max-batch-tokens", str(args.max_batch_tokens)]
-                       + ([] if args.direct_results else ["--no-direct-results"]),
+                        "--inflight", str(inflight), "--max-batch-tokens", str(args.max_batch_tokens)],
         "gateway-0": ["run", "gateway", "--http", args.http]
         + (["--api-key-file", str(args.api_key_file.resolve())] if args.api_key_file else []),
     }

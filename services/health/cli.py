@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from bus.options import add_options, options_of
+
+from .policy import HealthConfig
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=("systemd", "children"), default="systemd",
@@ -18,19 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_policy_arguments(p: argparse.ArgumentParser) -> None:
-    """The restart budget and stall window (shared with `llmbus up`)."""
-    p.add_argument("--restart-budget", type=int, default=5, metavar="R",
-                   help="a service restarted R times within --budget-window is given up (failed)")
-    p.add_argument("--budget-window", type=float, default=60.0, metavar="SECONDS")
-    p.add_argument("--stall-window", type=float, default=10.0, metavar="SECONDS",
-                   help="a service with work whose progress and CPU time stay still this long "
-                        "is killed and respawned")
+    """The restart budget and stall window (shared with `llmbus up`), from HealthConfig."""
+    add_options(p, HealthConfig)
 
 
-def policy_config(args: argparse.Namespace, heartbeat_interval: float = 0.5):
-    from .policy import HealthConfig
-    return HealthConfig(heartbeat_interval=heartbeat_interval, restart_budget=args.restart_budget,
-                        budget_window=args.budget_window, stall_window=args.stall_window)
+def policy_config(args: argparse.Namespace, heartbeat_interval: float = 0.5) -> HealthConfig:
+    return HealthConfig(heartbeat_interval=heartbeat_interval, **options_of(HealthConfig, args))
 
 
 def parse_children(specs: list[str]) -> dict[str, list[str]]:

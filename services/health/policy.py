@@ -6,18 +6,22 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from bus.options import option
+
 
 @dataclass(frozen=True)
 class HealthConfig:
     heartbeat_interval: float = 0.5
     heartbeat_misses: int = 3          # dead after this many missed heartbeats ...
     stopped_misses: int = 1            # ... or this many while its process is stopped (SIGSTOP)
-    stall_window: float = 10.0         # ... or with work and no progress for this long
+    stall_window: float = option(10.0, "a service with work whose progress and CPU time stay "
+                                 "still this long is killed and respawned", metavar="SECONDS")
     busy_grace: float = 10.0           # silent but burning CPU (a long native call) this long at most
     backoff_first: float = 0.5         # wait before the second respawn within the budget window
     backoff_max: float = 10.0
-    restart_budget: int = 5            # R restarts ...
-    budget_window: float = 60.0        # ... within T seconds, and the service is given up
+    restart_budget: int = option(5, "a service restarted R times within --budget-window is "
+                                 "given up (failed)", metavar="R")
+    budget_window: float = option(60.0, "see --restart-budget", metavar="SECONDS")
 
     def __post_init__(self):
         for name in ("heartbeat_interval", "stall_window", "busy_grace", "backoff_first",

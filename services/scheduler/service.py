@@ -15,34 +15,35 @@ import itertools
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 
 from bus.config import ServiceConfig
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError, ServiceError, ServiceNotFound
-from bus.dispatch import receives
 from bus.service import Service, handles, streams
 from services.tokenizer.client import fetch_model
 from wire.failures import (DUPLICATE_REQUEST, LOADING, QUEUE_FULL, RANGE_FAILED, SCHEDULER_STOPPED,
-                           STARTING, TOKENIZER_UNAVAILABLE)
+                           STARTING, TOKENIZER_UNAVAILABLE, UNREACHABLE)
 from wire.messages.bus import Event
 from wire.messages.info import SchedulerInfo
 from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Generate, Started, Stats,
                                      StatsRequest, Tokens)
 from wire.messages.sampling import SamplingParams
-from wire.messages.shard import Forward, ForwardFailed, ForwardReply, ForwardResult
+from wire.messages.bus import Probe
+from wire.messages.shard import Forward, ForwardResult
 from wire.messages.tokenizer import Encode, Render
 
 from .batching.admission import check_sampling
 from .batching.config import SchedulerConfig
+from .config import SchedulerServiceConfig
 from .batching.errors import BadRequest, QueueFull
 from .batching.policy import Scheduler
 from .batching.sequence import Request
 from .pipelines.breaker import Breakers
+from .pipelines.answers import AnswerInbox, Answers
 from .pipelines.chains import Stage, assign_pipelines, assignment_key, explain_missing, find_gap
-from .pipelines.direct import DirectReplies
 from .pipelines.driver import Driver
 from .pipelines.failed_ranges import FAILED_TOPIC, FailedRanges
 from .pipelines.hops import HopStats
+from .pipelines.reach import Reach
 from .pipelines.replicas import Pipeline, Pipelines
 from .pipelines.streams import RequestStream, StreamEvent
 from .placement.placer import Placer
@@ -50,35 +51,10 @@ from .placement.placer import Placer
 log = logging.getLogger("llmbus.scheduler")
 
 PIPELINE_TOPIC = "scheduler.pipeline"   # a pipeline came, left rotation, or handed work over
+PROBE_S = 2.0                           # how long a last shard may take to find and call us
 
 
-@dataclass(frozen=True)
-class SchedulerServiceConfig:
-    model: str = ""                  # model identity to serve; "": the first tokenizer's
-    max_batch_tokens: int = 512
-    max_batch_seqs: int = 64
-    max_inflight: int = 0            # 0: one more than the pipeline has stages
-    max_queue: int = 256
-    context_length: int = 0          # 0: the model's, bounded by the shards' KV pages
-    batch_timeout: float = 120.0
-    unserved_budget_s: float = 300.0  # requests fail when their layers are unserved this long
-    max_refill_tokens: int = 128      # re-prefill tokens per micro-batch after a loss
-    tokenizer_wait_s: float = 30.0    # how long a request waits for a tokenizer to come back
-    pace_step_s: float = 0.12        # a batch's target compute while streams decode (pacing.py)
-    pace_max_wait_s: float = 10.0    # ... unless a request has waited this long for a first token
-    direct_results: bool = True      # the last shard answers here straight too (direct.py)
-
-    def __post_init__(self):
-        for name in ("max_batch_tokens", "max_batch_seqs", "max_queue", "batch_timeout",
-                     "unserved_budget_s", "max_refill_tokens", "tokenizer_wait_s",
-                     "pace_step_s", "pace_max_wait_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0")
-        if self.max_inflight < 0 or self.context_length < 0:
-            raise ValueError("max_inflight and context_length must be >= 0")
-
-
-class SchedulerService(Service):
+class SchedulerService(AnswerInbox, Service):
     kind = "scheduler"
 
     def __init__(self, config: ServiceConfig, sched: SchedulerServiceConfig | None = None, ctx=None):
@@ -93,7 +69,8 @@ class SchedulerService(Service):
         self.token_bytes: list[bytes] = []
         self.failed_ranges = FailedRanges()
         self.hops = HopStats(config.name)
-        self.direct = DirectReplies(config.name, self._chain_forward, self.hops.record)
+        self.answers = Answers(config.name, self.peers_call)
+        self.reach = Reach(self._probe, time.monotonic)
         self.placer: Placer | None = None
         self._assigned: tuple = ((), [])    # the last assignment_key and its pipelines
 
@@ -102,14 +79,12 @@ class SchedulerService(Service):
         self.directory.subscribe(FAILED_TOPIC)
         self.directory.on_event.append(self._on_health_event)
         self.directory.on_expire.append(self._on_peer_expired)
-        # A batch answered straight has no chain of calls to end when a stage of it is lost.
-        self.directory.on_expire.append(lambda entry: self.direct.lost(entry.name, None))
-        self.directory.on_replaced.append(lambda old, new: self.direct.lost(new.name, new.epoch))
+        self.watch_stages()        # a batch's answer comes straight: hear of its stages' loss
         tok = await self._wait_for(self._tokenizer, "a tokenizer")
         info, self.token_bytes = await fetch_model(self.peers, tok)
         self.model = info.model
         # Shards without --layers wait for a range: the placer gives them one from here on.
-        self.placer = Placer(self.directory, self._forward, lambda: self.model,
+        self.placer = Placer(self.directory, self.peers_call, lambda: self.model,
                              idle=lambda: self.pipelines is None or self.pipelines.idle(),
                              wake=lambda: self.pipelines is not None and self.pipelines.wake(),
                              served=self._batches_done,
@@ -135,13 +110,10 @@ class SchedulerService(Service):
         page_size, num_pages = sizes.pop(), min(s.num_pages for s in chain)
         info = self._tok_info
         policy = Scheduler(SchedulerConfig(
-            num_pages=num_pages, page_size=page_size,
+            **self.sched.batching(), num_pages=num_pages, page_size=page_size,
             context_length=min(self._ctx_len, num_pages * page_size),
-            max_batch_tokens=self.sched.max_batch_tokens, max_batch_seqs=self.sched.max_batch_seqs,
-            max_inflight=self.sched.max_inflight or len(chain) + 1, max_queue=self.sched.max_queue,
-            max_refill_tokens=self.sched.max_refill_tokens,
+            max_inflight=self.sched.inflight or len(chain) + 1,
             vocab_size=info.vocab_size, eos_ids=frozenset(info.eot_ids),
-            pace_step_s=self.sched.pace_step_s, pace_max_wait_s=self.sched.pace_max_wait_s,
             token_bytes=tuple(self.token_bytes)), arrivals=self._arrivals)
         pipeline = Pipeline(name, policy)
         pipeline.driver = Driver(policy, self.requests, self._forward,
@@ -193,7 +165,7 @@ class SchedulerService(Service):
             for pipeline in self.pipelines:
                 if pipeline.driver is not None:
                     await pipeline.driver.stop()
-        await self.direct.close()
+        await self.reach.close()
 
     async def _wait_for(self, find, what: str):
         waited = 0.0
@@ -214,14 +186,14 @@ class SchedulerService(Service):
 
     def _assign(self, current: list[list[str]]):
         """Each pipeline's chain now (pipelines/chains.py), None while a new placement is
-        switching in."""
+        switching in; a chain whose last shard is not known to reach us is refused (reach.py)."""
         if self.placer is not None and self.placer.paused:
             return None    # a new placement is switching in: no batch until it serves
         shards = self._shards()
         key = assignment_key(shards, self.model, current)
         if key != self._assigned[0]:
             self._assigned = (key, assign_pipelines(shards, self.model, current))
-        return [None if c is None else list(c) for c in self._assigned[1]]
+        return self.reach.admit([None if c is None else list(c) for c in self._assigned[1]])
 
     def _first_chain(self):
         got = self._assign([])
@@ -238,31 +210,34 @@ class SchedulerService(Service):
             why += f"; two live services are named {name} ({' and '.join(eps)}): give each its own --name"
         if self.placer is not None and self.placer.refused:
             why += f"; {self.placer.refused}"
+        for why_not in self.reach.refused().values():
+            why += f"; pipeline refused: {why_not}"
         return why
 
-    async def _forward(self, shard: str, body, timeout: float):
-        if isinstance(body, Forward) and self.sched.direct_results:
-            return await self.direct.call(shard, body, timeout)
-        return await self._chain_forward(shard, body, timeout)
+    async def peers_call(self, shard: str, body, timeout: float):
+        return await self.peers.call(shard, body, timeout=timeout)
 
-    @receives(ForwardResult)
-    def _result(self, msg) -> None:
-        self.direct.received(msg.sender, msg.epoch, msg.body)
+    async def _forward(self, first: str, body: Forward, timeout: float) -> ForwardResult:
+        """A batch through its route: the answer comes from the last shard straight."""
+        try:
+            result = await self.answers.forward(first, body, timeout)
+        except (CallTimeout, RemoteError) as e:
+            if isinstance(e, CallTimeout) or e.code == UNREACHABLE:
+                self.reach.forget(body.route[-1])   # check the way back before the next batch
+            raise
+        self.hops.record(result.hops)
+        return result
 
-    @receives(ForwardFailed)
-    def _failed(self, msg) -> None:
-        self.direct.failed(msg.sender, msg.epoch, msg.body)
-
-    async def _chain_forward(self, shard: str, body, timeout: float):
-        sent = time.perf_counter()
-        reply = await self.peers.call(shard, body, timeout=timeout)
-        if isinstance(body, Forward) and isinstance(reply, ForwardReply):
-            self.hops.record([st.name for st in body.route], reply,
-                             (time.perf_counter() - sent) * 1e3)
-        return reply
+    async def _probe(self, last: Stage) -> None:
+        """Whether `last` reaches this scheduler (the path its results take): it finds us in its
+        own directory and calls us (bus.probe)."""
+        await self.peers.call(last.name, Probe(target=self.name, timeout=PROBE_S),
+                              timeout=PROBE_S + 1.0, epoch=last.epoch)
 
     def info(self) -> SchedulerInfo:
         extra = {"placement": self.placer.info()} if self.placer is not None else {}
+        if refused := self.reach.refused():
+            extra["refused"] = refused
         if self.directory is not None and (clashes := self.directory.clashes()):
             extra["name_clashes"] = {n: list(eps) for n, eps in clashes.items()}
         if self.pipelines is None:
@@ -369,7 +344,8 @@ class SchedulerService(Service):
         the client's request."""
         if req.prompt_ids is not None:
             return list(req.prompt_ids)
-        body = (Render(messages=req.messages, template=req.template) if req.messages is not None
+        body = (Render(messages=req.messages, template=req.template, tools=req.tools,
+                       assistant_prefix=req.assistant_prefix) if req.messages is not None
                 else Encode(text=req.prompt, parse_special=False, add_special=True))
         loop = asyncio.get_running_loop()
         give_up, why = loop.time() + self.sched.tokenizer_wait_s, "no tokenizer of this model is live"
@@ -411,6 +387,6 @@ class SchedulerService(Service):
         s.update(self.pipelines.driver_stats())
         s.update(self.pipelines.pipeline_stats())
         s.update(self.hops.stats())
-        s.update(self.direct.stats())
+        s.update(self.answers.stats())
         return Stats(stats=s, pipeline=self.pipelines.first_pipeline())
 

@@ -76,7 +76,7 @@ def sample_rows(logits: np.ndarray, params: Sequence, steps: Sequence[int],
 
 
 def _params_error(p) -> str:
-    check = getattr(p, "check", None)
+    check = getattr(p, "validate", None)
     if check is None:
         return f"bad_sampling: sampling row is a {type(p).__name__}, not SamplingParams"
     try:

@@ -4,14 +4,12 @@ Started without a range, it offers its memory budget on the bus and serves the r
 scheduler's placement gives it (`shard.place` loads it beside the range it serves,
 `shard.switch` makes it the one served): see wire.messages.placement.
 
-A `shard.forward` arrives at the first shard with token ids. Each shard runs its layers, then
-hands its activations to the next stage of the batch's route (the scheduler's pipeline, see
-services.shard.route) in the configured codec, and awaits that shard's reply. The last shard
-applies the output head, samples, and answers with token ids and log-probabilities; the answer
-travels back along the chain, so a failure anywhere reaches the caller as a typed error. A
-caller named in `Forward.reply_to` gets that answer straight from the last shard too, first;
-with `only`, each stage answers its caller as soon as it has handed the batch on, and a failure
-further on is told to that caller straight (wire.messages.shard).
+A `shard.forward` arrives at the first shard with token ids. Each shard runs its layers, hands
+its activations to the next stage of the batch's route (the scheduler's pipeline, see
+services.shard.route) in the configured codec, and answers its caller `shard.handed_on`. The last
+shard applies the output head, samples, and sends the token ids and log-probabilities straight to
+`Forward.reply_to` as `shard.result`; a stage whose next stage fails the batch tells `reply_to`
+with `shard.failed` (wire.messages.shard).
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ import time
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -36,18 +33,13 @@ from wire.failures import (BAD_BATCH, BAD_RANGE, DEADLINE_EXCEEDED, KV_MISSING, 
 from wire.messages.info import ShardInfo
 from wire.messages.placement import (FootprintReply, FootprintRequest, Place, Placed, Switch,
                                      Switched)
-from wire.messages.shard import (Forward, ForwardFailed, ForwardReply, ForwardResult, HandedOn,
-                                 ReplyTo, RouteStage)
+from wire.messages.shard import (Forward, ForwardFailed, ForwardResult, HandedOn, Hop, ReplyTo,
+                                 RouteStage)
 
+from .config import ShardConfig
 from .route import BadRoute, StaleRoute, check_self, next_stage
 
 log = logging.getLogger("llmbus.shard")
-
-DEVICES = ("cpu", "cuda")
-# "quantized": GGUF's blocks through the native kernel (kernels.qmatmul), 6x fewer bytes a step;
-# "float32": dequantized, numpy/OpenBLAS; "auto": quantized where the native kernel was built.
-WEIGHT_FORMATS = ("auto", "quantized", "float32")
-
 
 def weight_format(device: str, requested: str) -> str:
     """The format a shard loads: a cuda shard dequantizes (to fp16 on the device) whatever it is asked."""
@@ -65,40 +57,6 @@ def array_module(device: str):
     return get_xp("cupy" if device == "cuda" else "numpy")
 
 
-@dataclass(frozen=True)
-class ShardConfig:
-    model: Path
-    start: int | None = None     # None (with end): placed by the scheduler, see `memory`
-    end: int | None = None
-    codec: str = "fp16"          # how this shard's activations travel to the next
-    num_pages: int = 1024
-    page_size: int = 16
-    weights: str = "auto"        # how a cpu shard holds its matrices: WEIGHT_FORMATS
-    device: str = "cpu"          # "cpu" (numpy) or "cuda" (cupy, imported only then)
-    memory: int = 0              # bytes offered to placement (weights + KV) when not pinned
-    threads: int = 1             # native kernel threads of this process (kernels.native_lib.set_threads)
-
-    def __post_init__(self):
-        if self.threads < 1:
-            raise ValueError(f"threads {self.threads}: at least 1")
-        if self.device not in DEVICES:
-            raise ValueError(f"device {self.device!r}: one of {', '.join(DEVICES)}")
-        if self.weights not in WEIGHT_FORMATS:
-            raise ValueError(f"weights {self.weights!r}: one of {', '.join(WEIGHT_FORMATS)}")
-        if self.codec not in wire.ACTIVATION_CODECS:
-            raise ValueError(f"codec {self.codec!r}: one of {', '.join(wire.ACTIVATION_CODECS)}")
-        if (self.start is None) != (self.end is None):
-            raise ValueError("give both ends of the layer range, or neither (placed)")
-        if self.start is not None and not 0 <= self.start < self.end:
-            raise ValueError(f"layer range {self.start}:{self.end} is empty or negative")
-        if self.start is None and self.memory <= 0:
-            raise ValueError("a shard placed by the scheduler needs a memory budget > 0")
-
-    @property
-    def pinned(self) -> bool:
-        return self.start is not None
-
-
 @dataclass
 class _Range:
     """One loaded layer range: what a forward runs, or what a plan staged beside it."""
@@ -109,8 +67,6 @@ class _Range:
     model: object
     kv_bytes: int
 
-
-_REPLY_FIELDS = tuple(ForwardReply.__dataclass_fields__)
 
 # A batch of this many tokens or fewer (decode steps) runs on the event loop's thread when the
 # compute thread is idle: handing it over and back costs ~0.2 ms (two thread wake-ups), a tenth
@@ -281,9 +237,9 @@ class ShardService(Service):
 
     # ------------------------------------------------------------------ the work
     @handles(Forward, eager=True)   # a decode step runs as it is read: see INLINE_TOKENS
-    async def forward(self, msg: wire.Message) -> ForwardReply | HandedOn:
+    async def forward(self, msg: wire.Message) -> HandedOn:
         f: Forward = msg.body
-        received, arrived = time.perf_counter(), time.time()
+        arrived = time.time()
         self.counters["forwards"] += 1
         if self.model is None:
             raise ServiceError(LOADING, f"{self.name} is still loading", retry_after=1.0)
@@ -300,55 +256,39 @@ class ShardService(Service):
         batch = self._batch(f)
         inline = batch.num_tokens <= INLINE_TOKENS and not self._computing
         payload = f.tokens if f.tokens is not None else f.hidden
-        # This stage's figures join those of the stages before (the last shard answers with all).
-        hop_bytes = {**f.hop_bytes, self.name: payload.nbytes_on_wire}
-        latency = dict(f.hop_latency_ms)
-        if f.sent_at:
-            latency[self.name] = round(max(0.0, arrived - f.sent_at) * 1e3, 3)
         t0 = time.perf_counter()
         if model.last:
             # Forward and sampling in one job: each hand-off to the compute thread and back is a
             # wake-up per token that a decode step waits for.
-            reply = await self._run(self._forward_and_sample, model, batch, f, inline=inline)
-            reply.hop_ms.update(f.hop_ms)
-            reply.hop_ms[self.name] = round((time.perf_counter() - t0) * 1e3, 3)
-            reply.hop_bytes.update(hop_bytes)
-            reply.hop_latency_ms.update(latency)
-            reply.stage_ms[self.name] = round((time.perf_counter() - received) * 1e3, 3)
-            return self._answer(f, reply)
+            result = await self._run(self._forward_and_sample, model, batch, f, inline=inline)
+            hop = self._hop(payload, f.sent_at, arrived, t0)
+            self._answer(f, wire.evolve(result, hops=[*f.hops, hop]))
+            return HandedOn(batch_id=f.batch_id)
         out = await self._run(model.forward, batch, inline=inline)
-        ms = round((time.perf_counter() - t0) * 1e3, 3)
+        hop = self._hop(payload, f.sent_at, arrived, t0)
         nxt, timeout = self._next_stage(msg, f, end)
         onward = wire.evolve(f, first_layer=end, tokens=None, hop=f.hop + 1,
-                             hidden=wire.Tensor(out, self.shard.codec),
-                             hop_ms={**f.hop_ms, self.name: ms}, hop_bytes=hop_bytes,
-                             hop_latency_ms=latency, sent_at=time.time())
-        if f.reply_to is not None and f.reply_to.only:
-            # Sent now, before the caller's answer (the next stage waits for it, the caller not);
-            # the answer, or the next stage's failure, goes to reply_to.
-            reply = self.peers.start_call(nxt.name, onward, timeout=timeout, epoch=nxt.epoch)
-            task = asyncio.get_running_loop().create_task(
-                self._hand_on_detached(nxt, onward, reply, f.reply_to))
-            self._handing.add(task)
-            task.add_done_callback(self._handing.discard)
-            return HandedOn(batch_id=f.batch_id)
-        sent = time.perf_counter()
-        # The route names the epoch planned for: this shard may not have heard of that restart yet.
-        reply = await self.peers.call(nxt.name, onward, timeout=timeout, epoch=nxt.epoch)
-        if isinstance(reply, ForwardReply):
-            if nxt.name in reply.stage_ms:   # the round trip less the next stage's own time
-                call_ms = (time.perf_counter() - sent) * 1e3
-                reply.hop_latency_ms[nxt.name] = round(max(0.0, call_ms - reply.stage_ms[nxt.name]), 3)
-            reply.stage_ms[self.name] = round((time.perf_counter() - received) * 1e3, 3)
-        return reply
+                             hidden=wire.Tensor(out, self.shard.codec), hops=[*f.hops, hop],
+                             sent_at=time.time())
+        # Sent now, before the caller's answer (the next stage waits for it, the caller not);
+        # the route names the epoch planned for: this shard may not have heard of that restart.
+        reply = self.peers.start_call(nxt.name, onward, timeout=timeout, epoch=nxt.epoch)
+        task = asyncio.get_running_loop().create_task(
+            self._hand_on(nxt, onward, reply, f.reply_to))
+        self._handing.add(task)
+        task.add_done_callback(self._handing.discard)
+        return HandedOn(batch_id=f.batch_id)
 
-    def _answer(self, f: Forward, reply: ForwardReply) -> ForwardReply | HandedOn:
-        """The last shard's answer: straight to Forward.reply_to when it asks, and back along
-        the chain unless it says `only` (then the chain hears `shard.handed_on`)."""
+    def _hop(self, payload: wire.Tensor, sent_at: float, arrived: float, t0: float) -> Hop:
+        """This stage's figures for the batch: what it received, when, and its compute."""
+        return Hop(self.name, payload.nbytes_on_wire,
+                   round(max(0.0, arrived - sent_at) * 1e3, 3) if sent_at else 0.0,
+                   round((time.perf_counter() - t0) * 1e3, 3))
+
+    def _answer(self, f: Forward, result: ForwardResult) -> None:
+        """The last shard's result, straight to Forward.reply_to; UNREACHABLE to its caller when
+        it cannot be sent (the scheduler checked this path when it assembled the pipeline)."""
         to = f.reply_to
-        if to is None or f.return_logits:   # logits only travel the chain (Forward.check)
-            return reply
-        result = ForwardResult(**{k: getattr(reply, k) for k in _REPLY_FIELDS}, key=to.key)
         try:
             sent = self.peers.tell(to.name, result)
         except BusError as e:   # too large for the socket, say
@@ -356,12 +296,9 @@ class ShardService(Service):
                         to.name, e)
             sent = False
         self.counters["results_sent" if sent else "results_not_sent"] += 1
-        if not to.only:
-            return reply
         if not sent:
             raise ServiceError(UNREACHABLE, f"{self.name} could not send the result of batch "
-                                              f"{f.batch_id} to {to.name}")
-        return HandedOn(batch_id=f.batch_id)
+                                            f"{f.batch_id} to {to.name}")
 
     def _next_stage(self, msg: wire.Message, f: Forward, end: int):
         """The route's next stage and the time left to reach it, or the typed refusal."""
@@ -376,11 +313,10 @@ class ShardService(Service):
             raise ServiceError(DEADLINE_EXCEEDED, "no time left to reach the next shard")
         return nxt, timeout
 
-    async def _hand_on_detached(self, nxt: RouteStage, onward: Forward, reply: Awaitable,
-                                to: ReplyTo) -> None:
-        """Await the next stage's `reply` to a batch handed on whose answer goes straight to
-        `to`; tell `to` when that stage fails it or cannot be reached, with the error the chain
-        would have carried."""
+    async def _hand_on(self, nxt: RouteStage, onward: Forward, reply: Awaitable,
+                       to: ReplyTo) -> None:
+        """Await the next stage's `reply` to a batch handed on; tell `to` when that stage fails
+        it or cannot be reached, with that stage's error."""
         try:
             await reply
             return
@@ -439,8 +375,8 @@ class ShardService(Service):
         e = self.directory.get(name)
         return e.epoch if e is not None else None
 
-    def _forward_and_sample(self, model, batch, f: Forward) -> ForwardReply:
-        """The last shard's step, on the compute thread: logits, then the sampled reply."""
+    def _forward_and_sample(self, model, batch, f: Forward) -> ForwardResult:
+        """The last shard's step, on the compute thread: logits, then the sampled result."""
         from services.shard.batch import BadBatch
         from services.shard.sampling_step import sample_rows, split_histories
 
@@ -451,8 +387,9 @@ class ShardService(Service):
         hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
         res = sample_rows(logits, f.sampling, f.steps, split_histories(hist, f.history_lens, n))
         want_top = res.top_ids.shape[1] > 0
-        return ForwardReply(
-            batch_id=f.batch_id, tokens=wire.Tensor(res.tokens), logprobs=wire.Tensor(res.logprobs),
+        return ForwardResult(
+            batch_id=f.batch_id, key=f.reply_to.key, tokens=wire.Tensor(res.tokens),
+            logprobs=wire.Tensor(res.logprobs),
             top_ids=wire.Tensor(res.top_ids) if want_top else None,
             top_logprobs=wire.Tensor(res.top_logprobs) if want_top else None,
             logits=wire.Tensor(logits, "fp32") if f.return_logits else None,

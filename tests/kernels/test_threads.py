@@ -134,7 +134,7 @@ def test_a_forked_child_computes_without_the_parents_workers():
 
 def test_shard_threads_default_to_this_process_cores_shared_among_shards():
     from services.cli import build_parser
-    from services.shard.cli import default_threads
+    from services.shard.config import default_threads
     cores = len(os.sched_getaffinity(0))
     assert default_threads() == cores and default_threads(cores + 1) == 1
     parser = build_parser()

@@ -12,11 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zmq.asyncio
-
-from bus.config import BusConfig
-from bus.directory import Directory
-from bus.peers import Peers
 from services.health.processes import child_env
 from services.health.forked import ForkServer
 from services.shard.service import weight_format
@@ -24,7 +19,7 @@ from tests.bus.procs import env, unique_cluster
 from tests.engine.arch_gguf import KSPECS, VOCAB
 from tests.modelstore.kquant_gguf import MIXES
 from tests.modelstore.kquant_run import parity
-from tests.shard.driver import Driver, shards_ready
+from tests.shard.driver import Driver, client, shards_ready
 from tests.waiting import until_sync
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -65,20 +60,15 @@ async def pipelines(forks: ForkServer, files: dict[str, Path], n_layers: int, lo
                                       "--layers", f"{a}:{b}", "--codec", CODEC, "--threads", "1",
                                       "--pages", str(PAGES), "--page-size", str(PAGE)],
                                      logs / f"{name}.log"))
-    ctx = zmq.asyncio.Context.instance()
-    d = Directory(ctx, BusConfig(cluster=cluster, mdns_interfaces=("127.0.0.1",)), me="test")
-    await d.start()
-    peers = Peers(ctx, d, me="test")
     try:
-        try:
-            await shards_ready(d, [n for ns in names.values() for n in ns], timeout=180)
-        except AssertionError as e:
-            tails = {p.name: p.read_text()[-1500:] for p in logs.glob("*.log")}
-            raise AssertionError(f"{e}\n" + "\n".join(f"--- {k}\n{v}" for k, v in tails.items())) from None
-        yield {key: Driver(peers, d, ns, PAGE) for key, ns in names.items()}
+        async with client(cluster) as me:
+            try:
+                await shards_ready(me.directory, [n for ns in names.values() for n in ns], timeout=180)
+            except AssertionError as e:
+                tails = {p.name: p.read_text()[-1500:] for p in logs.glob("*.log")}
+                raise AssertionError(f"{e}\n" + "\n".join(f"--- {k}\n{v}" for k, v in tails.items())) from None
+            yield {key: await Driver(me, ns, PAGE).reached() for key, ns in names.items()}
     finally:
-        await peers.close()
-        await d.stop()
         for p in procs:
             p.kill()
         for p in procs:
@@ -105,8 +95,8 @@ async def test_three_shard_processes_follow_llama_cpp_in_every_mix(name, built, 
         assert logits.dtype == np.float32 and logits.shape == (len(tokens), VOCAB)
         # Every step ran in all three processes, its activations crossing both hops in fp16:
         # one token's hidden state, 2 bytes a value.
-        assert all(set(r.hop_ms) == set(drive.names) for r in steps)
-        assert {r.hop_bytes[n] for r in steps for n in drive.names[1:]} == {KSPECS[name].d_model * 2}
+        assert all([h.shard for h in r.hops] == drive.names for r in steps)
+        assert {h.bytes for r in steps for h in r.hops[1:]} == {KSPECS[name].d_model * 2}
         got = parity(logits, arch_reference["files"][f"{name}/{mix}"]["top5"])
         print(f"\n{name} {mix} 3 shard processes ({CODEC} hops) vs llama.cpp: {got}")
         if not (got.sure >= 5 and got.holds()):

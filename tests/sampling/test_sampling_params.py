@@ -1,5 +1,6 @@
-"""SamplingParams.check() refuses every field at and past its range with BadSamplingParams naming
-the field; the wire refuses the same values when it decodes a request, as bad_sampling."""
+"""SamplingParams.validate() refuses every field at and past its range with BadSamplingParams
+naming the field; the scheduler's admission refuses the same values as bad_sampling. The wire
+checks only their types on decode: the ranges are checked once, at admission."""
 
 import math
 
@@ -11,6 +12,8 @@ from wire.messages.sampling import MAX_TOP_K, BadSamplingParams, SamplingParams
 from wire.messages.scheduler import Generate
 from wire.messages.shard import Forward
 from wire.schema import from_wire
+from services.scheduler.batching.admission import check_sampling
+from services.scheduler.batching.errors import BadSampling
 
 RANGE = [  # the right type, out of range
     ("temperature", -0.1), ("temperature", math.nan), ("temperature", math.inf),
@@ -39,21 +42,23 @@ EDGES = dict(temperature=[0, 0.0, 100.0], top_k=[0, MAX_TOP_K], top_p=[1e-9, 1.0
 @pytest.mark.parametrize("name, value", RANGE + TYPE + [("top_k", np.int64(3))])
 def test_out_of_range_is_refused_naming_the_field_and_its_range(name, value):
     with pytest.raises(BadSamplingParams) as e:
-        SamplingParams(**{name: value}).check()
+        SamplingParams(**{name: value}).validate()
     assert e.value.name == name and name in str(e.value) and "must be" in str(e.value)
 
 
 @pytest.mark.parametrize("name, value", [(n, v) for n, vs in EDGES.items() for v in vs])
 def test_the_edges_of_every_range_are_accepted(name, value):
-    SamplingParams(**{name: value}).check()
+    SamplingParams(**{name: value}).validate()
 
 
 @pytest.mark.parametrize("name, value", RANGE)
-def test_a_generate_out_of_range_is_refused_on_decode_as_bad_sampling(name, value):
-    # What a client sends: the flat fields of scheduler.generate.
-    with pytest.raises(wire.BadFrame) as e:
-        from_wire(Generate, {"prompt": "hi", name: value}, None)
-    assert e.value.code == "bad_sampling" and f"sampling parameter {name}=" in str(e.value)
+def test_a_generate_out_of_range_is_refused_at_admission_as_bad_sampling(name, value):
+    # What a client sends: the flat fields of scheduler.generate; decoded as they are, refused
+    # where the request is admitted.
+    g = from_wire(Generate, {"prompt": "hi", name: value}, None)
+    with pytest.raises(BadSampling) as e:
+        check_sampling(SamplingParams.of(g))
+    assert e.value.reason == "bad_sampling" and f"sampling parameter {name}=" in str(e.value)
 
 
 @pytest.mark.parametrize("name, value", TYPE)
@@ -81,7 +86,7 @@ def test_forward_needs_one_step_per_sampling_row():
 
 def test_defaults_are_plain_sampling():
     p = SamplingParams()
-    p.check()
+    p.validate()
     assert not p.penalized and p.seed is None
 
 

@@ -16,7 +16,7 @@ from services.scheduler.pipelines.chains import Stage
 from services.scheduler.pipelines.streams import RequestStream
 from wire.failures import TABLE
 from wire.messages.sampling import SamplingParams
-from wire.messages.shard import ForwardReply
+from wire.messages.shard import ForwardResult
 
 from .harness import ManualClock, req, small
 
@@ -64,10 +64,10 @@ def rows(body):
 def answer(body, **override):
     want = body.want_logits.array() if body.want_logits is not None else None
     ids = [sampled_token(t, p) for i, (t, p) in enumerate(rows(body)) if want is None or want[i]]
-    fields = dict(batch_id=body.batch_id, tokens=wire.Tensor(np.array(ids, np.int32)),
+    fields = dict(batch_id=body.batch_id, key=0, tokens=wire.Tensor(np.array(ids, np.int32)),
                   logprobs=wire.Tensor(np.full(len(ids), -0.5, np.float32)))
     fields.update(override)
-    return ForwardReply(**fields)
+    return ForwardResult(**fields)
 
 
 class Rig:

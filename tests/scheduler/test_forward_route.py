@@ -7,7 +7,7 @@ from services.scheduler.batching.batches import MicroBatch, SeqChunk
 from services.scheduler.pipelines.forward import to_forward
 from services.scheduler.pipelines.chains import Stage
 from wire.messages.sampling import SamplingParams
-from wire.messages.shard import Forward, RouteStage
+from wire.messages.shard import Forward, ReplyTo, RouteStage
 
 CHAIN = [Stage("shard-0", 11, 0, 13, 64, 16), Stage("shard-13", 22, 13, 25, 64, 16),
          Stage("shard-25", 33, 25, 30, 64, 16)]
@@ -20,6 +20,8 @@ def plan() -> MicroBatch:
 
 
 def roundtrip(f: Forward) -> Forward:
+    """As the answers of a call (pipelines/answers.py) send it: named for the result to come back."""
+    f = wire.evolve(f, reply_to=ReplyTo("scheduler-0", 1))
     return wire.decode([bytes(x) for x in wire.encode(wire.Message(f, sender="t", epoch=1))]).body
 
 
@@ -38,3 +40,9 @@ def test_a_forward_without_its_receiver_in_the_route_is_a_bad_frame(route, hop):
     bad = Forward(**{**{k: getattr(f, k) for k in f.__dataclass_fields__}, "route": route, "hop": hop})
     with pytest.raises(wire.BadFrame, match="hop"):
         roundtrip(bad)
+
+
+def test_a_forward_that_names_nowhere_for_its_answer_is_a_bad_frame():
+    f = to_forward(plan(), {"a": SamplingParams(), "b": SamplingParams()}, {}, CHAIN)
+    with pytest.raises(wire.BadFrame, match="reply_to"):
+        wire.decode([bytes(x) for x in wire.encode(wire.Message(f, sender="t", epoch=1))])

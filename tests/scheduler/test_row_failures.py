@@ -9,7 +9,7 @@ from services.scheduler.batching import BadCompletion, SampledToken, Scheduler
 from services.scheduler.pipelines.driver import Driver
 from services.scheduler.pipelines.streams import RequestStream
 from wire.messages.sampling import SamplingParams
-from wire.messages.shard import ForwardReply
+from wire.messages.shard import ForwardResult
 
 from .harness import req, small
 
@@ -61,7 +61,7 @@ def driver_over(sched: Scheduler, plan):
 
 def reply(plan, errors, tokens=(4, 9)):
     n = len(tokens)
-    return ForwardReply(batch_id=plan.batch_id, tokens=wire.Tensor(np.array(tokens, np.int32)),
+    return ForwardResult(batch_id=plan.batch_id, key=0, tokens=wire.Tensor(np.array(tokens, np.int32)),
                         logprobs=wire.Tensor(np.full(n, -0.5, np.float32)),
                         top_ids=wire.Tensor(np.array([[4, 5], [9, 8]][:n], np.int32)),
                         top_logprobs=wire.Tensor(np.full((n, 2), -0.5, np.float32)), errors=errors)

@@ -1,9 +1,13 @@
 """A test's stand-in for the scheduler: Forward messages along a pipeline of real shard processes,
-found on the bus by name (tests/shard/test_shard_processes.py, test_arch_processes.py)."""
+found on the bus by name, each answered by the last shard straight to this test's own service on
+the bus (services.scheduler.pipelines.answers.PipelineClient), as the scheduler's are
+(tests/shard/test_shard_processes.py, test_arch_kquant_processes.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import time
 
 import numpy as np
@@ -11,22 +15,43 @@ import zmq.asyncio
 
 import wire
 from bus.client import RpcClient
+from bus.config import BusConfig, ServiceConfig
 from bus.directory import Directory
 from bus.errors import BusError
-from bus.peers import Peers
+from services.scheduler.pipelines.answers import PipelineClient
 from wire.messages.bus import Status
 from wire.messages.sampling import SamplingParams
 from wire.messages.shard import Forward, RouteStage
+
+_names = itertools.count()
+
+
+@contextlib.asynccontextmanager
+async def client(cluster: str):
+    """This test's own service on the bus (mDNS on loopback, as the shards run)."""
+    c = PipelineClient(ServiceConfig(name=f"test-{next(_names)}", kind="client", discover=True,
+                                     bus=BusConfig(cluster=cluster, mdns_interfaces=("127.0.0.1",))))
+    await c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+        await c.shutdown()
 
 
 class Driver:
     """Plays the scheduler: one sequence at a time, pages 0.. in order, along the shards `names`
     (in layer order) as they are live now."""
 
-    def __init__(self, peers: Peers, directory: Directory, names: list[str], page_size: int):
-        self.peers, self.directory = peers, directory
+    def __init__(self, client: PipelineClient, names: list[str], page_size: int):
+        self.client, self.directory = client, client.directory
         self.names, self.page_size = list(names), page_size
         self.batch_id = 0
+
+    async def reached(self) -> "Driver":
+        """Once every shard finds this test's service: each may send it an answer or a failure."""
+        await asyncio.gather(*(self.client.reached_by(n) for n in self.names))
+        return self
 
     def route(self) -> list[RouteStage]:
         return [RouteStage(name, self.directory.get(name).epoch) for name in self.names]
@@ -45,7 +70,7 @@ class Driver:
                        sampling=[sampling or SamplingParams(temperature=0.0)] if rows is None else rows,
                        steps=[0] if rows is None else [0] * len(rows),
                        route=self.route() if route is None else route, **kw)
-        return await self.peers.call(body.route[0].name, body, timeout=60)
+        return await self.client.answers.forward(body.route[0].name, body, timeout=60)
 
     async def teacher_forced(self, chat, steps):
         """Replies (with logits) after the prompt and after each of the first `steps` reference

@@ -12,11 +12,13 @@ import pytest
 
 import wire
 from bus.config import BusConfig, ServiceConfig
+from services.scheduler.pipelines.answers import PipelineClient
 from services.shard.service import INLINE_TOKENS, ShardConfig, ShardService
 from wire.messages.sampling import SamplingParams
 from wire.messages.shard import Forward, RouteStage
 
-from ..bus.serving import client_of, running
+from ..bus.procs import free_port
+from ..bus.serving import running
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +35,21 @@ def forward(s: ShardService, batch_id: int, ids: list[int], start: int, first_pa
 
 
 async def test_decodes_run_on_the_loop_prompts_on_the_compute_thread_one_at_a_time(model_path):
-    shard = ShardService(ServiceConfig(name="inline", kind="shard", bus=BusConfig(mdns=False)),
+    ports = free_port(), free_port()        # the shard's, and this test's (its answers come here)
+    bus = BusConfig(mdns=False, peers=tuple(f"127.0.0.1:{p}" for p in ports))
+    shard = ShardService(ServiceConfig(name="inline", kind="shard", bus=bus, rpc_port=ports[0],
+                                       discover=True),
                          ShardConfig(model=model_path, start=0, end=30, num_pages=32))
-    async with running(shard) as s, client_of(s) as c:
+    me = PipelineClient(ServiceConfig(name="inline-test", kind="client", bus=bus,
+                                      rpc_port=ports[1], discover=True))
+    async with running(shard) as s, running(me):
+        await me.reached_by(s.name)
+
+        class c:   # a call of the shard, answered by its result straight to this test's service
+            @staticmethod
+            async def call(body, timeout):
+                return await me.answers.forward(s.name, body, timeout)
+
         runs: list[tuple[int, int]] = []           # (tokens, thread) of each batch run
         active, most = 0, 0
         inner = s.model.forward

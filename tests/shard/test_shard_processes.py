@@ -12,22 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pytest_asyncio
-import zmq.asyncio
 
 import wire
-from bus.config import BusConfig, ServiceConfig
-from bus.directory import Directory
-from bus.dispatch import receives
-from bus.errors import RemoteError
-from bus.peers import Peers
-from bus.service import Service
+from bus.errors import BusError, RemoteError, code_of
 from wire.messages.sampling import SamplingParams
-from wire.messages.shard import (Forward, ForwardFailed, ForwardResult, HandedOn, ReplyTo,
-                                 RouteStage)
+from wire.messages.shard import Forward, ForwardResult, RouteStage
 
 from ..bus.procs import Procs, cli, unique_cluster
-from ..bus.serving import running
-from .driver import Driver, shards_ready
+from .driver import Driver, client, shards_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -54,14 +46,10 @@ async def pipeline(model_path):
     procs = Procs()
     cluster = unique_cluster()
     shards = start_pipeline(procs, model_path, cluster, "fp32")
-    ctx = zmq.asyncio.Context.instance()
-    d = Directory(ctx, BusConfig(cluster=cluster, mdns_interfaces=("127.0.0.1",)), me="test")
-    await d.start()
-    peers = Peers(ctx, d, me="test")
-    await shards_ready(d, NAMES)
-    yield procs, shards, d, Driver(peers, d, NAMES, PAGE), cluster
-    await peers.close()
-    await d.stop()
+    async with client(cluster) as me:
+        d = me.directory
+        await shards_ready(d, NAMES)
+        yield procs, shards, d, await Driver(me, NAMES, PAGE).reached(), cluster
     procs.stop_all()
 
 
@@ -105,7 +93,7 @@ async def test_three_processes_with_fp32_give_the_logits_of_one_in_process_model
             got = r.logits.array()[0]
             np.testing.assert_array_equal(got, want)
             assert r.tokens.array()[0] == int(np.argmax(want))          # greedy sample
-            assert set(r.hop_ms) == {"shard-0", "shard-10", "shard-20"}
+            assert [h.shard for h in r.hops] == ["shard-0", "shard-10", "shard-20"]
 
 
 async def test_the_last_shard_returns_token_ids_and_logprobs_not_logits(pipeline):
@@ -150,18 +138,21 @@ async def test_bad_batches_get_typed_errors_and_the_shard_keeps_serving(pipeline
     cases = {
         "range_mismatch": dict(first_layer=10),
         "bad_batch": dict(table=[[PAGES + 7]]),           # a page it lacks
-        "bad_sampling": dict(sampling=SamplingParams(temperature=-1.0)),
     }
     for code, kw in cases.items():
         with pytest.raises(RemoteError) as e:
             await drive.step(ids, 0, **kw)
         assert e.value.code == code, (code, e.value)
+    # Sampling parameters past their ranges (the scheduler's admission refuses them): the last
+    # shard's sampler fails that row alone, with the reason.
+    r = await drive.step(ids, 0, sampling=SamplingParams(temperature=-1.0))
+    assert r.errors[0].startswith("bad_sampling: sampling parameter temperature")
     # A layout that fits no int32 array: a position past 2**31.
     bad = Forward(batch_id=99, first_layer=0, positions=[0, 1, 2, 3, 1 << 40], query_lens=[5],
                   page_table=[[0]], tokens=wire.Tensor(np.asarray(ids, np.int32)),
                   sampling=[SamplingParams(temperature=0.0)], steps=[0], route=drive.route())
     with pytest.raises(RemoteError) as e:
-        await drive.peers.call("shard-0", bad)
+        await drive.client.answers.forward("shard-0", bad, 60)
     assert e.value.code == "bad_batch"
     r = await drive.step(ids, 0)
     assert r.tokens.array().shape == (1,)
@@ -211,66 +202,25 @@ async def test_a_batch_resting_on_kv_the_shards_never_wrote_is_refused(pipeline)
     assert (await drive.step(ids[4:], 4, table=page)).tokens.array().shape == (1,)
 
 
-class Caller(Service):
-    """The scheduler's end of a straight answer (services.scheduler.pipelines.direct): what the shards
-    tell it, one-way."""
-    kind = "test"
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.told: asyncio.Queue = asyncio.Queue()
-
-    @receives(ForwardResult)
-    def result(self, msg):
-        self.told.put_nowait(msg)
-
-    @receives(ForwardFailed)
-    def failed(self, msg):
-        self.told.put_nowait(msg)
-
-
-async def test_the_last_shard_answers_straight_the_same_and_a_later_failure_is_told(pipeline):
-    _, _, d, drive, cluster = pipeline
+async def test_the_last_shard_answers_straight_with_every_hop_and_a_later_failure_is_told(pipeline):
+    _, _, d, drive, _ = pipeline
     ids = REFERENCE["chats"][0]["prompt_ids"][:5]
     top5 = SamplingParams(temperature=0.0, top_logprobs=5)
-
-    def same(a, b):
-        for f in ("tokens", "logprobs", "top_ids", "top_logprobs"):
-            np.testing.assert_array_equal(getattr(a, f).array(), getattr(b, f).array())
-
-    caller = Caller(ServiceConfig(name="caller", kind="test", bus=BusConfig(
-        cluster=cluster, mdns_interfaces=("127.0.0.1",))))
-    async with running(caller):
-        want = await drive.step(ids, 0, sampling=top5)      # back along the chain alone
-        # Both ways: the chain still answers, and the last shard tells the caller the same once
-        # it has discovered it.
-        for key in range(1, 200):
-            chained = await drive.step(ids, 0, sampling=top5, reply_to=ReplyTo("caller", key))
-            same(chained, want)
-            if not caller.told.empty():
-                break
-            await asyncio.sleep(0.1)
-        told = await caller.told.get()
-        assert (told.sender, told.epoch) == ("shard-20", d.get("shard-20").epoch)
-        assert isinstance(told.body, ForwardResult) and told.body.key == key
-        same(told.body, want)
-        assert set(told.body.hop_ms) == set(NAMES) and set(told.body.hop_bytes) == set(NAMES)
-        assert set(told.body.hop_latency_ms) == {"shard-10", "shard-20"}   # one way, from the sender
-        # Only straight: every stage answers once it has handed the batch on.
-        assert isinstance(await drive.step(ids, 0, sampling=top5,
-                                           reply_to=ReplyTo("caller", 1000, only=True)), HandedOn)
-        told = await asyncio.wait_for(caller.told.get(), 30)
-        assert told.sender == "shard-20" and told.body.key == 1000
-        same(told.body, want)
-        # A failure past the first stage: the route ends at shard-10, before the last layer.
-        # shard-0 handed the batch on, so it answers handed_on and tells the caller the error.
-        assert isinstance(await drive.step(ids, 0, route=drive.route()[:2],
-                                           reply_to=ReplyTo("caller", 1001, only=True)), HandedOn)
-        told = await asyncio.wait_for(caller.told.get(), 30)
-        assert told.sender == "shard-0" and isinstance(told.body, ForwardFailed)
-        assert (told.body.key, told.body.stage, told.body.code) == (1001, "shard-0", "bad_batch")
-        assert "route ends" in told.body.message
-        assert caller.told.empty()
+    r = await drive.step(ids, 0, sampling=top5)
+    assert isinstance(r, ForwardResult) and r.top_ids.array().shape == (1, 5)
+    # Each stage appended its hop as it handed the batch on: what it received, one way from
+    # the sender's clock, and its compute.
+    assert [h.shard for h in r.hops] == NAMES
+    assert [h.bytes for h in r.hops] == [4 * 5, 4 * 5 * 576, 4 * 5 * 576]    # ids, then fp32 acts
+    assert all(h.latency_ms >= 0 and h.compute_ms > 0 for h in r.hops)
+    told = drive.client.answers.counters.copy()
+    # A failure past the first stage: the route ends at shard-10, before the last layer.
+    # shard-0 handed the batch on (it answered handed_on), and tells the caller shard-10's error.
+    with pytest.raises(RemoteError) as e:
+        await drive.step(ids, 0, route=drive.route()[:2])
+    assert (e.value.code, e.value.peer) == ("bad_batch", "shard-0") and "route ends" in e.value.message
+    assert drive.client.answers.counters["failed.bad_batch"] == told["failed.bad_batch"] + 1
+    assert drive.client.answers.counters["late"] == told["late"]
 
 
 async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_model, model_path):
@@ -282,9 +232,11 @@ async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_mod
     await drive.step(chat["prompt_ids"], 0, table=held)   # a sequence whose KV dies with shard-10
     shards["shard-10"].kill()
     shards["shard-10"].wait(5)
-    with pytest.raises(RemoteError) as e:      # typed while the range is missing, never a hang
+    with pytest.raises(BusError) as e:         # typed while the range is missing, never a hang
         await drive.step(chat["prompt_ids"], 0, route=planned)
-    assert e.value.code in ("stale_route", "peer_dead")
+    # Refused by shard-0, told by it (its call to shard-10 failed), or seen here: shard-10's
+    # heartbeats stopped while the answer was awaited.
+    assert code_of(e.value) in ("stale_route", "peer_dead")
     t0 = time.monotonic()
     procs.start(cli("run", "shard", "--name", "shard-10", "--cluster", cluster,
                     "--interface", "127.0.0.1", "--model", str(model_path),
@@ -321,23 +273,20 @@ async def test_int8_and_fp16_hops_agree_with_fp32_on_the_reference(model_path, l
         for codec in ("fp16", "int8"):
             cluster = unique_cluster()
             start_pipeline(procs, model_path, cluster, codec)
-            ctx = zmq.asyncio.Context.instance()
-            d = Directory(ctx, BusConfig(cluster=cluster, mdns_interfaces=("127.0.0.1",)), me="t")
-            await d.start()
-            peers = Peers(ctx, d, me="t")
-            await shards_ready(d, NAMES)
-            drive = Driver(peers, d, NAMES, PAGE)
             agree = total = 0
             worst = 0.0
-            for chat in REFERENCE["chats"][:2]:
-                replies = await drive.teacher_forced(chat, steps=8)
-                expected = local_logits(local_model, chat, steps=8)
-                for r, want, top in zip(replies, expected, chat["greedy_steps_top5"]):
-                    got = r.logits.array()[0]
-                    worst = max(worst, float(np.max(np.abs(got - want))))
-                    if top[0][1] - top[1][1] >= 1.0:
-                        total += 1
-                        agree += int(np.argmax(got) == np.argmax(want))
+            async with client(cluster) as me:
+                await shards_ready(me.directory, NAMES)
+                drive = await Driver(me, NAMES, PAGE).reached()
+                for chat in REFERENCE["chats"][:2]:
+                    replies = await drive.teacher_forced(chat, steps=8)
+                    expected = local_logits(local_model, chat, steps=8)
+                    for r, want, top in zip(replies, expected, chat["greedy_steps_top5"]):
+                        got = r.logits.array()[0]
+                        worst = max(worst, float(np.max(np.abs(got - want))))
+                        if top[0][1] - top[1][1] >= 1.0:
+                            total += 1
+                            agree += int(np.argmax(got) == np.argmax(want))
             print(f"\n{codec}: greedy agreement with fp32 {agree}/{total} where margin >= 1, "
                   f"max |logit diff| {worst:.4f}")
             # The README's promise: the same greedy token wherever the top two are 1.0 apart, and
@@ -346,8 +295,6 @@ async def test_int8_and_fp16_hops_agree_with_fp32_on_the_reference(model_path, l
             # flipped quant roundings downstream, so even fp16 moves a logit by more than 1).
             assert total and agree == total
             assert worst <= README_MAX_DIFF[weight_format("cpu", "auto"), codec]
-            await peers.close()
-            await d.stop()
             procs.stop_all()
             procs.procs.clear()
     finally:

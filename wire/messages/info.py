@@ -66,6 +66,8 @@ class SchedulerInfo(ServiceInfo):
     tokens_per_s: float = 0.0
     placement: dict[str, Any] = field(default_factory=dict)       # the plan in force, if any
     name_clashes: dict[str, list[str]] = field(default_factory=dict)
+    # Last shards whose pipelines are refused, with why (they cannot reach this scheduler).
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 @record

@@ -1,6 +1,8 @@
 """How to pick the next token of one request: the sampling parameters, declared once with their
 ranges. `scheduler.generate` carries them flat (Generate inherits this record) and every row of
-a `shard.forward` carries one."""
+a `shard.forward` carries one. The ranges are checked where a request is admitted (the
+scheduler's admission calls `validate`, as the last shard's sampler does before it samples a
+row), not at every decode on the way."""
 
 from __future__ import annotations
 
@@ -68,7 +70,7 @@ class SamplingParams:
     seed: int | None = None
     top_logprobs: int = 0
 
-    def check(self) -> None:
+    def validate(self) -> None:
         """Raise BadSamplingParams naming the first field out of its range."""
         for name, (lo, hi, lo_in, hi_in, allowed) in _FLOATS.items():
             v = getattr(self, name)

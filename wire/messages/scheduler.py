@@ -13,9 +13,6 @@ from typing import Any
 from ..schema import message
 from .sampling import SamplingParams
 
-MAX_DEADLINE_S = 7 * 24 * 3600.0
-
-
 @message("scheduler.generate")
 class Generate(SamplingParams):
     """A request: exactly one of a chat (`messages`), a text `prompt`, or `prompt_ids`, with the
@@ -28,22 +25,21 @@ class Generate(SamplingParams):
     priority: str = "normal"                       # high, normal, low
     request_id: str = ""                           # "": the scheduler names it
     template: str | None = None                    # a named chat template instead of the model's
-    # Seconds the request may take from its arrival at the scheduler; past it the request ends
-    # `failed` with a detail starting "deadline:". Relative, not a time of day: the caller's and
-    # the scheduler's clocks need not agree (they may be on other machines).
+    # With `messages`: function definitions the chat offers (rendered by the tokenizer, as in
+    # tokenizer.render), and text the assistant's answer starts with (a forced tool call).
+    tools: list[dict[str, Any]] | None = None
+    assistant_prefix: str = ""
+    # Seconds the request may take from its arrival at the scheduler (admission bounds it);
+    # past it the request ends `failed` with code `deadline`. Relative, not a time of day: the
+    # caller's and the scheduler's clocks need not agree (they may be on other machines).
     deadline_s: float | None = None
 
     def check(self):
-        super().check()   # the sampling ranges: refused as bad_sampling
+        # The sampling ranges and the deadline are the scheduler's admission's to check.
         given = [n for n in ("messages", "prompt", "prompt_ids") if getattr(self, n) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of messages, prompt, prompt_ids"
                              + (f" (got {', '.join(given)})" if given else ""))
-        d = self.deadline_s
-        if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))
-                              or not 0 < d <= MAX_DEADLINE_S):   # NaN fails too
-            raise ValueError(f"deadline_s must be a number of seconds in (0, {MAX_DEADLINE_S}], "
-                             f"got {d!r}")
 
 
 @message("scheduler.started")

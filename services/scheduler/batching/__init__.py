@@ -1,4 +1,4 @@
-"""Scheduler policy: admission, priorities, continuous batching, KV pages, prefix cache, stop rules.
+"""The batching policy: admission, priorities, continuous batching, KV pages, prefix cache, stop rules.
 
 Pure (no sockets, no asyncio, no arrays): the service shell owns the I/O and drives it.
 
@@ -7,16 +7,16 @@ Pure (no sockets, no asyncio, no arrays): the service shell owns the I/O and dri
     terms = sched.submit(Request("r1", prompt_ids, max_tokens=256, priority="normal",
                                  stop=("</answer>",), seed=7))
     # raises a BadRequest subclass (reply 400) or QueueFull(retry_after) (reply 429/503)
-    while (plan := sched.schedule()) is not None:   # at most max_inflight plans in flight
-        send_to_first_shard(plan)                    # every shard gets the same page tables
-    # when the last shard returns token ids for plan.batch_id:
+    while (batch := sched.schedule()) is not None:  # at most max_inflight micro-batches in flight
+        send_to_first_shard(batch)                   # every shard gets the same page tables
+    # when the last shard returns token ids for batch.batch_id:
     outs = sched.complete(batch_id, {rid: SampledToken(tok, logprob)},
                           failures={rid2: "bad_logits: ..."})   # rows the last shard could not sample
     for o in outs:                                   # o.text: stream it; o.finish: close stream
         ...
     # then schedule() again. Client went away: sched.cancel(rid). A shard restarted:
     # sched.reset_for_recovery() (every sequence re-prefills; none fails for it). The pipeline
-    # gone past the driver's time budget: sched.fail_all(reason). Replica pipelines have a
+    # gone past the driver's time budget: sched.fail_all(reason, code). Replica pipelines have a
     # policy each; one whose pipeline is lost hands its sequences over: for seq in
     # sched.evacuate(): other.adopt(seq) (re-prefilled there from prompt + generated tokens).
 """

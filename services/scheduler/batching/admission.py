@@ -10,6 +10,9 @@ from .errors import (BadDeadline, BadMaxTokens, BadRequestId, BadSampling, BadSe
                      EmptyPrompt, PromptTooLong, UnknownPriority)
 from .sequence import PRIORITIES, Request
 
+# A week: a deadline past it is a client's bug, not a budget.
+MAX_DEADLINE_S = 7 * 24 * 3600.0
+
 if TYPE_CHECKING:  # the policy stays importable without wire (and numpy): `llmbus run` builds
     from wire.messages.sampling import SamplingParams   # its parser from this package
 
@@ -56,9 +59,9 @@ def validate(request: Request, config: SchedulerConfig) -> Admission:
         raise BadSeed(f"seed {request.seed!r} must be an integer")
     _check_stop(request.stop, config)
     d = request.deadline_s
-    if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float)) or not d > 0
-                          or d == float("inf")):
-        raise BadDeadline(f"deadline_s {d!r} must be a positive number of seconds")
+    if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))
+                          or not 0 < d <= MAX_DEADLINE_S):   # NaN fails too
+        raise BadDeadline(f"deadline_s {d!r} must be a number of seconds in (0, {MAX_DEADLINE_S:g}]")
     room = config.context_length - len(prompt)
     if room < 1:
         raise PromptTooLong(len(prompt), config.context_length)
@@ -72,10 +75,10 @@ def validate(request: Request, config: SchedulerConfig) -> Admission:
 def check_sampling(params: SamplingParams) -> SamplingParams:
     """The request's sampling parameters with their seed fixed, or BadSampling naming the field
     out of range: nothing a shard's sampler cannot take gets past admission."""
-    if not callable(getattr(params, "check", None)):
+    if not callable(getattr(params, "validate", None)):
         raise BadSampling(f"sampling parameters must be SamplingParams, not {type(params).__name__}")
     try:
-        params.check()   # every range, declared once with the fields
+        params.validate()   # every range, declared once with the fields
     except ValueError as e:
         raise BadSampling(str(e)) from None
     return params.resolved()

@@ -1,22 +1,45 @@
-"""The scheduler's one configuration dataclass, checked when built."""
+"""The scheduler policy's configuration: what an operator may set (`BatchingSettings`, the options
+of `llmbus run scheduler`), and the one dataclass the policy reads, checked when built."""
 
 from dataclasses import dataclass, field, fields
+
+from bus.options import option
 
 from .errors import ConfigError
 
 
 @dataclass(frozen=True)
-class SchedulerConfig:
+class BatchingSettings:
+    """The batching policy's settings an operator may give, each declared once: the scheduler
+    service's config extends this record, and the policy's config below does too."""
+    max_batch_tokens: int = option(512, "token budget of one micro-batch (decodes + prefill chunks)")
+    max_batch_seqs: int = option(64, "sequences in one micro-batch")
+    max_queue: int = option(256, "waiting requests; past it a request is refused with retry-after")
+    # Tokens of sequences being re-prefilled after a loss in one micro-batch: they come back
+    # oldest first a few at a time, beside the decodes of those already back.
+    max_refill_tokens: int = option(
+        128, "tokens of sequences re-prefilled after a shard loss per micro-batch: they come back "
+        "oldest first beside the decodes of those already back", flag="--refill-tokens", metavar="N")
+    # While any stream decodes, a batch's prefill is cut to keep its predicted compute, with the
+    # prefill of the batches already in flight, near pace_step_s (a decode waits for the batches
+    # ahead of it), but never below pace_min_chunk tokens, so that waiting requests still
+    # advance; the cost is fitted on pace_window batches. Past pace_max_wait_s without a first
+    # token, a request's prefill is not paced: under heavy load pacing alone would starve the
+    # queue (prompts need far more tokens than decodes).
+    pace_step_s: float = option(
+        0.12, "while any stream decodes (or a first token is on its way), prefill chunks are cut to "
+        "keep a batch's predicted compute near this many ms (a decode waits for the batches ahead)",
+        flag="--pace-ms", metavar="MS", per=1000)
+    pace_max_wait_s: float = option(10.0, "no pacing once a request has waited this long for its "
+                                    "first token", flag="--pace-max-wait", metavar="SECONDS")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig(BatchingSettings):
     num_pages: int = 1024              # KV pages on every shard (the scheduler owns their tables)
     page_size: int = 16                # tokens per page
     context_length: int = 8192         # prompt + generated tokens of one sequence
-    max_batch_tokens: int = 512        # token budget of one micro-batch (decodes + prefill chunks)
-    max_batch_seqs: int = 64
     max_inflight: int = 2              # micro-batches in the pipeline at once
-    # Tokens of sequences being re-prefilled after a loss in one micro-batch: they come back
-    # oldest first a few at a time, beside the decodes of those already back.
-    max_refill_tokens: int = 128
-    max_queue: int = 256               # waiting requests; past it submit() raises QueueFull
     max_tokens_limit: int = 1 << 20    # a max_tokens above this is a client bug, not a clamp
     vocab_size: int | None = None      # when set, prompt ids are checked against it
     eos_ids: frozenset[int] = field(default_factory=frozenset)
@@ -32,14 +55,6 @@ class SchedulerConfig:
     retry_after_max_s: float = 300.0
     throughput_window_s: float = 10.0
     assumed_tokens_per_s: float = 50.0  # retry-after estimate before anything was measured
-    # While any stream decodes, a batch's prefill is cut to keep its predicted compute, with the
-    # prefill of the batches already in flight, near pace_step_s (a decode waits for the batches
-    # ahead of it), but never below pace_min_chunk
-    # tokens, so that waiting requests still advance; the cost is fitted on pace_window batches.
-    # Past pace_max_wait_s without a first token, a request's prefill is not paced: under heavy
-    # load pacing alone would starve the queue (prompts need far more tokens than decodes).
-    pace_step_s: float = 0.12
-    pace_max_wait_s: float = 10.0
     pace_min_chunk: int = 16
     pace_window: int = 64
 

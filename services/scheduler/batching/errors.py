@@ -88,7 +88,7 @@ class UnknownBatch(SchedulerError, LookupError):
 
 
 class BadCompletion(SchedulerError, ValueError):
-    """The sampled tokens handed to complete() do not match the batch plan; nothing was applied."""
+    """The sampled tokens handed to complete() do not match the micro-batch; nothing was applied."""
 
 
 class BadReply(SchedulerError, ValueError):

@@ -1,4 +1,4 @@
-"""The scheduler policy: requests in, micro-batch plans out, sampled tokens back in. Pure: no I/O."""
+"""The scheduler policy: requests in, micro-batches out, sampled tokens back in. Pure: no I/O."""
 
 import bisect
 import itertools

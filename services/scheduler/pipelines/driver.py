@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from bus.errors import BusError, PeerRestarted, RemoteError, code_of
 from wire.failures import INTERNAL, KV_MISSING, PEER_RESTARTED, UNSERVED, failure
-from wire.messages.shard import ForwardReply
+from wire.messages.shard import ForwardResult
 
 from ..batching.batches import MicroBatch, Output, SampledToken
 from ..batching.errors import BadReply, UnknownBatch
@@ -69,7 +69,7 @@ class Driver:
                  on_batch: Callable[[float | None, str], None] = lambda seconds, error: None):
         self.policy = policy
         self.requests = requests
-        self._call = call            # async (shard name, Forward, timeout) -> ForwardReply
+        self._call = call            # async (shard name, Forward, timeout) -> ForwardResult
         self._chain = chain          # the pipeline now, or None while it has a gap
         self.batch_timeout = batch_timeout
         self.poll_s = poll_s         # how often a gap or a backoff is looked at again
@@ -227,7 +227,7 @@ class Driver:
     def _batch_done(self, batch: MicroBatch, reply, seconds: float, sig: tuple | None = None) -> None:
         if batch.batch_id not in self.policy.inflight:
             return  # dropped by a recovery while it ran
-        if not isinstance(reply, ForwardReply) or reply.batch_id != batch.batch_id:
+        if not isinstance(reply, ForwardResult) or reply.batch_id != batch.batch_id:
             raise BadReply(f"batch {batch.batch_id} came back as {type(reply).__name__} "
                            f"{getattr(reply, 'batch_id', '')}")
         tokens = reply.tokens.array()
@@ -244,12 +244,13 @@ class Driver:
                            f"logprobs {logprobs.dtype}{logprobs.shape}, {len(errors)} errors")
         # Where a batch's time goes: compute per shard against the whole round trip.
         self.timing["batch_ms"] += seconds * 1e3
-        for shard, ms in reply.hop_ms.items():
+        compute = {h.shard: h.compute_ms for h in reply.hops}
+        for shard, ms in compute.items():
             self.timing[f"compute_ms.{shard}"] += ms
         if batch.num_tokens == len(batch.chunks):   # decodes only: the engine's own step
-            self.timing["decode_compute_ms"] += sum(reply.hop_ms.values())
+            self.timing["decode_compute_ms"] += sum(compute.values())
             self.counters["decode_batches"] += 1
-        self.policy.record_step({k: ms / 1e3 for k, ms in reply.hop_ms.items()}, batch.num_tokens)
+        self.policy.record_step({k: ms / 1e3 for k, ms in compute.items()}, batch.num_tokens)
         samples, failures, tops = {}, {}, {}
         for row, chunk in enumerate(c for c in batch.chunks if c.sample):
             stream = self.requests.get(chunk.request_id)

@@ -1,0 +1,69 @@
+"""Command-line options derived from a service's config dataclass, so that a setting's name,
+default and help are declared once, on its field:
+
+    @dataclass(frozen=True)
+    class Config:
+        max_queue: int = option(256, "waiting requests; past it one is refused")
+        pace_step_s: float = option(0.12, "a batch's target compute", flag="--pace-ms", per=1000)
+
+    add_options(parser, Config)          # --max-queue (default: 256), --pace-ms (default: 120)
+    Config(**options_of(Config, args))   # the values given, in the field's own unit
+
+Fields without `option` are no options (settings a service sets itself). Reading a dataclass's
+fields imports nothing: a command's parser is built before numpy loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def option(default: Any, help: str, *, flag: str | None = None, metavar: str | None = None,
+           parse: Callable[[str], Any] | None = None, choices: Sequence[Any] | None = None,
+           per: int = 1) -> Any:
+    """A config field that is also a command-line option. `flag` names it (default: --the-name),
+    `parse` reads its text (default: the default's type), `per` is how many of the option's unit
+    make one of the field's (--pace-ms for a field in seconds: 1000)."""
+    return dataclasses.field(default=default, metadata={"option": {
+        "help": help, "flag": flag, "metavar": metavar, "parse": parse, "choices": choices,
+        "per": per}})
+
+
+def _options(cls: type) -> list[tuple[dataclasses.Field, dict]]:
+    return [(f, f.metadata["option"]) for f in dataclasses.fields(cls) if "option" in f.metadata]
+
+
+def flag_of(f: dataclasses.Field, o: dict) -> str:
+    return o["flag"] or "--" + f.name.replace("_", "-")
+
+
+def add_options(parser: argparse.ArgumentParser | Any, cls: type) -> None:
+    """An option for each `option` field of `cls`, its default shown in the option's unit."""
+    for f, o in _options(cls):
+        default = f.default
+        shown = round(default * o["per"], 9) if o["per"] != 1 else default
+        parse = o["parse"] or (type(default) if default is not None else str)
+        parser.add_argument(flag_of(f, o), dest=f.name, default=None, type=parse,
+                            metavar=o["metavar"], choices=o["choices"],
+                            help=o["help"] if shown in ("", None) or "default" in o["help"]
+                            else f"{o['help']} (default: {_text(shown)})")
+
+
+def options_of(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The `option` fields given on the command line, in their fields' units (an option left
+    out is left to the field's default)."""
+    out = {}
+    for f, o in _options(cls):
+        value = getattr(args, f.name, None)
+        if value is not None:
+            out[f.name] = value / o["per"] if o["per"] != 1 else value
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "none" if value is None else str(value)
