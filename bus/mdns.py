@@ -14,20 +14,16 @@ from typing import Callable
 from zeroconf import InterfaceChoice, IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from wire.messages.bus import Identity
+
 SERVICE_TYPE = "_llmbus._tcp.local."
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """What a TXT record claims: to be confirmed by handshake."""
+class Candidate(Identity):
+    """What a TXT record claims (a service's identity, less where its process runs, and its
+    cluster): to be confirmed by handshake."""
     cluster: str
-    name: str
-    kind: str
-    instance: str
-    epoch: int
-    host: str
-    rpc_port: int
-    pub_port: int
 
 
 def _interfaces(ips: tuple[str, ...], advertised: str):

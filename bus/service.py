@@ -168,10 +168,8 @@ class Service(RequestLoop, Heartbeats, BusMethods):
         self._tasks.append(self.heartbeat_task)
         if bus.mdns:
             self._zc = open_zeroconf(bus.mdns_interfaces, bus.advertised)
-            self._advertiser = Advertiser(self._zc, Candidate(
-                cluster=bus.cluster, name=self.name, kind=self.kind, instance=self.instance,
-                epoch=self.epoch, host=bus.advertised, rpc_port=self.rpc_port,
-                pub_port=self.pub_port))
+            self._advertiser = Advertiser(self._zc, Candidate(**vars(self.identity()),
+                                                              cluster=bus.cluster))
             self._tasks.append(loop.create_task(self._advertise()))
         if self.config.discover:
             self.directory = Directory(self.ctx, bus, me=self.name, zeroconf=self._zc)
