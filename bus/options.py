@@ -32,17 +32,20 @@ def option(default: Any, help: str, *, flag: str | None = None, metavar: str | N
         "per": per}})
 
 
-def _options(cls: type) -> list[tuple[dataclasses.Field, dict]]:
-    return [(f, f.metadata["option"]) for f in dataclasses.fields(cls) if "option" in f.metadata]
+def _options(cls: type, only: Sequence[str] | None = None) -> list[tuple[dataclasses.Field, dict]]:
+    return [(f, f.metadata["option"]) for f in dataclasses.fields(cls)
+            if "option" in f.metadata and (only is None or f.name in only)]
 
 
 def flag_of(f: dataclasses.Field, o: dict) -> str:
     return o["flag"] or "--" + f.name.replace("_", "-")
 
 
-def add_options(parser: argparse.ArgumentParser | Any, cls: type) -> None:
-    """An option for each `option` field of `cls`, its default shown in the option's unit."""
-    for f, o in _options(cls):
+def add_options(parser: argparse.ArgumentParser | Any, cls: type,
+                only: Sequence[str] | None = None) -> None:
+    """An option for each `option` field of `cls` (those named in `only`, when given), its
+    default shown in the option's unit."""
+    for f, o in _options(cls, only):
         default = f.default
         shown = round(default * o["per"], 9) if o["per"] != 1 else default
         parse = o["parse"] or (type(default) if default is not None else str)
@@ -67,3 +70,14 @@ def _text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return "none" if value is None else str(value)
+
+
+def argv_of(cls: type, args: argparse.Namespace, only: Sequence[str] | None = None) -> list[str]:
+    """The options of `cls` given on this command line, as arguments for a child command that
+    takes the same options (`llmbus up` hands them to the services it starts)."""
+    out = []
+    for f, o in _options(cls, only):
+        value = getattr(args, f.name, None)
+        if value is not None:
+            out += [flag_of(f, o), str(value)]
+    return out

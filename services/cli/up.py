@@ -20,26 +20,28 @@ import sys
 import time
 from pathlib import Path
 
-from services.shard.config import positive      # light: no numpy
+from bus.options import add_options, argv_of
+from services.scheduler.config import SchedulerServiceConfig
+from services.shard.config import ShardConfig, positive   # light: no numpy
+
+SHARD_OPTIONS = ("codec", "num_pages")
+SCHEDULER_OPTIONS = ("max_queue", "max_batch_tokens")
 
 def add_parser(sub) -> None:
     p = sub.add_parser("up", help="run tokenizer, scheduler, shards and gateway here until Ctrl-C")
     p.add_argument("--model", type=Path, default=None, help="GGUF file (default: pulled)")
     p.add_argument("--shards", type=int, default=2, help="shard processes to cut the model into")
-    p.add_argument("--codec", default="fp16", choices=("fp32", "fp16", "int8"),
-                   help="codec of activations between shards")
     p.add_argument("--replicas", type=positive, default=1,
                    help="shard processes per range: each whole set is one more pipeline the "
                         "scheduler runs (more throughput; a lost replica's requests move on)")
-    p.add_argument("--pages", type=int, default=1024, help="KV pages per shard (16 tokens each)")
     p.add_argument("--threads", type=positive, default=None,
                    help="native kernel threads per shard (default: this process's cores divided among the shards)")
-    p.add_argument("--max-queue", type=int, default=256, help="waiting requests before refusing")
     p.add_argument("--inflight", type=int, default=0,
                    help="micro-batches in the pipeline at once (0: one per shard range, so "
                         "every stage has work; more only split the batch)")
-    p.add_argument("--max-batch-tokens", type=int, default=512,
-                   help="token budget of one micro-batch (decodes + prefill chunks)")
+    # What the shards and the scheduler take as their own options, handed on as given.
+    add_options(p, ShardConfig, SHARD_OPTIONS)
+    add_options(p, SchedulerServiceConfig, SCHEDULER_OPTIONS)
     p.add_argument("--cluster", default=None, help="bus cluster name (default: a private one)")
     p.add_argument("--port", type=int, default=0, help="scheduler RPC port (default: any free)")
     p.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
@@ -136,11 +138,10 @@ async def _up(args) -> int:
     specs = {
         "tokenizer-0": ["run", "tokenizer", "--model", str(model)],
         **{_shard_name(a, r): ["run", "shard", "--model", str(model), "--layers", f"{a}:{b}",
-                               "--codec", args.codec, "--pages", str(args.pages),
-                               "--threads", str(threads)]
+                               *argv_of(ShardConfig, args, SHARD_OPTIONS), "--threads", str(threads)]
             for a, b in ranges for r in range(args.replicas)},
-        "scheduler-0": ["run", "scheduler", "--max-queue", str(args.max_queue),
-                        "--inflight", str(inflight), "--max-batch-tokens", str(args.max_batch_tokens)],
+        "scheduler-0": ["run", "scheduler", "--inflight", str(inflight),
+                        *argv_of(SchedulerServiceConfig, args, SCHEDULER_OPTIONS)],
         "gateway-0": ["run", "gateway", "--http", args.http]
         + (["--api-key-file", str(args.api_key_file.resolve())] if args.api_key_file else []),
     }
