@@ -8,8 +8,9 @@ A `shard.forward` arrives at the first shard with token ids. Each shard runs its
 its activations to the next stage of the batch's route (the scheduler's pipeline, see
 services.shard.route) in the configured codec, and answers its caller `shard.handed_on`. The last
 shard applies the output head, samples, and sends the token ids and log-probabilities straight to
-`Forward.reply_to` as `shard.result`; a stage whose next stage fails the batch tells `reply_to`
-with `shard.failed` (wire.messages.shard).
+`Forward.reply_to` as `shard.result` (the reply itself, when the route has one stage: its caller
+is `reply_to`); a stage whose next stage fails the batch tells `reply_to` with `shard.failed`
+(wire.messages.shard).
 """
 
 from __future__ import annotations
@@ -237,7 +238,7 @@ class ShardService(Service):
 
     # ------------------------------------------------------------------ the work
     @handles(Forward, eager=True)   # a decode step runs as it is read: see INLINE_TOKENS
-    async def forward(self, msg: wire.Message) -> HandedOn:
+    async def forward(self, msg: wire.Message) -> HandedOn | ForwardResult:
         f: Forward = msg.body
         arrived = time.time()
         self.counters["forwards"] += 1
@@ -261,8 +262,10 @@ class ShardService(Service):
             # Forward and sampling in one job: each hand-off to the compute thread and back is a
             # wake-up per token that a decode step waits for.
             result = await self._run(self._forward_and_sample, model, batch, f, inline=inline)
-            hop = self._hop(payload, f.sent_at, arrived, t0)
-            self._answer(f, wire.evolve(result, hops=[*f.hops, hop]))
+            result = wire.evolve(result, hops=[*f.hops, self._hop(payload, f.sent_at, arrived, t0)])
+            if f.hop == 0:   # a route of one stage: its caller is reply_to, and this is its reply
+                return result
+            self._answer(f, result)
             return HandedOn(batch_id=f.batch_id)
         out = await self._run(model.forward, batch, inline=inline)
         hop = self._hop(payload, f.sent_at, arrived, t0)

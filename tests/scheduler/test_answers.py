@@ -131,3 +131,14 @@ async def test_no_answer_within_the_time_limit_is_a_timeout(rig):
     first.replies.put_nowait(HandedOn(batch_id=1))
     with pytest.raises(CallTimeout, match="batch 1"):
         await task
+
+
+async def test_on_a_route_of_one_stage_the_result_is_the_reply(rig):
+    a, first = rig
+    task, sent = await started(a, first, forward(route=ROUTE[:1]))
+    first.replies.put_nowait(result(sent, 5))
+    assert (await task).tokens.array().tolist() == [5]
+    task, sent = await started(a, first, forward(batch_id=2))     # three stages: it must come told
+    first.replies.put_nowait(result(sent, 6))
+    with pytest.raises(RemoteError, match="bad_reply"):
+        await task

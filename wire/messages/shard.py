@@ -1,7 +1,8 @@
 """Messages of the shard pipeline. A batch goes one way: the scheduler calls the first shard with
 `shard.forward`, each stage runs its layers and calls the next stage the route names, and the
 last shard samples and sends the answer (token ids, never logits) straight to `Forward.reply_to`
-as a one-way `shard.result`. Each stage answers its caller with `shard.handed_on` once it has
+as a one-way `shard.result` (on a route of one stage, where the scheduler is the shard's caller,
+the result is the reply). Each other stage answers its caller with `shard.handed_on` once it has
 handed the batch on (or with its own typed error); a stage whose next stage fails the batch, or
 cannot be reached, tells `reply_to` with a one-way `shard.failed`. Whether the last shard can
 reach the scheduler is checked once, when the scheduler assembles a pipeline."""

@@ -2,7 +2,8 @@
 
 The caller sends `shard.forward` to the first shard, naming itself in `Forward.reply_to` with a
 key for the call; the first shard answers `shard.handed_on` once it has handed the batch on, and
-the answer comes as a one-way `shard.result` from the last shard (wire.messages.shard). A stage
+the answer comes as a one-way `shard.result` from the last shard (wire.messages.shard). On a route
+of one stage the first shard is the last, and its `shard.result` is its reply. A stage
 whose next stage fails the batch, or cannot be reached, tells the caller with `shard.failed`.
 Each call ends in one of:
 
@@ -74,6 +75,8 @@ class Answers:
                 if not w.answer.done():
                     w.answer.cancel()
                 raise
+            if isinstance(reply, ForwardResult) and len(body.route) == 1 and reply.key == key:
+                return reply          # a route of one stage: the last shard answered our call
             if not isinstance(reply, HandedOn):
                 raise RemoteError(BAD_REPLY, f"{first} answered a forward with "
                                   f"{type(reply).__name__}", peer=first)
