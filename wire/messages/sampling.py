@@ -1,8 +1,8 @@
 """How to pick the next token of one request: the sampling parameters, declared once with their
 ranges. `scheduler.generate` carries them flat (Generate inherits this record) and every row of
 a `shard.forward` carries one. The ranges are checked where a request is admitted (the
-scheduler's admission calls `validate`, as the last shard's sampler does before it samples a
-row), not at every decode on the way."""
+scheduler's admission calls `validate`; the gateway's tables check its own, narrower ranges),
+not again on the way: a decode step carries what admission let through."""
 
 from __future__ import annotations
 
