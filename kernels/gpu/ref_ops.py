@@ -87,11 +87,13 @@ def paged_attention(q, k_cache, v_cache, table, table_stride, row_seq, row_len, 
     if not live.size:
         return
     n_pages = int((lens.max() + page_size - 1) // page_size)
-    tab = table.reshape(-1, table_stride)[row_seq[:t_rows][live]][:, :n_pages]
-    kc = k_cache.reshape(-1, page_size, n_kv, dh).astype(F32)
-    vc = v_cache.reshape(-1, page_size, n_kv, dh).astype(F32)
+    tab = np.maximum(table.reshape(-1, table_stride)[row_seq[:t_rows][live]][:, :n_pages], 0)
+    used, tab = np.unique(tab, return_inverse=True)             # only the pages read, in float32
+    kc = k_cache.reshape(-1, page_size, n_kv, dh)[used].astype(F32)
+    vc = v_cache.reshape(-1, page_size, n_kv, dh)[used].astype(F32)
     qs = _rows(q, t_rows, n_heads * dh).reshape(t_rows, n_heads, dh)[live]
-    o[live] = attend_decode_paged(qs, kc, vc, np.maximum(tab, 0), lens[live], F32(scale), int(window))
+    o[live] = attend_decode_paged(qs, kc, vc, tab.reshape(live.size, n_pages).astype(np.int32), lens[live],
+                                  F32(scale), int(window))
 
 
 def greedy_top(logits, v, row_idx, rows, n_top, token, logprob, rowmax, top_ids, top_lp) -> None:

@@ -104,7 +104,7 @@ _KEPT: dict[tuple, tuple[weakref.ref, np.ndarray]] = {}
 
 
 def _weight(kind: str, w: np.ndarray, n_rows: int, k: int) -> np.ndarray:
-    """W (n_rows, k) float32 of the blocks at w; derived once for a buffer nothing can write."""
+    """W (n_rows, k) of the blocks at w, float32 values; derived once for a buffer nothing can write."""
     rb = row_bytes(kind, k)
     rows = _flat(w, n_rows * rb).reshape(n_rows, rb)
     if w.flags.writeable:
@@ -123,7 +123,9 @@ def qmatmul(kind: str, w, n_rows, k, x, ldx, t_rows, out, ldo, col0) -> None:
     wm = _weight(kind, w, n_rows, k)
     xm = _flat(x, t_rows * ldx).reshape(t_rows, ldx)[:, :k]
     om = _flat(out, t_rows * ldo).reshape(t_rows, ldo)
-    om[:, col0:col0 + n_rows] = xm @ wm.T
+    # In float64, rounded once: a float32 BLAS sums a row in an order that depends on how many rows
+    # come with it, and a float16 KV cache turns that last bit into a different key now and then.
+    om[:, col0:col0 + n_rows] = (xm.astype(np.float64) @ wm.T.astype(np.float64)).astype(F32)
 
 
 def dequant(kind: str, w, n_rows, k, out) -> None:

@@ -1,0 +1,88 @@
+"""The device abstraction itself: what a graph captures and replays, what may not happen inside a
+capture, and the launch checks every kernel call passes, the same on numpy and on a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels.gpu import ops
+from kernels.gpu.device import CaptureError, NumpyDevice, device
+from kernels.gpu.kernels import KERNELS, BadLaunch
+
+F32 = np.float32
+
+
+def test_a_graph_runs_nothing_while_captured_and_reads_its_buffers_when_replayed(dev):
+    h = dev.to_device(np.ones((2, 8), F32))
+    delta = dev.to_device(np.full((2, 8), 2.0, F32))
+    with dev.capture() as graph:
+        ops.add_rows(dev, h, delta)
+        ops.add_rows(dev, h, delta)
+    np.testing.assert_array_equal(dev.download(h), 1.0)            # captured, not run
+    graph.replay()
+    np.testing.assert_array_equal(dev.download(h), 5.0)
+    dev.upload(delta, np.full((2, 8), -1.0, F32))                  # new inputs, same buffers
+    graph.replay()
+    np.testing.assert_array_equal(dev.download(h), 3.0)
+
+
+def test_no_copy_and_no_eager_product_inside_a_capture(dev):
+    a = dev.zeros((2, 4), F32)
+    with pytest.raises(CaptureError, match="host-to-device"):
+        with dev.capture():
+            dev.upload(a, np.ones((2, 4), F32))
+    with pytest.raises(CaptureError, match="device-to-host"):
+        with dev.capture():
+            dev.download(a)
+    with pytest.raises(CaptureError, match="product"):
+        with dev.capture():
+            dev.matmul_into(a, a, dev.zeros((2, 2), F32), 0)
+    assert not dev.capturing
+    dev.upload(a, np.ones((2, 4), F32))                            # and after it, fine
+    np.testing.assert_array_equal(dev.download(a), 1.0)
+
+
+def test_launches_are_checked_against_the_declaration(dev):
+    k = KERNELS["add_rows"]
+    h = dev.zeros(16, F32)
+    with pytest.raises(BadLaunch, match="float32"):
+        dev.launch(k, dev.zeros(16, np.float16), h, 16)
+    with pytest.raises(BadLaunch, match="contiguous"):
+        dev.launch(k, dev.zeros((4, 8), F32)[:, :4], h, 16)
+    with pytest.raises(BadLaunch, match="int32"):
+        dev.launch(k, h, h, 2**31)
+    with pytest.raises(BadLaunch, match="3 arguments"):
+        dev.launch(k, h, h)
+    with pytest.raises(BadLaunch, match="grid"):
+        dev.launch(k, h, h, 0)                                    # an empty grid CUDA refuses
+    with pytest.raises(BadLaunch, match="grid"):
+        dev.launch(KERNELS["qmatmul_q8_0"], dev.zeros((1, 34), np.uint8), 1, 32, dev.zeros((70000 * 8, 32), F32),
+                   32, 70000 * 8, dev.zeros((70000 * 8, 1), F32), 1, 0)   # grid.y past 65535
+
+
+def test_the_upload_shape_must_be_the_buffers(dev):
+    with pytest.raises(ValueError, match="upload"):
+        dev.upload(dev.zeros(4, np.int32), np.arange(5, dtype=np.int32))
+
+
+def test_constants_cannot_be_written_on_the_stand_in():
+    c = NumpyDevice().constant(np.arange(3, dtype=F32))
+    with pytest.raises(ValueError):
+        c[0] = 1
+
+
+def test_device_names():
+    assert isinstance(device("numpy"), NumpyDevice)
+    with pytest.raises(ValueError, match="tpu"):
+        device("tpu")
+
+
+def test_the_gpu_path_imports_no_cupy_until_a_cuda_device_is_made():
+    # A CPU host has no cupy; and the fork server (services/cli/forkserver.py) imports these before it
+    # forks shards, which must not inherit a CUDA context.
+    import subprocess
+    import sys
+    code = ("import sys, services.shard.gpu_model, services.shard.service, kernels.gpu.device, "
+            "kernels.gpu.sampling, services.shard.resident; sys.exit('cupy' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
