@@ -34,6 +34,9 @@ def add_parser(sub) -> None:
     p.add_argument("--pages", type=int, default=1024, help="KV pages per shard (16 tokens each)")
     p.add_argument("--threads", type=positive, default=None,
                    help="native kernel threads per shard (default: this process's cores divided among the shards)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="where the shards run their layers: cpu, or cuda (every shard on this machine's "
+                        "GPU, weights in their GGUF blocks there; pip install -e '.[gpu]')")
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests before refusing")
     p.add_argument("--inflight", type=int, default=0,
                    help="micro-batches in the pipeline at once (0: one per shard range, so "
@@ -77,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
         return asyncio.run(_up(args))
     except KeyboardInterrupt:
         return 130
-    except (ValueError, OSError) as e:   # bad option values, a bad model file
+    except (ValueError, OSError) as e:   # bad option values, a bad model file, no GPU
         print(f"llmbus up: {e}", file=sys.stderr)
         return 2
 
@@ -108,6 +111,12 @@ async def _up(args) -> int:
     from .stacks import register, runtime_dir
 
     key = cluster_key(args)        # a bad key file fails before anything starts
+    if args.device == "cuda":      # no GPU: say why before anything starts
+        from kernels.xp import ArrayModuleUnavailable, get_xp
+        try:
+            get_xp("cupy")
+        except ArrayModuleUnavailable as e:
+            raise ValueError(f"--device cuda: {e}") from None
     model = (args.model or pull(quiet=False)).resolve()
     if not model.is_file():
         raise ValueError(f"no model file at {model}")
@@ -140,7 +149,7 @@ async def _up(args) -> int:
         "tokenizer-0": ["run", "tokenizer", "--model", str(model)],
         **{_shard_name(a, r): ["run", "shard", "--model", str(model), "--layers", f"{a}:{b}",
                                "--codec", args.codec, "--pages", str(args.pages),
-                               "--threads", str(threads)]
+                               "--threads", str(threads), "--device", args.device]
             for a, b in ranges for r in range(args.replicas)},
         "scheduler-0": ["run", "scheduler", "--max-queue", str(args.max_queue),
                         "--inflight", str(inflight), "--max-batch-tokens", str(args.max_batch_tokens)]
@@ -176,7 +185,8 @@ async def _up(args) -> int:
         say(f"starting {len(specs)} services: model {model.name}, {len(ranges)} shards "
             f"{[f'{a}:{b}' for a, b in ranges]}"
             + (f" x {args.replicas} replicas (one pipeline each)" if args.replicas > 1 else "")
-            + f" of {threads} thread(s) each, {inflight} micro-batch(es) in flight, "
+            + (" on the GPU" if args.device == "cuda" else f" of {threads} thread(s) each")
+            + f", {inflight} micro-batch(es) in flight, "
             f"logs in {logs}")
         if not await _wait_ready(directory, kids, stop, logs):
             return 0 if stop.is_set() else 1

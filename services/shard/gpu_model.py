@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.gpu.device import CupyDevice
 from kernels.gpu.sampling import DeviceSampler
 from services.modelstore.gguf_config import ModelConfig
 from services.modelstore.weights import ShardWeights, check_range
@@ -25,6 +26,11 @@ from services.shard.kv_cache import KVConfig, PagedKVCache
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 F32 = np.float32
+
+
+def gpu_device() -> CupyDevice:
+    """The CUDA device a `--device cuda` shard runs on; ArrayModuleUnavailable naming why there is none."""
+    return CupyDevice()
 
 
 def bucket(tokens: int) -> int | None:
