@@ -55,9 +55,11 @@ if ! compgen -G "$LLMBUS_CACHE/models/*.gguf" > /dev/null; then
     TESTS=(tests/gpu/test_kernels.py tests/gpu/test_device.py tests/gpu/test_gpu_model.py tests/gpu/test_gpu_sampler.py
            tests/sampling/test_sampling_cupy.py)
 fi
-echo "== GPU tests"
+echo "== the sources through NVRTC (cupy's compiler) and nvcc, then the GPU tests"
+"$PY" -m pytest -q -p no:cacheprovider --timeout 240 tests/gpu/test_sources.py 2>&1 | tail -5
+sources_rc=${PIPESTATUS[0]}
 "$PY" -m pytest -q -p no:cacheprovider -m gpu --timeout 240 "${TESTS[@]}" 2>&1 | tail -40
-tests_rc=${PIPESTATUS[0]}
+tests_rc=$(( ${PIPESTATUS[0]} || sources_rc ))
 echo "== bench/gpu.py (GPU tests exit $tests_rc after $(( $(date +%s) - t0 ))s)"
 "$PY" bench/gpu.py --quick                  # its table is the last thing printed
 bench_rc=$?

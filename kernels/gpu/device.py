@@ -8,6 +8,7 @@ launches, graph capture and replay) runs in CI as it runs on a GPU.
     launch              a kernel of kernels.KERNELS, its arguments checked against its declaration
     matmul_into         a cuBLAS product (eager prompt chunks only: never inside a graph)
     capture             a graph of the launches made inside the block, replayed later
+    activate / follow   the device's own stream made current / made to wait for the caller's
 
 NumpyDevice records a capture's launches without running them and runs them again on replay, with
 the buffers as they are then, which is what a CUDA graph does: a step that read something on the
@@ -49,6 +50,7 @@ class Device(Protocol):
     def matmul_into(self, x, w, out, col0: int) -> None: ...
     def capture(self): ...
     def activate(self): ...
+    def follow(self) -> None: ...
     def synchronize(self) -> None: ...
 
 
@@ -131,6 +133,9 @@ class NumpyDevice(_Base):
     def activate(self):
         return contextlib.nullcontext()
 
+    def follow(self) -> None:
+        pass
+
     def synchronize(self) -> None:
         pass
 
@@ -147,7 +152,9 @@ class _RecordedGraph:
 class CupyDevice(_Base):
     """One CUDA device through cupy: kernels compiled from kernels/gpu/cuda by NVRTC at first use
     (cupy keeps the binaries in its on-disk cache), all work on one stream of this device's own,
-    graphs captured on it."""
+    graphs captured on it. The stream does not wait for the default stream, nor it for this one (a
+    capture here is not broken by another thread's work there): results handed out are finished
+    (synchronize), and work that reads arrays another stream made first follows it (follow)."""
 
     name = "cuda"
 
@@ -220,6 +227,12 @@ class CupyDevice(_Base):
     def activate(self):
         """Make this device's stream the current one (cupy's own ops then run on it too)."""
         return self.stream
+
+    def follow(self) -> None:
+        """Make this device's stream wait for what the caller's current stream has queued so far."""
+        current = self.xp.cuda.get_current_stream()
+        if current.ptr != self.stream.ptr:
+            self.stream.wait_event(current.record())
 
     def synchronize(self) -> None:
         self.stream.synchronize()

@@ -25,6 +25,7 @@ class DeviceSampler:
         self._rows = None             # arange on the device, grown as batches grow
 
     def __call__(self, logits, params: Sequence, histories: Sequence, steps: Sequence[int]) -> SampleResult:
+        self.dev.follow()                 # the logits may come from the caller's stream (a row subset)
         with self.dev.activate():
             if not all(greedy(p) and not p.penalized for p in params):
                 return sample(logits, params, histories, steps)

@@ -81,7 +81,7 @@ class GpuShardModel:
 
     def forward(self, batch: ForwardBatch, on_device: bool = False):
         """Run the batch: logits (S_sample, V) float32 on the last shard (left on the device with
-        on_device, valid until the next forward), else hidden (T, D) float32 on the host."""
+        on_device, finished, valid until the next forward), else hidden (T, D) float32 on the host."""
         c, dev = self.config, self.dev
         validate(batch, first=self.first, d_model=c.d_model, vocab_size=c.vocab_size,
                  num_pages=self.kv.num_pages, page_size=self.kv.page_size)
@@ -109,7 +109,10 @@ class GpuShardModel:
             if not self.last:
                 return dev.download(ws.h[:t])
             logits = ws.logits[:n_logits]
-            return logits if on_device else dev.download(logits)
+            if not on_device:
+                return dev.download(logits)
+            dev.synchronize()               # finished: any stream may read them now
+            return logits
 
     def _upload_hidden(self, ws: Workspace, hidden: np.ndarray, rows: int) -> None:
         t = hidden.shape[0]

@@ -1,7 +1,9 @@
 """The CUDA sources against their declarations (kernels/gpu/kernels.py), checked without a GPU:
-nvcc (where installed) compiles each file as NVRTC will see it and the PTX's entry points must be
-the declared kernels with the declared parameter types, in order; each kernel's numpy reference
-takes the kernel's parameters by name."""
+NVRTC (cupy's compiler, where its library is installed) and nvcc (where the toolkit is) compile
+each file as cupy hands it over, and the PTX's entry points must be the declared kernels with the
+declared parameter types, in order; each kernel's numpy reference takes the kernel's parameters by
+name. NVRTC has no system headers: a source that compiles with nvcc alone (math.h's INFINITY, say)
+fails there, at a GPU shard's first step."""
 
 from __future__ import annotations
 
@@ -44,8 +46,32 @@ def compiled(tmp_path_factory) -> dict:
     return {"entries": entries, "reports": reports}
 
 
-def test_every_compiled_kernel_is_declared_with_its_parameter_types(compiled):
-    entries = compiled["entries"]
+@pytest.fixture(scope="module")
+def nvrtc_entries() -> dict:
+    """{kernel: (source file, [PTX parameter types])} as NVRTC compiles the sources for compute_90."""
+    from .nvrtc import compile_ptx, load
+    lib = load()
+    if lib is None:
+        pytest.skip("no NVRTC library here (the CUDA toolkit, or cupy's nvidia-cuda-nvrtc wheel)")
+    entries = {}
+    for name in source_files():
+        rc, log, ptx = compile_ptx(lib, source_text(name), name, ("--gpu-architecture=compute_90", "--std=c++14",
+                                                                   "-default-device"))
+        assert rc == 0, f"NVRTC cannot compile {name}:\n{log}"
+        for m in ENTRY.finditer(ptx):
+            entries[m.group(1)] = (name, re.findall(r"\.param (\.\w+)", m.group(2)))
+    return entries
+
+
+def test_nvrtc_compiles_every_kernel_as_declared(nvrtc_entries):
+    check_entries(nvrtc_entries)
+
+
+def test_nvcc_compiles_every_kernel_as_declared(compiled):
+    check_entries(compiled["entries"])
+
+
+def check_entries(entries: dict) -> None:
     assert set(entries) == set(KERNELS), "kernels compiled but not declared, or declared but not compiled"
     for k in KERNELS.values():
         source, types = entries[k.name]

@@ -37,7 +37,7 @@ extern "C" __global__ void paged_attention(const float* q, const unsigned short*
         qv[i] = d < dh ? qr[d] : 0.0f;
         acc[i] = 0.0f;
     }
-    float m = -INFINITY, l = 0.0f;
+    float m = -LB_INF, l = 0.0f;
     for (int j = lo + warp; j < len; j += ATT_WARPS) {
         const long long base = (((long long)pages[j / page_size] * page_size + j % page_size) * n_kv + kvh) * dh;
         float s = 0.0f;
@@ -68,7 +68,7 @@ extern "C" __global__ void paged_attention(const float* q, const unsigned short*
     }
     __syncthreads();
     if (warp != 0) return;
-    float mx = -INFINITY;
+    float mx = -LB_INF;
     for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, sm_max[w]);
     float f[ATT_WARPS], total = 0.0f;
     for (int w = 0; w < ATT_WARPS; w++) {

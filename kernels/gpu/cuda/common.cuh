@@ -4,6 +4,9 @@
 #define LLMBUS_COMMON_CUH
 
 #define LB_FULL_MASK 0xffffffffu
+// math.h's INFINITY and NAN are not defined under NVRTC (no system headers): their bits.
+#define LB_INF __int_as_float(0x7f800000)
+#define LB_NAN __int_as_float(0x7fc00000)
 
 // float16 is stored as its 16 bits (unsigned short): the KV cache, and F16 weights.
 __device__ __forceinline__ float lb_half_to_float(unsigned short h) {

@@ -25,7 +25,7 @@ __device__ __forceinline__ void lb_block_best(float* v, int* i) {
     __syncthreads();
     if (lane == 0) { sv[warp] = *v; si[warp] = *i; }
     __syncthreads();
-    *v = lane < warps ? sv[lane] : -INFINITY;
+    *v = lane < warps ? sv[lane] : -LB_INF;
     *i = lane < warps ? si[lane] : 0x7fffffff;
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(LB_FULL_MASK, *v, o);
@@ -41,7 +41,7 @@ extern "C" __global__ void greedy_top(const float* logits, int v, const int* row
     const int r = blockIdx.x;
     if (r >= rows) return;
     const float* z = logits + (long long)row_idx[r] * v;
-    float best = -INFINITY;
+    float best = -LB_INF;
     int best_id = 0x7fffffff;
     float nan = 0.0f;
     for (int i = threadIdx.x; i < v; i += blockDim.x) {
@@ -58,13 +58,13 @@ extern "C" __global__ void greedy_top(const float* logits, int v, const int* row
     if (threadIdx.x == 0) {
         token[r] = best_id;
         logprob[r] = z[best_id] - lse;
-        rowmax[r] = nan > 0.0f ? __int_as_float(0x7fc00000) : best;
+        rowmax[r] = nan > 0.0f ? LB_NAN : best;
     }
     // The n_top ids one at a time: each the first in the order among those after the previous one.
-    float prev = INFINITY;
+    float prev = LB_INF;
     int prev_id = -1;
     for (int n = 0; n < n_top; n++) {
-        float b = -INFINITY;
+        float b = -LB_INF;
         int bi = 0x7fffffff;
         for (int i = threadIdx.x; i < v; i += blockDim.x) {
             const float x = z[i];
