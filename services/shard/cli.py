@@ -62,16 +62,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "shard by its --memory)")
     p.add_argument("--memory", type=parse_memory, default=None,
                    help="memory this shard offers to placement, weights and KV (e.g. 2G; "
-                        "default: free RAM, or free GPU memory with --device cuda)")
+                        "default: free RAM, or free GPU memory with --device cuda, less the GPU "
+                        "shard's own buffers)")
     p.add_argument("--codec", default="fp16", choices=("fp32", "fp16", "int8"),
                    help="codec of the activations this shard sends on")
     p.add_argument("--pages", type=int, default=1024, help="KV pages")
     p.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                   help="where the layers run: cpu (numpy, float32) or cuda (cupy, float16 weights)")
+                   help="where the layers run: cpu (numpy and the C kernels) or cuda (cupy: the GGUF "
+                        "blocks on the GPU, CUDA graphs, sampling there)")
     p.add_argument("--weights", default="auto", choices=("auto", "quantized", "float32"),
-                   help="how a cpu shard holds its matrices: GGUF's quantized blocks through the native "
-                        "kernel, or dequantized float32 (auto: quantized when the native kernel is built)")
+                   help="how a shard holds its matrices: GGUF's quantized blocks (a cpu shard's where the "
+                        "native kernel is built; a cuda shard's always), or dequantized (float32 on a cpu, "
+                        "float16 on a GPU)")
     p.add_argument("--threads", type=positive, default=None,
                    help="threads the native kernels split each matmul and attention call over (any count "
                         "gives the same bits; default: the cores this process may use)")
