@@ -149,13 +149,14 @@ class ShardService(Service):
 
         loop = asyncio.get_running_loop()
         self.model_id = await loop.run_in_executor(self._loader, model_identity, self.shard.model)
-        self.footprint = await loop.run_in_executor(self._loader, read_footprint, self.shard.model)
         self.weight_scale = await loop.run_in_executor(self._loader, weight_scale, self.shard.model,
                                                        self.shard.device, self.weight_format)
         # A GPU shard offers its memory less what it keeps there beside weights and KV.
         self.reserve = 0 if self.shard.device != "cuda" else gpu_reserve(
             await loop.run_in_executor(self._loader, read_metadata, self.shard.model),
             self.shard.num_pages, self.shard.page_size)
+        # Last: info() (every heartbeat) offers placement the figures above once this is set.
+        self.footprint = await loop.run_in_executor(self._loader, read_footprint, self.shard.model)
         if self.pinned:
             self._take_range(await loop.run_in_executor(self._compute, self._load, 0, self.shard.start,
                                                    self.shard.end))
