@@ -4,7 +4,9 @@ launches, graph capture and replay) runs in CI as it runs on a GPU.
 
     zeros / to_device   device arrays, allocated when a model loads and reused every step
     constant            one that never changes once there (weights)
-    upload / download   the host copies into and out of them, never while a graph is captured
+    upload / download   the host copies into and out of them
+    (none of these, nor synchronize, while a graph is captured: CUDA refuses the copies and the
+    waits, and memory allocated inside a capture may be reused by the time the graph replays)
     launch              a kernel of kernels.KERNELS, its arguments checked against its declaration
     matmul_into         a cuBLAS product (eager prompt chunks only: never inside a graph)
     capture             a graph of the launches made inside the block, replayed later
@@ -29,7 +31,8 @@ from kernels.xp import ArrayModuleUnavailable, get_xp
 
 
 class CaptureError(RuntimeError):
-    """A host copy or an eager product inside a graph capture (it cannot be part of a graph)."""
+    """A host copy, an allocation, a wait or an eager product inside a graph capture (none can be
+    part of a graph)."""
 
 
 class Graph(Protocol):
@@ -62,6 +65,22 @@ class _Base:
             raise CaptureError(f"{what} inside a graph capture: a step's inputs go into its buffers "
                                "before the graph is replayed")
 
+    def zeros(self, shape, dtype):
+        self._no_capture("an allocation")
+        return self._zeros(shape, dtype)
+
+    def to_device(self, host: np.ndarray):
+        self._no_capture("an allocation")
+        return self._to_device(host)
+
+    def constant(self, host: np.ndarray):
+        self._no_capture("an allocation")
+        return self._constant(host)
+
+    def synchronize(self) -> None:
+        self._no_capture("a wait for the device")
+        self._synchronize()
+
     def upload(self, dst, host: np.ndarray) -> None:
         """dst[...] = host, shapes equal (dst a contiguous device array or view)."""
         self._no_capture("a host-to-device copy")
@@ -93,16 +112,16 @@ class NumpyDevice(_Base):
     def capturing(self) -> bool:
         return self._recording is not None
 
-    def zeros(self, shape, dtype):
+    def _zeros(self, shape, dtype):
         return np.zeros(shape, dtype)
 
-    def to_device(self, host: np.ndarray):
+    def _to_device(self, host: np.ndarray):
         return np.array(host, copy=True, order="C")
 
-    def constant(self, host: np.ndarray):
+    def _constant(self, host: np.ndarray):
         """A read-only copy: nothing can change it, so the references may keep what they derive from
         it (kernels.gpu.ref_quant keeps a weight's dequantized rows)."""
-        a = self.to_device(host)
+        a = self._to_device(host)
         a.flags.writeable = False
         return a
 
@@ -136,7 +155,7 @@ class NumpyDevice(_Base):
     def follow(self) -> None:
         pass
 
-    def synchronize(self) -> None:
+    def _synchronize(self) -> None:
         pass
 
 
@@ -169,18 +188,18 @@ class CupyDevice(_Base):
     def capturing(self) -> bool:
         return self._capturing
 
-    def zeros(self, shape, dtype):
+    def _zeros(self, shape, dtype):
         with self.stream:
             return self.xp.zeros(shape, dtype)
 
-    def to_device(self, host: np.ndarray):
+    def _to_device(self, host: np.ndarray):
         with self.stream:
             out = self.xp.asarray(np.ascontiguousarray(host))
         self.stream.synchronize()        # the host array may go away once this returns
         return out
 
-    def constant(self, host: np.ndarray):
-        return self.to_device(host)
+    def _constant(self, host: np.ndarray):
+        return self._to_device(host)
 
     def _set(self, dst, host) -> None:
         dst.set(host, stream=self.stream)
@@ -220,9 +239,15 @@ class CupyDevice(_Base):
             self._capturing = True
             try:
                 yield graph
-            finally:
+            except BaseException:
                 self._capturing = False
-                graph.graph = self.stream.end_capture()
+                try:                       # end it (an invalidated capture raises here): the stream
+                    self.stream.end_capture()     # is usable again, and the first error is the one told
+                except Exception:  # noqa: BLE001 - the exception being raised says what went wrong
+                    pass
+                raise
+            self._capturing = False
+            graph.graph = self.stream.end_capture()
 
     def activate(self):
         """Make this device's stream the current one (cupy's own ops then run on it too)."""
@@ -234,7 +259,7 @@ class CupyDevice(_Base):
         if current.ptr != self.stream.ptr:
             self.stream.wait_event(current.record())
 
-    def synchronize(self) -> None:
+    def _synchronize(self) -> None:
         self.stream.synchronize()
 
     def memory(self) -> tuple[int, int]:
