@@ -40,6 +40,10 @@ class Kernel:
     params: tuple[tuple[str, str], ...]          # (type, name)
     shape: Callable[[dict], tuple[tuple[int, ...], tuple[int, ...]]]   # args by name -> (grid, block)
     reference: Callable
+    # What the kernel's vector loads need: {pointer: byte alignment} of the address, and
+    # {int parameter: n} a multiple of n (a row stride in elements), else a misaligned-address fault.
+    aligned: tuple[tuple[str, int], ...] = ()
+    multiple: tuple[tuple[str, int], ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -95,7 +99,7 @@ def _kernels() -> dict[str, Kernel]:
             Kernel(f"qmatmul_{kind}", "qmatmul.cu",
                    _p("u8* w, i32 n_rows, i32 k, f32* x, i32 ldx, i32 t_rows, f32* out, i32 ldo, i32 col0"),
                    lambda a: ((_cdiv(a["n_rows"], QM_WARPS), _cdiv(a["t_rows"], QM_ROWS)), (32 * QM_WARPS,)),
-                   partial(ref_quant.qmatmul, kind)),
+                   partial(ref_quant.qmatmul, kind), aligned=(("x", 16),), multiple=(("ldx", 4),)),
             Kernel(f"dequant_{kind}", "qmatmul.cu", _p("u8* w, i32 n_rows, i32 k, f32* out"),
                    lambda a: ((_cdiv(a["n_rows"] * (a["k"] // 32), FLAT_THREADS),), (FLAT_THREADS,)),
                    partial(ref_quant.dequant, kind)),
@@ -108,10 +112,17 @@ def _kernels() -> dict[str, Kernel]:
 KERNELS = _kernels()
 
 
+def address(a) -> int:
+    """The address of an array's first element: a cupy array's on the device, a numpy array's on the host."""
+    face = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
+    return int(face["data"][0])
+
+
 def bind(kernel: Kernel, args: tuple) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Check `args` against the kernel's parameters and return its (grid, block); BadLaunch when an
-    array has the wrong dtype or is not contiguous, a scalar is out of its type, or the launch
-    shape is one CUDA refuses (an empty grid included: launch nothing for no rows)."""
+    array has the wrong dtype, is not contiguous or not aligned as its loads need, a scalar is out
+    of its type, or the launch shape is one CUDA refuses (an empty grid included: launch nothing
+    for no rows)."""
     if len(args) != len(kernel.params):
         raise BadLaunch(f"{kernel.name} takes {len(kernel.params)} arguments, got {len(args)}")
     for (kind, name), a in zip(kernel.params, args):
@@ -125,7 +136,15 @@ def bind(kernel: Kernel, args: tuple) -> tuple[tuple[int, ...], tuple[int, ...]]
                 raise BadLaunch(f"{kernel.name}: {name} must be an int32, got {a!r}")
         elif not isinstance(a, (int, float, np.integer, np.floating)) or isinstance(a, (bool, np.bool_)):
             raise BadLaunch(f"{kernel.name}: {name} must be a number, got {a!r}")
-    grid, block = kernel.shape(dict(zip(kernel.names, args)))
+    by_name = dict(zip(kernel.names, args))
+    for name, n in kernel.aligned:
+        if address(by_name[name]) % n:
+            raise BadLaunch(f"{kernel.name}: {name} is read {n} bytes at a time: its address must be a multiple "
+                            f"of {n} (a view that starts mid-row?)")
+    for name, n in kernel.multiple:
+        if by_name[name] % n:
+            raise BadLaunch(f"{kernel.name}: {name} must be a multiple of {n}, got {by_name[name]}")
+    grid, block = kernel.shape(by_name)
     threads = int(np.prod(block))
     if threads > MAX_BLOCK or threads % 32:
         raise BadLaunch(f"{kernel.name}: a block of {block} threads (whole warps, at most {MAX_BLOCK})")

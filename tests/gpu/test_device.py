@@ -79,6 +79,18 @@ def test_launches_are_checked_against_the_declaration(dev):
                    32, 70000 * 8, dev.zeros((70000 * 8, 1), F32), 1, 0)   # grid.y past 65535
 
 
+def test_the_products_activations_must_be_aligned_for_their_four_float_loads(dev):
+    # qmatmul reads x as float4: a view starting one float into a buffer is a misaligned-address
+    # fault on a GPU, refused before the launch on both devices.
+    k = KERNELS["qmatmul_q8_0"]
+    w, out, buf = dev.zeros((1, 34), np.uint8), dev.zeros((2, 1), F32), dev.zeros(2 * 32 + 4, F32)
+    dev.launch(k, w, 1, 32, buf[4:4 + 64].reshape(2, 32), 32, 2, out, 1, 0)      # 16 bytes in: fine
+    with pytest.raises(BadLaunch, match="address"):
+        dev.launch(k, w, 1, 32, buf[1:1 + 64].reshape(2, 32), 32, 2, out, 1, 0)
+    with pytest.raises(BadLaunch, match="ldx must be a multiple of 4"):
+        dev.launch(k, w, 1, 32, buf[:66].reshape(2, 33), 33, 2, out, 1, 0)
+
+
 def test_the_upload_shape_must_be_the_buffers(dev):
     with pytest.raises(ValueError, match="upload"):
         dev.upload(dev.zeros(4, np.int32), np.arange(5, dtype=np.int32))
