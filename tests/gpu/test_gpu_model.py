@@ -57,6 +57,14 @@ def run(forward, steps=STEPS, pages=PAGES):
     return [forward(build_batch(chunks, alloc)) for chunks in steps]
 
 
+def replays(model) -> list[int]:
+    """The buckets whose graphs `model` replays from now on, in order (filled in as it runs)."""
+    seen = []
+    for b, graph in model.graphs.items():
+        graph.replay = lambda real=graph.replay, b=b: (seen.append(b), real())[1]
+    return seen
+
+
 def same(dev, got, want):
     """Bit for bit on a GPU (the same kernels on the same rows); on numpy within BLAS's reordering
     (its matrix product may sum a row differently in a batch of another size)."""
@@ -83,7 +91,9 @@ def test_a_graph_replay_gives_the_eager_steps_results(dev, tiny):
     path, root = tiny(QT.Q4_1)
     graphed, eager = gpu_model(dev, path, root), gpu_model(dev, path, root, graphs=False)
     assert sorted(graphed.graphs) == list(BUCKETS) and not eager.graphs
+    replayed = replays(graphed)
     same(dev, run(graphed.forward), run(eager.forward))
+    assert replayed == [16, 4, 4, 4, 32]             # every step a graph's: 9, 4, 3, 3 and 30 tokens
 
 
 def test_rows_of_a_mixed_batch_are_the_rows_alone(dev, tiny):
@@ -114,7 +124,9 @@ def test_a_sequence_wider_than_the_graphs_page_tables_runs_eagerly(dev, tiny):
     graphed, eager = gpu_model(dev, path, root), gpu_model(dev, path, root, graphs=False)
     assert graphed.width == 256 // PAGE                        # the tiny model's context, in pages
     long = [[Chunk("l", list(range(1, 61)) * 5, 0)], [Chunk("l", [7], 300)], [Chunk("l", [8], 301)]]
+    replayed = replays(graphed)
     same(dev, run(graphed.forward, long), run(eager.forward, long))
+    assert replayed == []
 
 
 def test_a_chain_of_shards_gives_one_shards_logits(dev, tiny):
