@@ -25,7 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
-from kernels.gpu.kernels import Kernel, bind
+from kernels.gpu.kernels import POINTERS, BadLaunch, Kernel, bind
 from kernels.gpu.sources import source_text
 from kernels.xp import ArrayModuleUnavailable, get_xp
 
@@ -220,6 +220,9 @@ class CupyDevice(_Base):
 
     def launch(self, kernel: Kernel, *args) -> None:
         grid, block = bind(kernel, args)
+        for (kind, name), a in zip(kernel.params, args):
+            if kind in POINTERS and not isinstance(a, self.xp.ndarray):   # cupy would pass a size-1 numpy
+                raise BadLaunch(f"{kernel.name}: {name} is a host array, not one on the device")  # array by value
         fn = self.function(kernel)
         conv = tuple(_scalar(t, a) for (t, _), a in zip(kernel.params, args))
         with self.stream:

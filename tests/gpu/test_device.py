@@ -91,6 +91,14 @@ def test_the_products_activations_must_be_aligned_for_their_four_float_loads(dev
         dev.launch(k, w, 1, 32, buf[:66].reshape(2, 33), 33, 2, out, 1, 0)
 
 
+@pytest.mark.gpu
+def test_a_host_array_is_refused_where_a_kernel_reads_the_device(cuda_device):
+    # cupy would pass a one-element numpy array by value, where the kernel reads a pointer.
+    h = cuda_device.zeros(1, F32)
+    with pytest.raises(BadLaunch, match="host array"):
+        cuda_device.launch(KERNELS["add_rows"], h, np.ones(1, F32), 1)
+
+
 def test_the_upload_shape_must_be_the_buffers(dev):
     with pytest.raises(ValueError, match="upload"):
         dev.upload(dev.zeros(4, np.int32), np.arange(5, dtype=np.int32))
