@@ -99,7 +99,15 @@ def _flat(a: np.ndarray, n: int) -> np.ndarray:
     return a.reshape(-1)[:n]
 
 
-# Rows dequantized from read-only buffers (weights: NumpyDevice.constant), kept while the buffer lives.
+def root_array(a: np.ndarray) -> np.ndarray:
+    """The array that owns a's memory (a itself, or the last ndarray of its chain of bases)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+# Rows dequantized from read-only buffers (weights: NumpyDevice.constant), kept while the buffer lives,
+# by address: a view of the same rows made again (a recorded graph's replay) finds them.
 _KEPT: dict[tuple, tuple[weakref.ref, np.ndarray]] = {}
 
 
@@ -109,12 +117,13 @@ def _weight(kind: str, w: np.ndarray, n_rows: int, k: int) -> np.ndarray:
     rows = _flat(w, n_rows * rb).reshape(n_rows, rb)
     if w.flags.writeable:
         return dequant_rows(kind, rows, k)
-    key = (id(w), kind, n_rows, k)
+    root = root_array(w)
+    key = (w.__array_interface__["data"][0], kind, n_rows, k)
     kept = _KEPT.get(key)
-    if kept is not None and kept[0]() is w:
+    if kept is not None and kept[0]() is root:
         return kept[1]
     out = dequant_rows(kind, rows, k)
-    _KEPT[key] = (weakref.ref(w, lambda _, key=key: _KEPT.pop(key, None)), out)
+    _KEPT[key] = (weakref.ref(root, lambda _, key=key: _KEPT.pop(key, None)), out)
     return out
 
 
