@@ -2,6 +2,7 @@
 references, and a device abstraction under which the same host code drives either.
 
     device.py      NumpyDevice (the references stand in for the kernels: CI) or CupyDevice (a GPU)
+    recorded.py    NumpyDevice's graphs: launches recorded by address, replayed by the references
     kernels.py     every kernel: its CUDA name and source, parameters, launch shape and reference
     ref_quant.py   GGUF blocks read as the CUDA code reads them (quant.cuh), and the products
     ref_ops.py     norms, RoPE with the KV write, attention, gates, the greedy sampler

@@ -12,7 +12,7 @@ launches, graph capture and replay) runs in CI as it runs on a GPU.
     capture             a graph of the launches made inside the block, replayed later
     activate / follow   the device's own stream made current / made to wait for the caller's
 
-NumpyDevice records a capture's launches without running them and runs them again on replay, with
+NumpyDevice records a capture's launches without running them and runs them again on replay (recorded.py), with
 the buffers as they are then, which is what a CUDA graph does: a step that read something on the
 host while captured gives wrong results on replay here too, and an upload inside a capture fails
 on both devices alike. Like a CUDA graph, a recording holds the addresses of the memory it reads,
@@ -23,20 +23,14 @@ whatever took that memory).
 from __future__ import annotations
 
 import contextlib
-import weakref
 from typing import Protocol
 
 import numpy as np
 
 from kernels.gpu.kernels import POINTERS, BadLaunch, Kernel, bind
-from kernels.gpu.ref_quant import root_array
+from kernels.gpu.recorded import Address, CaptureError, RecordedGraph
 from kernels.gpu.sources import source_text
 from kernels.xp import ArrayModuleUnavailable, get_xp
-
-
-class CaptureError(RuntimeError):
-    """A host copy, an allocation, a wait or an eager product inside a graph capture (none can be
-    part of a graph)."""
 
 
 class Graph(Protocol):
@@ -138,7 +132,7 @@ class NumpyDevice(_Base):
     def launch(self, kernel: Kernel, *args) -> None:
         bind(kernel, args)
         if self._recording is not None:
-            self._recording.append((kernel, tuple(_Address.of(a) for a in args)))
+            self._recording.append((kernel, tuple(Address.of(a) for a in args)))
         else:
             kernel.reference(*args)
 
@@ -146,7 +140,7 @@ class NumpyDevice(_Base):
     def capture(self):
         if self.capturing:
             raise CaptureError("a capture inside a capture")
-        graph = _RecordedGraph()
+        graph = RecordedGraph()
         self._recording = graph.launches
         try:
             yield graph
@@ -161,38 +155,6 @@ class NumpyDevice(_Base):
 
     def _synchronize(self) -> None:
         pass
-
-
-class _RecordedGraph:
-    def __init__(self):
-        self.launches: list[tuple[Kernel, tuple]] = []
-
-    def replay(self) -> None:
-        for kernel, args in self.launches:
-            kernel.reference(*(a.array(kernel) if isinstance(a, _Address) else a for a in args))
-
-
-class _Address:
-    """Where a recorded launch's array lies: its owner (held weakly, as a CUDA graph holds a pointer
-    and not the allocation), its offset there and its layout; made into the same view at replay."""
-
-    def __init__(self, a: np.ndarray, root: np.ndarray):
-        self.root = weakref.ref(root)
-        self.offset = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-        self.shape, self.strides, self.dtype = a.shape, a.strides, a.dtype
-
-    @classmethod
-    def of(cls, a):
-        if not isinstance(a, np.ndarray) or not a.size:        # scalars, and arrays nothing reads
-            return a
-        return cls(a, root_array(a))
-
-    def array(self, kernel: Kernel) -> np.ndarray:
-        root = self.root()
-        if root is None:
-            raise CaptureError(f"{kernel.name}: a replayed graph reads an array freed since its capture (on a "
-                               "GPU, whatever took its memory): keep a graph's buffers as long as the graph")
-        return np.ndarray(self.shape, self.dtype, buffer=root, offset=self.offset, strides=self.strides)
 
 
 class CupyDevice(_Base):
