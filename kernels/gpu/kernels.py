@@ -24,7 +24,7 @@ MAX_GRID = (I32_MAX, 65535, 65535)
 NORM_THREADS = 256     # rms_norm, add_rms_norm, gather_rows: a block per row
 FLAT_THREADS = 256     # one thread per element
 QM_WARPS, QM_ROWS = 4, 8          # qmatmul.cu: output rows and activation rows per block
-ATT_WARPS = 4                     # attention.cu
+ATT_WARPS = 8                     # attention.cu
 TOP_THREADS = 256                 # sampling.cu
 MAX_HEAD_DIM = 256                # rope_kv.cu and attention.cu hold a head in 8 lanes' worth
 
@@ -63,6 +63,16 @@ def _head_block(dh: int) -> int:
     return 32 * _cdiv(dh, 32)
 
 
+# quant.cuh reads these kinds' blocks in words, not bytes: Q4_1's 20-byte blocks 4 bytes at a time,
+# Q4_K's nibbles (at 16 in a 144-byte block) 16 at a time. Their matrices start so aligned (each is
+# its own allocation, or a layer of a stack of whole rows).
+BLOCK_ALIGN = {"q4_1": 4, "q4_k": 16}
+
+
+def _blocks_aligned(kind: str) -> tuple[tuple[str, int], ...]:
+    return (("w", BLOCK_ALIGN[kind]),) if kind in BLOCK_ALIGN else ()
+
+
 def _kernels() -> dict[str, Kernel]:
     ks = [
         Kernel("rms_norm", "norm.cu", _p("f32* x, f32* w, f32* out, i32 rows, i32 d, f32 eps"),
@@ -99,12 +109,13 @@ def _kernels() -> dict[str, Kernel]:
             Kernel(f"qmatmul_{kind}", "qmatmul.cu",
                    _p("u8* w, i32 n_rows, i32 k, f32* x, i32 ldx, i32 t_rows, f32* out, i32 ldo, i32 col0"),
                    lambda a: ((_cdiv(a["n_rows"], QM_WARPS), _cdiv(a["t_rows"], QM_ROWS)), (32 * QM_WARPS,)),
-                   partial(ref_quant.qmatmul, kind), aligned=(("x", 16),), multiple=(("ldx", 4),)),
+                   partial(ref_quant.qmatmul, kind), aligned=(("x", 16),) + _blocks_aligned(kind),
+                   multiple=(("ldx", 4),)),
             Kernel(f"dequant_{kind}", "qmatmul.cu", _p("u8* w, i32 n_rows, i32 k, f32* out"),
                    lambda a: ((_cdiv(a["n_rows"] * (a["k"] // 32), FLAT_THREADS),), (FLAT_THREADS,)),
-                   partial(ref_quant.dequant, kind)),
+                   partial(ref_quant.dequant, kind), aligned=_blocks_aligned(kind)),
             Kernel(f"embed_{kind}", "qmatmul.cu", _p("u8* w, i32 k, i32* ids, i32 t_rows, f32 scale, f32* out"),
-                   lambda a: ((a["t_rows"],), (128,)), partial(ref_quant.embed, kind)),
+                   lambda a: ((a["t_rows"],), (128,)), partial(ref_quant.embed, kind), aligned=_blocks_aligned(kind)),
         ]
     return {k.name: k for k in ks}
 

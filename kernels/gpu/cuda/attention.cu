@@ -4,12 +4,13 @@
 // h / (n_heads / n_kv), as llama.cpp), and a sliding window (a row seeing `len` keys reads only
 // the last `window` of them, itself included). The page table is read here, in the kernel.
 //
-// One block per (row, head), ATT_WARPS warps taking the keys in turn, each keeping a running
-// softmax (max, sum of weights, weighted sum of values); the warps' partial results are merged at
-// the end. A lane holds dims lane, lane + 32, ... of the head (head_dim <= 256).
+// One block per (row, head), ATT_WARPS warps taking the keys ATT_UNROLL at a time in turn, each
+// keeping a running softmax (max, sum of weights, weighted sum of values); the warps' partial
+// results are merged at the end. A lane holds dims lane, lane + 32, ... of the head (head_dim <= 256).
 #include "common.cuh"
 
-#define ATT_WARPS 4
+#define ATT_WARPS 8
+#define ATT_UNROLL 4
 #define ATT_MAX_DIM_PER_LANE 8
 
 // grid (t_rows, n_heads), block 32 * ATT_WARPS. q, out (t_rows, n_heads, dh) float32; caches
@@ -37,23 +38,42 @@ extern "C" __global__ void paged_attention(const float* q, const unsigned short*
         qv[i] = d < dh ? qr[d] : 0.0f;
         acc[i] = 0.0f;
     }
+    // Each warp takes ATT_UNROLL keys at a time (its loads of all of them first, so that they are in
+    // flight together: a decode row's loop is bound by memory latency, not arithmetic), the warps
+    // ATT_UNROLL * ATT_WARPS keys apart.
     float m = -LB_INF, l = 0.0f;
-    for (int j = lo + warp; j < len; j += ATT_WARPS) {
-        const long long base = (((long long)pages[j / page_size] * page_size + j % page_size) * n_kv + kvh) * dh;
-        float s = 0.0f;
+    for (int j0 = lo + warp * ATT_UNROLL; j0 < len; j0 += ATT_WARPS * ATT_UNROLL) {
+        float kf[ATT_UNROLL][ATT_MAX_DIM_PER_LANE], vf[ATT_UNROLL][ATT_MAX_DIM_PER_LANE], s[ATT_UNROLL];
 #pragma unroll
-        for (int i = 0; i < ATT_MAX_DIM_PER_LANE; i++) {
-            const int d = lane + 32 * i;
-            if (d < dh) s += qv[i] * lb_half_to_float(k_cache[base + d]);
+        for (int u = 0; u < ATT_UNROLL; u++) {
+            const int j = j0 + u < len ? j0 + u : j0;        // past the end: a valid key, its weight 0
+            const long long base = (((long long)pages[j / page_size] * page_size + j % page_size) * n_kv + kvh) * dh;
+#pragma unroll
+            for (int i = 0; i < ATT_MAX_DIM_PER_LANE; i++) {
+                const int d = lane + 32 * i;
+                kf[u][i] = d < dh ? lb_half_to_float(k_cache[base + d]) : 0.0f;
+                vf[u][i] = d < dh ? lb_half_to_float(v_cache[base + d]) : 0.0f;
+            }
         }
-        s = lb_warp_sum(s) * scale;
-        const float m_new = fmaxf(m, s);
-        const float corr = expf(m - m_new), p = expf(s - m_new);   // corr 0 at the first key (m = -inf)
-        l = l * corr + p;
+        float m_new = m;
 #pragma unroll
-        for (int i = 0; i < ATT_MAX_DIM_PER_LANE; i++) {
-            const int d = lane + 32 * i;
-            if (d < dh) acc[i] = acc[i] * corr + p * lb_half_to_float(v_cache[base + d]);
+        for (int u = 0; u < ATT_UNROLL; u++) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < ATT_MAX_DIM_PER_LANE; i++) dot += qv[i] * kf[u][i];
+            s[u] = lb_warp_sum(dot) * scale;
+            if (j0 + u < len) m_new = fmaxf(m_new, s[u]);
+        }
+        const float corr = expf(m - m_new);                  // 0 at the first keys (m = -inf)
+        l *= corr;
+#pragma unroll
+        for (int i = 0; i < ATT_MAX_DIM_PER_LANE; i++) acc[i] *= corr;
+#pragma unroll
+        for (int u = 0; u < ATT_UNROLL; u++) {
+            const float p = j0 + u < len ? expf(s[u] - m_new) : 0.0f;
+            l += p;
+#pragma unroll
+            for (int i = 0; i < ATT_MAX_DIM_PER_LANE; i++) acc[i] += p * vf[u][i];
         }
         m = m_new;
     }
