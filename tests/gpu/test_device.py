@@ -105,6 +105,23 @@ def test_the_products_activations_must_be_aligned_for_their_four_float_loads(dev
         dev.launch(k, w, 1, 32, buf[:66].reshape(2, 33), 33, 2, out, 1, 0)
 
 
+@pytest.mark.parametrize("kind, rb, align", [("q4_1", 20, 4), ("q4_k", 144, 16)])
+def test_blocks_read_in_words_must_start_aligned_for_them(dev, kind, rb, align):
+    # quant.cuh reads Q4_1 blocks 4 bytes at a time and Q4_K's nibbles 16 at a time: a matrix one
+    # byte into a buffer is refused before the launch, by each kernel that reads the blocks.
+    cols = 32 if kind == "q4_1" else 256
+    buf, x, out = dev.zeros(2 * rb + align, np.uint8), dev.zeros((1, cols), F32), dev.zeros((1, 2), F32)
+    ids = dev.zeros(1, np.int32)
+    dev.launch(KERNELS[f"qmatmul_{kind}"], buf[align:align + 2 * rb].reshape(2, rb), 2, cols, x, cols, 1, out, 2, 0)
+    bad = buf[1:1 + 2 * rb].reshape(2, rb)
+    with pytest.raises(BadLaunch, match="address"):
+        dev.launch(KERNELS[f"qmatmul_{kind}"], bad, 2, cols, x, cols, 1, out, 2, 0)
+    with pytest.raises(BadLaunch, match="address"):
+        dev.launch(KERNELS[f"dequant_{kind}"], bad, 2, cols, dev.zeros((2, cols), F32))
+    with pytest.raises(BadLaunch, match="address"):
+        dev.launch(KERNELS[f"embed_{kind}"], bad, cols, ids, 1, 1.0, x)
+
+
 @pytest.mark.gpu
 def test_a_host_array_is_refused_where_a_kernel_reads_the_device(cuda_device):
     # cupy would pass a one-element numpy array by value, where the kernel reads a pointer.

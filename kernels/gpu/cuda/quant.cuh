@@ -58,16 +58,21 @@ template <> __device__ __forceinline__ void lb_unit<LB_KIND_Q4_0>(const unsigned
 }
 
 template <> __device__ __forceinline__ void lb_unit<LB_KIND_Q4_1>(const unsigned char* row, int u, float* w) {
-    const unsigned char* b = row + (long long)u * 20;
-    const float d = lb_load_half(b), m = lb_load_half(b + 2);
-    const unsigned char* qs = b + 4;
+    // A block is 20 bytes and a row a whole number of them: 4-byte aligned where the matrix is, so
+    // read in five 32-bit words (d and m in the first, little endian) rather than 20 bytes.
+    const unsigned int* b = (const unsigned int*)(row + (long long)u * 20);
+    const unsigned int dm = b[0];
+    const float d = lb_half_to_float((unsigned short)(dm & 0xFFFF)), m = lb_half_to_float((unsigned short)(dm >> 16));
+    unsigned int qs[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) qs[i] = b[1 + i];
 #pragma unroll
     for (int l = 0; l < 16; l++) {
-        w[l] = __fadd_rn(__fmul_rn(d, (float)(qs[l] & 0xF)), m);
-        w[l + 16] = __fadd_rn(__fmul_rn(d, (float)(qs[l] >> 4)), m);
+        const unsigned int q = (qs[l >> 2] >> (8 * (l & 3))) & 0xFF;
+        w[l] = __fadd_rn(__fmul_rn(d, (float)(q & 0xF)), m);
+        w[l + 16] = __fadd_rn(__fmul_rn(d, (float)(q >> 4)), m);
     }
 }
-
 template <> __device__ __forceinline__ void lb_unit<LB_KIND_Q8_0>(const unsigned char* row, int u, float* w) {
     const unsigned char* b = row + (long long)u * 34;
     const float d = lb_load_half(b);
@@ -82,12 +87,18 @@ template <> __device__ __forceinline__ void lb_unit<LB_KIND_Q4_K>(const unsigned
     int sc, mn;
     lb_scale_min_k4(j, b + 4, &sc, &mn);
     const float d1 = __fmul_rn(lb_load_half(b), (float)sc), m1 = __fmul_rn(lb_load_half(b + 2), (float)mn);
-    const unsigned char* qs = b + 16 + 32 * (j >> 1);
+    // A block is 144 bytes, its nibbles at 16: 16-byte aligned where the matrix is, so the unit's
+    // 32 bytes come in two 16-byte loads rather than 32 one-byte ones.
+    const uint4* q16 = (const uint4*)(b + 16 + 32 * (j >> 1));
+    const uint4 lo = q16[0], hi = q16[1];
+    const unsigned int qs[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     const int shift = (j & 1) * 4;
 #pragma unroll
-    for (int l = 0; l < 32; l++) w[l] = __fsub_rn(__fmul_rn(d1, (float)((qs[l] >> shift) & 0xF)), m1);
+    for (int l = 0; l < 32; l++) {
+        const unsigned int q = (qs[l >> 2] >> (8 * (l & 3) + shift)) & 0xF;
+        w[l] = __fsub_rn(__fmul_rn(d1, (float)q), m1);
+    }
 }
-
 template <> __device__ __forceinline__ void lb_unit<LB_KIND_Q5_K>(const unsigned char* row, int u, float* w) {
     const unsigned char* b = row + (long long)(u >> 3) * 176;
     const int j = u & 7;
