@@ -44,7 +44,7 @@ def graph_decode_ms(shape, batch: int, context: int, steps: int, warmup: int = 5
         h = emb[tokens]                                                   # (B, D)
         ang = pos.float() * inv_freq
         cos, sin = ang.cos().to(dt), ang.sin().to(dt)
-        mask = keys <= pos
+        mask = (keys <= pos).view(1, 1, 1, ctx)                           # (B, H, 1, ctx) by broadcast
         for layer in range(L):
             x = rms(h, norms[2 * layer])
             qkv = x @ wqkv[layer].T
