@@ -23,9 +23,9 @@ MAX_GRID = (I32_MAX, 65535, 65535)
 
 NORM_THREADS = 256     # rms_norm, add_rms_norm, gather_rows: a block per row
 FLAT_THREADS = 256     # one thread per element
-QM_WARPS, QM_ROWS = 4, 8          # qmatmul.cu: output rows and activation rows per block
+QM_WARPS, QM_ROWS = 4, 16         # qmatmul.cu: output rows and activation rows per block
 ATT_WARPS = 8                     # attention.cu
-TOP_THREADS = 256                 # sampling.cu
+TOP_THREADS = 1024                 # sampling.cu
 MAX_HEAD_DIM = 256                # rope_kv.cu and attention.cu hold a head in 8 lanes' worth
 
 
@@ -106,11 +106,14 @@ def _kernels() -> dict[str, Kernel]:
     ]
     for kind in ref_quant.KINDS:
         ks += [
+            Kernel(f"qmatvec_{kind}", "qmatmul.cu",
+                   _p("u8* w, i32 n_rows, i32 k, f32* x, f32* out, i32 ldo, i32 col0"),
+                   lambda a: ((_cdiv(a["n_rows"], QM_WARPS),), (32 * QM_WARPS,)),
+                   partial(ref_quant.qmatvec, kind), aligned=(("x", 16),) + _blocks_aligned(kind)),
             Kernel(f"qmatmul_{kind}", "qmatmul.cu",
                    _p("u8* w, i32 n_rows, i32 k, f32* x, i32 ldx, i32 t_rows, f32* out, i32 ldo, i32 col0"),
                    lambda a: ((_cdiv(a["n_rows"], QM_WARPS), _cdiv(a["t_rows"], QM_ROWS)), (32 * QM_WARPS,)),
-                   partial(ref_quant.qmatmul, kind), aligned=(("x", 16),) + _blocks_aligned(kind),
-                   multiple=(("ldx", 4),)),
+                   partial(ref_quant.qmatmul, kind), aligned=_blocks_aligned(kind)),
             Kernel(f"dequant_{kind}", "qmatmul.cu", _p("u8* w, i32 n_rows, i32 k, f32* out"),
                    lambda a: ((_cdiv(a["n_rows"] * (a["k"] // 32), FLAT_THREADS),), (FLAT_THREADS,)),
                    partial(ref_quant.dequant, kind), aligned=_blocks_aligned(kind)),

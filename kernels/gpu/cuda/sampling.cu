@@ -5,7 +5,7 @@
 // it, as kernels.sampling.sample does, with the rows whose max is +-inf).
 #include "common.cuh"
 
-#define TOP_THREADS 256
+#define TOP_THREADS 1024
 
 // Whether (v, i) comes before (bv, bi) in the order of the top ids: larger value, then lower id.
 __device__ __forceinline__ bool lb_before(float v, int i, float bv, int bi) {
