@@ -123,10 +123,11 @@ def matmul(dev, x, m: DeviceMatrix, out, scratch=None) -> None:
     if not t:
         return
     if t <= KERNEL_ROWS or scratch is None:
-        if k % 4:
-            raise BadShape(f"rows of {k} weights: the device kernels read x four floats at a time")
         for p in m.parts:
-            dev.launch(K[f"qmatmul_{p.kind}"], p.data, p.rows, k, x, k, t, out, int(out.shape[1]), p.row0)
+            if t == 1:                      # one sequence's decode step: its own kernel
+                dev.launch(K[f"qmatvec_{p.kind}"], p.data, p.rows, k, x, out, int(out.shape[1]), p.row0)
+            else:
+                dev.launch(K[f"qmatmul_{p.kind}"], p.data, p.rows, k, x, k, t, out, int(out.shape[1]), p.row0)
         return
     slab = max(1, min(SCRATCH_FLOATS, scratch.size) // k)
     for p in m.parts:

@@ -137,6 +137,11 @@ def qmatmul(kind: str, w, n_rows, k, x, ldx, t_rows, out, ldo, col0) -> None:
     om[:, col0:col0 + n_rows] = (xm.astype(np.float64) @ wm.T.astype(np.float64)).astype(F32)
 
 
+def qmatvec(kind: str, w, n_rows, k, x, out, ldo, col0) -> None:
+    """out[col0 + n] = sum_k x[k] * W[n, k]: qmatmul of one activation row."""
+    qmatmul(kind, w, n_rows, k, x, k, 1, out, ldo, col0)
+
+
 def dequant(kind: str, w, n_rows, k, out) -> None:
     """out (n_rows, k) = W as float32."""
     _flat(out, n_rows * k)[:] = _weight(kind, w, n_rows, k).reshape(-1)

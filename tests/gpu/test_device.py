@@ -89,20 +89,19 @@ def test_launches_are_checked_against_the_declaration(dev):
     with pytest.raises(BadLaunch, match="grid"):
         dev.launch(k, h, h, 0)                                    # an empty grid CUDA refuses
     with pytest.raises(BadLaunch, match="grid"):
-        dev.launch(KERNELS["qmatmul_q8_0"], dev.zeros((1, 34), np.uint8), 1, 32, dev.zeros((70000 * 8, 32), F32),
-                   32, 70000 * 8, dev.zeros((70000 * 8, 1), F32), 1, 0)   # grid.y past 65535
+        dev.launch(KERNELS["qmatmul_q8_0"], dev.zeros((1, 34), np.uint8), 1, 32, dev.zeros((70000 * 16, 32), F32),
+                   32, 70000 * 16, dev.zeros((70000 * 16, 1), F32), 1, 0)   # grid.y past 65535
 
 
-def test_the_products_activations_must_be_aligned_for_their_four_float_loads(dev):
-    # qmatmul reads x as float4: a view starting one float into a buffer is a misaligned-address
-    # fault on a GPU, refused before the launch on both devices.
-    k = KERNELS["qmatmul_q8_0"]
-    w, out, buf = dev.zeros((1, 34), np.uint8), dev.zeros((2, 1), F32), dev.zeros(2 * 32 + 4, F32)
-    dev.launch(k, w, 1, 32, buf[4:4 + 64].reshape(2, 32), 32, 2, out, 1, 0)      # 16 bytes in: fine
+def test_the_one_row_products_activations_must_be_aligned_for_their_four_float_loads(dev):
+    # qmatvec reads x as float4: a view starting one float into a buffer is a misaligned-address
+    # fault on a GPU, refused before the launch on both devices. qmatmul reads x a float a lane.
+    k = KERNELS["qmatvec_q8_0"]
+    w, out, buf = dev.zeros((1, 34), np.uint8), dev.zeros((1, 1), F32), dev.zeros(32 + 4, F32)
+    dev.launch(k, w, 1, 32, buf[4:4 + 32], out, 1, 0)                                 # 16 bytes in: fine
     with pytest.raises(BadLaunch, match="address"):
-        dev.launch(k, w, 1, 32, buf[1:1 + 64].reshape(2, 32), 32, 2, out, 1, 0)
-    with pytest.raises(BadLaunch, match="ldx must be a multiple of 4"):
-        dev.launch(k, w, 1, 32, buf[:66].reshape(2, 33), 33, 2, out, 1, 0)
+        dev.launch(k, w, 1, 32, buf[1:1 + 32], out, 1, 0)
+    dev.launch(KERNELS["qmatmul_q8_0"], w, 1, 32, buf[1:1 + 32].reshape(1, 32), 32, 1, out, 1, 0)
 
 
 @pytest.mark.parametrize("kind, rb, align", [("q4_1", 20, 4), ("q4_k", 144, 16)])
@@ -116,6 +115,8 @@ def test_blocks_read_in_words_must_start_aligned_for_them(dev, kind, rb, align):
     bad = buf[1:1 + 2 * rb].reshape(2, rb)
     with pytest.raises(BadLaunch, match="address"):
         dev.launch(KERNELS[f"qmatmul_{kind}"], bad, 2, cols, x, cols, 1, out, 2, 0)
+    with pytest.raises(BadLaunch, match="address"):
+        dev.launch(KERNELS[f"qmatvec_{kind}"], bad, 2, cols, x, out, 2, 0)
     with pytest.raises(BadLaunch, match="address"):
         dev.launch(KERNELS[f"dequant_{kind}"], bad, 2, cols, dev.zeros((2, cols), F32))
     with pytest.raises(BadLaunch, match="address"):

@@ -198,6 +198,28 @@ def test_products_read_the_blocks_for_decode_rows(dev, kind, t):
         m = from_parts(dv, [(kind, dv.constant(data))], cols)
         dv.launch(KERNELS[f"qmatmul_{kind}"], m.parts[0].data, rows, cols, a["x"], cols, t, a["out"], rows + 5, 2)
         return {"out": dv.download(a["out"])}
+    check_product(dev, make, x, w, rows)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("cols", [32, 512, 2048 + 32])     # units: one; 16; past 64 (both of a lane's in turn)
+def test_the_one_row_product_reads_the_blocks_for_a_decode_step(dev, kind, cols):
+    if kind.endswith("_k"):
+        cols = 256 * -(-cols // 256)                         # a K-quant row is whole 256-weight blocks
+    rows = 7
+    data, w = weight(kind, rows, cols, seed=cols)
+    x = RNG(cols).standard_normal((1, cols)).astype(F32)
+    out0 = np.full((1, rows + 5), -3.0, F32)
+
+    def make(dv):
+        a = put(dv, x=x, out=out0)
+        m = from_parts(dv, [(kind, dv.constant(data))], cols)
+        dv.launch(KERNELS[f"qmatvec_{kind}"], m.parts[0].data, rows, cols, a["x"].reshape(-1), a["out"], rows + 5, 2)
+        return {"out": dv.download(a["out"])}
+    check_product(dev, make, x, w, rows)
+
+
+def check_product(dev, make, x, w, rows):
     got, ref = both(dev, make)
     want = x.astype(np.float64) @ w.astype(np.float64).T
     scale = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
