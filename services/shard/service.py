@@ -43,9 +43,10 @@ from .route import BadRoute, StaleRoute, check_self, next_stage
 log = logging.getLogger("llmbus.shard")
 
 def weight_format(device: str, requested: str) -> str:
-    """The format a shard loads: a cuda shard dequantizes (to fp16 on the device) whatever it is asked."""
+    """The format a shard loads: a cuda shard keeps GGUF's blocks on the GPU unless asked for float32
+    (then float16 there); a cpu shard its blocks where the native kernel is built."""
     if device == "cuda":
-        return "float32"
+        return "float32" if requested == "float32" else "quantized"
     if requested == "auto":
         from kernels.qmatmul import available
         return "quantized" if available() else "float32"
@@ -103,9 +104,18 @@ class ShardService(Service):
     async def on_start(self) -> None:
         from services.modelstore.footprint import read_footprint
         from services.modelstore.identity import model_identity
+        from services.modelstore.gguf_meta import read_metadata
+        from services.shard.resident import gpu_reserve, weight_scale
 
         loop = asyncio.get_running_loop()
         self.model_id = await loop.run_in_executor(self._loader, model_identity, self.shard.model)
+        self.weight_scale = await loop.run_in_executor(self._loader, weight_scale, self.shard.model,
+                                                       self.shard.device, self.weight_format)
+        # A GPU shard offers its memory less what it keeps there beside weights and KV.
+        self.reserve = 0 if self.shard.device != "cuda" else gpu_reserve(
+            await loop.run_in_executor(self._loader, read_metadata, self.shard.model),
+            self.shard.num_pages, self.shard.page_size)
+        # Last: info() (every heartbeat) offers placement the figures above once this is set.
         self.footprint = await loop.run_in_executor(self._loader, read_footprint, self.shard.model)
         if self.pinned:
             self._take_range(await loop.run_in_executor(self._compute, self._load, 0, self.shard.start,
@@ -122,21 +132,18 @@ class ShardService(Service):
         s = self.shard
         self.threads = set_threads(s.threads)      # one pool per process: this shard's
         advise_hugepages(False)    # no stalls as the KV cache and new batch sizes are first touched
-        xp = array_module(s.device)
         if plan:   # beside a range that serves: the long part runs in a child process
             from services.shard.warm import warm
             warm(s.model, start, end, self.weight_format)
         loaded = load_weights(s.model, start, end, self.weight_format)
-        weights, dtype = loaded.weights, np.dtype(np.float32)
-        if s.device == "cuda":   # fp16 halves what the GPU reads per token; the engine keeps fp32 I/O
-            weights, dtype = weights.to(xp, xp.float16), np.dtype(np.float16)
-        kv = PagedKVCache.for_model(loaded.config, start, end,
-                                    KVConfig(num_pages=s.num_pages, page_size=s.page_size),
-                                    dtype=dtype, xp=xp)
-        # ShardModel hands back host float32 (hidden states or logits) whatever xp computes,
-        # so the codec and the sampler below always see numpy arrays.
-        model = ShardModel(loaded.config, weights, kv, xp=xp)
-        return _Range(plan, start, end, loaded, model, kv.k.nbytes + kv.v.nbytes)
+        kv = KVConfig(num_pages=s.num_pages, page_size=s.page_size)
+        if s.device == "cuda":   # blocks and a float16 KV cache on the GPU, graphs captured; host fp32 I/O
+            from services.shard.gpu_model import GpuShardModel, gpu_device
+            model = GpuShardModel(loaded.config, loaded.weights, kv, gpu_device())
+        else:
+            model = ShardModel(loaded.config, loaded.weights,
+                               PagedKVCache.for_model(loaded.config, start, end, kv))
+        return _Range(plan, start, end, loaded, model, model.kv.nbytes())
 
     def _take_range(self, r: _Range) -> None:
         # One assignment after another on the event loop, between forwards' awaits: a forward
@@ -162,9 +169,9 @@ class ShardService(Service):
         if not self.pinned and getattr(self, "footprint", None) is not None:
             # What placement reads: the budget, the KV one layer costs here, the plan served.
             out = ShardInfo(model=self.model_id, n_layers=self.footprint.n_layers,
-                            memory=self.shard.memory, kv_per_layer=self.kv_per_layer,
-                            plan=self.plan, num_pages=self.shard.num_pages,
-                            page_size=self.shard.page_size)
+                            memory=max(0, self.shard.memory - self.reserve), kv_per_layer=self.kv_per_layer,
+                            weight_scale=round(self.weight_scale, 4), plan=self.plan,
+                            num_pages=self.shard.num_pages, page_size=self.shard.page_size)
         if self.model is None:
             return wire.evolve(out, layers=(self.shard.start, self.shard.end)) if self.pinned else out
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -175,7 +182,8 @@ class ShardService(Service):
             num_pages=self.shard.num_pages, page_size=self.shard.page_size,
             load_s=round(self.loaded.seconds, 3), cold_load=self.loaded.cold,
             kv_mb=round(self.kv_bytes / 2**20, 1), max_rss_mb=round(rss_mb, 1),
-            threads=self.threads)
+            threads=self.threads,
+            gpu_mb=round(self.model.device_bytes() / 2**20, 1) if self.shard.device == "cuda" else 0.0)
 
     # ------------------------------------------------------------------ placement
     @handles(FootprintRequest)
@@ -380,20 +388,22 @@ class ShardService(Service):
 
     def _forward_and_sample(self, model, batch, f: Forward) -> ForwardResult:
         """The last shard's step, on the compute thread: logits, then the sampled result."""
+        from kernels.xp import to_numpy
         from services.shard.batch import BadBatch
         from services.shard.sampling_step import sample_rows, split_histories
 
-        logits = model.forward(batch)
+        logits = model.forward(batch, on_device=True)     # a GPU's stay there: sampled there
         n = logits.shape[0]
         if len(f.sampling) != n:
             raise BadBatch(f"{n} sequences sample but {len(f.sampling)} sampling entries were sent")
         hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
-        res = sample_rows(logits, f.sampling, f.steps, split_histories(hist, f.history_lens, n))
+        res = sample_rows(logits, f.sampling, f.steps, split_histories(hist, f.history_lens, n),
+                          sampler=model.sampler)
         want_top = res.top_ids.shape[1] > 0
         return ForwardResult(
             batch_id=f.batch_id, key=f.reply_to.key, tokens=wire.Tensor(res.tokens),
             logprobs=wire.Tensor(res.logprobs),
             top_ids=wire.Tensor(res.top_ids) if want_top else None,
             top_logprobs=wire.Tensor(res.top_logprobs) if want_top else None,
-            logits=wire.Tensor(logits, "fp32") if f.return_logits else None,
+            logits=wire.Tensor(to_numpy(logits), "fp32") if f.return_logits else None,
             errors=res.errors if res.failed else [])

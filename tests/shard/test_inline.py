@@ -54,13 +54,13 @@ async def test_decodes_run_on_the_loop_prompts_on_the_compute_thread_one_at_a_ti
         active, most = 0, 0
         inner = s.model.forward
 
-        def watched(batch):
+        def watched(batch, **kw):
             nonlocal active, most
             active += 1
             most = max(most, active)
             try:
                 time.sleep(0.05)                  # long enough for a second batch to arrive
-                return inner(batch)
+                return inner(batch, **kw)
             finally:
                 active -= 1
                 runs.append((batch.num_tokens, threading.get_ident()))
