@@ -152,7 +152,7 @@ class ShardService(Service):
                                                    self.shard.end))
 
     def _load(self, plan: int, start: int, end: int) -> _Range:
-        from services.modelstore.weight_cache import load_weights
+        from services.modelstore.weight_cache import load_weights, page_in
         from services.shard.kv_cache import KVConfig, PagedKVCache
         from services.shard.model import ShardModel
 
@@ -167,6 +167,7 @@ class ShardService(Service):
             from services.shard.warm import warm
             warm(s.model, start, end, self.weight_format)
         loaded = load_weights(s.model, start, end, self.weight_format)
+        page_in(loaded.weights)    # from disk now, not in a first forward that looks stalled meanwhile
         weights, dtype = loaded.weights, np.dtype(np.float32)
         if s.device == "cuda":   # fp16 halves what the GPU reads per token; the engine keeps fp32 I/O
             weights, dtype = weights.to(xp, xp.float16), np.dtype(np.float16)
