@@ -42,7 +42,7 @@ INLINE __m256i q32_quants(int kind, const uint8_t *p) {
  * vector (sum8_epi32). */
 INLINE void q32_tile8(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
     const int64_t nb = a->nb, nbp = a->nbp, bb = lb_qk_block_bytes(kind), ts = a->T + 8;
-    __m256 acc[6];
+    __m256 acc[8];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w0 + b * bb;
@@ -73,7 +73,7 @@ INLINE void q32_tile8(int kind, int R, const lb_act *a, int64_t t0, const uint8_
 INLINE void q32_wtile(int R, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
     const int64_t nb = a->nb, nbp = a->nbp, bb = 18, ts = a->T + 8;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 acc[6];
+    __m256 acc[8];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w0 + b * bb;
@@ -158,8 +158,8 @@ INLINE void q32_vtile(int kind, int G, int R, const lb_act *a, int64_t t0, const
     for (int r = 0; r < R; r++) out0[r * N] = lane[r];
 }
 
-/* nn weight rows from w against R (<= 6) rows of x from t0, into out (rows N apart): 8 weight rows at a
- * time, then the rest one by one. */
+/* nn weight rows from w against R (<= 8; Q5 kinds: <= 6) rows of x from t0, into out (rows N apart): 8
+ * weight rows at a time, then the rest one by one. */
 INLINE void q32_rows_few(int kind, int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_t nn, int64_t N, float *out) {
     const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind);
     int64_t n = 0;
@@ -177,13 +177,25 @@ INLINE void q32_rows_many(int kind, int G, int R, const lb_act *a, int64_t t0, c
     for (int64_t n = 0; n < nn; n++) q32_vtile(kind, G, R, a, t0, w + n * row_bytes, out + n, N);
 }
 
-/* One instantiation per (kind, R) up to 6 rows (an 8-lane tile of few rows mostly computes empty lanes),
- * then per (kind, groups of 8): shapes the compiler knows. */
+/* One instantiation per (kind, rows of x): shapes the compiler knows. */
 #define Q32_FEW(KIND, R) static TGT void q32_few_##KIND##_##R(const lb_act *a, int64_t t, const uint8_t *w, int64_t nn, \
                                                             int64_t N, float *o) { q32_rows_few(KIND, R, a, t, w, nn, N, o); }
 #define Q32_MANY(KIND, G) static TGT void q32_many_##KIND##_##G(int R, const lb_act *a, int64_t t, const uint8_t *w, int64_t nn, \
                                                               int64_t N, float *o) { q32_rows_many(KIND, G, R, a, t, w, nn, N, o); }
-#define Q32_KIND(KIND) Q32_FEW(KIND, 1) Q32_FEW(KIND, 2) Q32_FEW(KIND, 3) Q32_FEW(KIND, 4) Q32_FEW(KIND, 5) Q32_FEW(KIND, 6) \
+typedef void (*q32_rows_fn)(int R, const lb_act *a, int64_t t, const uint8_t *w, int64_t nn, int64_t N, float *o);
+
+/* Q4_0: every 8 rows of x through the transposed tile (against the tile of groups of 8 it ran 1.15-1.6x
+ * at 8 to 16 rows, the same at 32 and 128). */
+#define Q32_Q4_0 Q32_FEW(2, 1) Q32_FEW(2, 2) Q32_FEW(2, 3) Q32_FEW(2, 4) Q32_FEW(2, 5) Q32_FEW(2, 6) Q32_FEW(2, 7) \
+    Q32_FEW(2, 8) \
+    static TGT void q32_rows_2(int R, const lb_act *a, int64_t t, const uint8_t *w, int64_t nn, int64_t N, float *o) { \
+        static void (*const few[9])(const lb_act *, int64_t, const uint8_t *, int64_t, int64_t, float *) = { \
+            0, q32_few_2_1, q32_few_2_2, q32_few_2_3, q32_few_2_4, q32_few_2_5, q32_few_2_6, q32_few_2_7, q32_few_2_8}; \
+        for (int r = 0; r < R; r += 8) few[R - r < 8 ? R - r : 8](a, t + r, w, nn, N, o + r * N); }
+
+/* Q5_0, Q5_1: up to 6 rows of x against 8 weight rows (an 8-lane tile of few rows mostly computes empty
+ * lanes), more in one pass of as many groups of 8 as they fill. */
+#define Q32_Q5(KIND) Q32_FEW(KIND, 1) Q32_FEW(KIND, 2) Q32_FEW(KIND, 3) Q32_FEW(KIND, 4) Q32_FEW(KIND, 5) Q32_FEW(KIND, 6) \
     Q32_MANY(KIND, 1) Q32_MANY(KIND, 2) Q32_MANY(KIND, 3) Q32_MANY(KIND, 4) \
     static TGT void q32_rows_##KIND(int R, const lb_act *a, int64_t t, const uint8_t *w, int64_t nn, int64_t N, float *o) { \
         static void (*const few[7])(const lb_act *, int64_t, const uint8_t *, int64_t, int64_t, float *) = { \
@@ -194,22 +206,16 @@ INLINE void q32_rows_many(int kind, int G, int R, const lb_act *a, int64_t t0, c
         if (R <= 6) few[R](a, t, w, nn, N, o); \
         else many[(R + 7) / 8](R, a, t, w, nn, N, o); }
 
-Q32_KIND(2)
-Q32_KIND(6)
-Q32_KIND(7)
-
-/* out (T, N): a few weight rows at a time (in L1) against every group of up to 32 rows of x, so the
- * weights stream from memory once; a single row (a decode step) streams them all at once. A group's
- * rows past R are computed on qv's zero padding and never stored. */
-INLINE void q32_matmul(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out) {
+/* out (T, N) by `rows` (the kind's q32_rows_*): a few weight rows at a time (in L1) against every group
+ * of up to 32 rows of x, so the weights stream from memory once; a single row (a decode step) streams
+ * them all at once. A group's rows past R are computed on qv's zero padding and never stored. */
+INLINE void q32_matmul(q32_rows_fn rows, int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out) {
     const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind), step = a->T == 1 ? N : 16;
-    void (*const fn)(int, const lb_act *, int64_t, const uint8_t *, int64_t, int64_t, float *) =
-        kind == LB_Q4_0 ? q32_rows_2 : kind == LB_Q5_0 ? q32_rows_6 : q32_rows_7;
     for (int64_t n = 0; n < N; n += step) {
         const int64_t nn = N - n < step ? N - n : step;
         for (int64_t t = 0; t < a->T; t += 32) {
             const int R = a->T - t < 32 ? (int)(a->T - t) : 32;
-            fn(R, a, t, w + n * row_bytes, nn, N, out + t * N + n);
+            rows(R, a, t, w + n * row_bytes, nn, N, out + t * N + n);
         }
     }
 }

@@ -120,6 +120,10 @@ INLINE __m256i q32_lanes8(const __m256i w[8], const __m256i x[8]) {
 
 #include "q32_tiles.h"
 
+Q32_Q4_0
+Q32_Q5(6)
+Q32_Q5(7)
+
 /* round_block_k (qk.c) with 8 lanes: the same IEEE operations in every lane (vcvtps2dq rounds ties to
  * even like nearbyintf under the default rounding mode), the first element of largest |x| found by
  * comparing each with the maximum, so the same bits. */
@@ -176,7 +180,7 @@ TGT void lb_round_block_k_avx2(const float *x, int8_t *q, float *d, int16_t *bsu
 
 TGT void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const uint8_t *w, int64_t N, float *out) {
     if (!lb_is_qk(kind)) {
-        q32_matmul(kind, a5, w, N, out);
+        q32_matmul(kind == LB_Q4_0 ? q32_rows_2 : kind == LB_Q5_0 ? q32_rows_6 : q32_rows_7, kind, a5, w, N, out);
         return;
     }
     k_tiles(kind, ak, w, N, out);
