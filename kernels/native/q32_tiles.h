@@ -97,7 +97,7 @@ INLINE void q32_wtile(int R, const lb_act *a, int64_t t0, const uint8_t *w0, int
             const int64_t i = (t0 + r) * nbp + b;
             const int8_t *x = a->q + i * QK;
             __m256i xq[8];
-            for (int k = 0; k < 8; k++) xq[k] = _mm256_set1_epi32((int)lb_u32(x + 4 * k));
+            for (int k = 0; k < 8; k++) xq[k] = _mm256_set1_epi32((int)lb_u32((const uint8_t *)x + 4 * k));
             __m256i sum = q32_lanes8(wq, xq);
             sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(8 * a->sq_t[b * ts + t0 + r]));
             acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, _mm256_broadcast_ss(a->d + i))));
