@@ -122,7 +122,7 @@ class ShardService(Service):
                                                    self.shard.end))
 
     def _load(self, plan: int, start: int, end: int) -> _Range:
-        from services.modelstore.weight_cache import load_weights
+        from services.modelstore.weight_cache import load_weights, page_in
         from services.shard.kv_cache import KVConfig, PagedKVCache
         from services.shard.model import ShardModel
 
@@ -141,6 +141,7 @@ class ShardService(Service):
             from services.shard.gpu_model import GpuShardModel, gpu_device
             model = GpuShardModel(loaded.config, loaded.weights, kv, gpu_device())
         else:
+            page_in(loaded.weights)    # from disk now, not in a first forward that looks stalled meanwhile
             model = ShardModel(loaded.config, loaded.weights,
                                PagedKVCache.for_model(loaded.config, start, end, kv))
         return _Range(plan, start, end, loaded, model, model.kv.nbytes())
