@@ -113,8 +113,12 @@ _REPLY_FIELDS = tuple(ForwardReply.__dataclass_fields__)
 # compute thread is idle: handing it over and back costs ~0.2 ms (two thread wake-ups), a tenth
 # of a step of the default model. The loop waits for that one decode step (heartbeats and reads
 # with it: a few ms here, longer for a big range). Bigger batches, and any batch that comes while
-# another computes, go to the compute thread and the loop keeps reading meanwhile.
+# another computes, go to the compute thread and the loop keeps reading meanwhile. A range whose
+# small steps take longer than INLINE_MAX_S (an 8B model's layers: hundreds of ms) runs them on
+# the compute thread too: several such steps back to back would hold the heartbeats past the
+# time peers wait before they take this shard for dead.
 INLINE_TOKENS = 4
+INLINE_MAX_S = 0.05
 
 
 class ShardService(Service):
@@ -135,6 +139,7 @@ class ShardService(Service):
         # range has a thread of its own, so the range served keeps serving meanwhile.
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
         self._computing = 0                    # batches handed to it and not yet back
+        self._small_step_s = 0.0               # the last step of at most INLINE_TOKENS tokens
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="load")
         self._loading: dict[tuple[int, int, int], asyncio.Future] = {}   # (plan, start, end)
         self._handing: set[asyncio.Task] = set()   # batches handed on whose answer goes elsewhere
@@ -297,7 +302,8 @@ class ShardService(Service):
             raise ServiceError("range_mismatch", f"{self.name} holds layers {self.shard.start}:"
                                                  f"{self.shard.end}, not {f.first_layer}:")
         batch = self._batch(f)
-        inline = batch.num_tokens <= INLINE_TOKENS and not self._computing
+        small = batch.num_tokens <= INLINE_TOKENS
+        inline = small and not self._computing and self._small_step_s < INLINE_MAX_S
         payload = f.tokens if f.tokens is not None else f.hidden
         # This stage's figures join those of the stages before (the last shard answers with all).
         hop_bytes = {**f.hop_bytes, self.name: payload.nbytes_on_wire}
@@ -309,6 +315,8 @@ class ShardService(Service):
             # Forward and sampling in one job: each hand-off to the compute thread and back is a
             # wake-up per token that a decode step waits for.
             reply = await self._run(self._forward_and_sample, model, batch, f, inline=inline)
+            if small:
+                self._small_step_s = time.perf_counter() - t0
             reply.hop_ms.update(f.hop_ms)
             reply.hop_ms[self.name] = round((time.perf_counter() - t0) * 1e3, 3)
             reply.hop_bytes.update(hop_bytes)
@@ -316,6 +324,8 @@ class ShardService(Service):
             reply.stage_ms[self.name] = round((time.perf_counter() - received) * 1e3, 3)
             return self._answer(f, reply)
         out = await self._run(model.forward, batch, inline=inline)
+        if small:
+            self._small_step_s = time.perf_counter() - t0
         ms = round((time.perf_counter() - t0) * 1e3, 3)
         nxt, timeout = self._next_stage(msg, f, end)
         onward = wire.evolve(f, first_layer=end, tokens=None, hop=f.hop + 1,

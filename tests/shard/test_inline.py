@@ -1,5 +1,6 @@
 """Where a shard runs a batch: a decode step of a few tokens on its event loop's thread (no hand-off
-to the compute thread and back), a prompt on the compute thread, and never two batches at once."""
+to the compute thread and back) while such steps are short, a prompt on the compute thread, and
+never two batches at once."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 import wire
 from bus.config import BusConfig, ServiceConfig
-from services.shard.service import INLINE_TOKENS, ShardConfig, ShardService
+from services.shard.service import INLINE_MAX_S, INLINE_TOKENS, ShardConfig, ShardService
 from wire.messages.sampling import SamplingParams
 from wire.messages.shard import Forward, RouteStage
 
@@ -71,3 +72,10 @@ async def test_decodes_run_on_the_loop_prompts_on_the_compute_thread_one_at_a_ti
         assert most == 1, "two batches touched the model at once"
         assert [n for n, _ in runs] == [40, 1] and all(t != loop_thread for _, t in runs)
         assert small.tokens.array().shape == (1,)
+
+        # Decode steps as slow as a big model's (the watched forward sleeps past INLINE_MAX_S)
+        # leave the loop free: they run on the compute thread too.
+        assert s._small_step_s > INLINE_MAX_S
+        runs.clear()
+        await c.call(forward(s, 5, [int(small.tokens.array()[0])], len(prompt) + 2, 0), 60)
+        assert runs[0][0] == 1 and runs[0][1] != loop_thread
