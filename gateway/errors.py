@@ -75,7 +75,7 @@ _CLIENT_CODES = {
     "bad_request": None, "bad_request_id": None, "duplicate_request_id": None,
 }
 _UNAVAILABLE_CODES = {"starting", "draining", "loading", "tokenizer_unavailable", "not_found",
-                      "timeout", "peer_dead", "peer_restarted", "no_directory"}
+                      "timeout", "peer_dead", "peer_restarted", "no_directory", "range_failed"}
 
 
 def failed_in_cluster(detail: str) -> GatewayError:
