@@ -58,9 +58,18 @@ class Bridge:
                 frame = os.read(fd, FRAME_MAX)
             except BlockingIOError:
                 return
+            except OSError:            # the tap's namespace was deleted: the port is gone
+                self.drop(fd)
+                return
             if len(frame) >= 14:
                 self.where[frame[6:12]] = fd
                 self.queue.append((now + self.delay_s, fd, frame))
+
+    def drop(self, fd: int) -> None:
+        self.poll.unregister(fd)
+        self.ports.remove(fd)
+        self.where = {mac: port for mac, port in self.where.items() if port != fd}
+        os.close(fd)
 
     def send_due(self, now: float) -> None:
         while self.queue and self.queue[0][0] <= now:
@@ -68,7 +77,7 @@ class Bridge:
             dst = frame[:6]
             out = self.where.get(dst) if not dst[0] & 1 else None
             for fd in ([out] if out is not None else self.ports):
-                if fd != src:
+                if fd != src and fd in self.ports:
                     try:
                         os.write(fd, frame)
                     except OSError:    # the tap's host is gone, or its queue is full: a lost frame

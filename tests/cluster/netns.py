@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+NETNS_DIR = "/run/netns"     # where `ip netns add` names its namespaces
 TAP_MTU = 65000     # few, large frames: the bridge's cost is per frame
 
 
@@ -28,8 +29,8 @@ def _ip(*args: str) -> None:
 
 def why_not() -> str:
     """'' when this machine lets a test build namespaces; otherwise why it cannot."""
-    if shutil.which("ip") is None:
-        return "no `ip` command (iproute2)"
+    if shutil.which("ip") is None or shutil.which("nsenter") is None:
+        return "no `ip` (iproute2) or `nsenter` (util-linux) command"
     if os.geteuid() != 0:
         return "network namespaces need root"
     probe = f"lbprobe{uuid.uuid4().hex[:6]}"
@@ -100,7 +101,9 @@ class Network:
         return addr
 
     def cmd(self, host: str, argv: list[str]) -> list[str]:
-        return ["ip", "netns", "exec", self.ns(host), *argv]
+        # nsenter, not `ip netns exec`: that one mounts /sys afresh for the command, and the
+        # control-group mounts under /sys/fs/cgroup (a host's memory limit) would vanish.
+        return ["nsenter", f"--net={NETNS_DIR}/{self.ns(host)}", *argv]
 
     def link_bytes(self, host: str) -> tuple[int, int]:
         """Bytes `host` has sent and received on its link so far."""
