@@ -79,3 +79,34 @@ async def test_decodes_run_on_the_loop_prompts_on_the_compute_thread_one_at_a_ti
         runs.clear()
         await c.call(forward(s, 5, [int(small.tokens.array()[0])], len(prompt) + 2, 0), 60)
         assert runs[0][0] == 1 and runs[0][1] != loop_thread
+
+
+async def test_a_batch_reports_its_own_compute_not_its_wait_behind_another(model_path):
+    """hop_ms is the compute each shard spent on the batch (what pacing fits a shard's cost per
+    token from), not the time it also waited on the compute thread behind the batch ahead."""
+    shard = ShardService(ServiceConfig(name="timed", kind="shard", bus=BusConfig(mdns=False)),
+                         ShardConfig(model=model_path, start=0, end=30, num_pages=32))
+    async with running(shard) as s, client_of(s) as c:
+        gate, inner = threading.Event(), s.model.forward
+        started: list[float] = []                 # when the held (first) batch began
+
+        def held(batch):
+            if not started:                       # the first batch waits for the gate
+                started.append(time.perf_counter())
+                assert gate.wait(60)
+            return inner(batch)
+
+        s.model.forward = held
+        prompt = list(range(1, 41))
+        first = asyncio.ensure_future(c.call(forward(s, 1, prompt, 0, 0), 60))
+        second = asyncio.ensure_future(c.call(forward(s, 2, prompt, 0, 3), 60))
+        deadline = time.monotonic() + 30
+        while s._computing < 2:                   # both on (or queued for) the compute thread
+            assert time.monotonic() < deadline, "the two prompts never reached the shard"
+            await asyncio.sleep(0.01)
+        released = time.perf_counter()
+        gate.set()
+        a, b = await first, await second
+        back = time.perf_counter()
+        assert a.hop_ms[s.name] / 1e3 >= released - started[0]     # its own hold is its compute
+        assert b.hop_ms[s.name] / 1e3 <= back - released              # none of the wait behind it
