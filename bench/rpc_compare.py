@@ -65,6 +65,8 @@ def parse() -> argparse.Namespace:
                     help="threads of each llmbus shard")
     ap.add_argument("--llama-threads", type=int, default=0,
                     help="threads of each llama.cpp process (default: --threads)")
+    ap.add_argument("--restarts", type=int, default=1,
+                    help="after the rounds, start each engine again this many times (timed)")
     ap.add_argument("--engines", default="llmbus,llamacpp")
     ap.add_argument("--inflight", type=int, default=0, help="llmbus micro-batches in flight "
                     "(0: the scheduler's default, stages + 1)")
@@ -185,6 +187,10 @@ class Bench:
             self.out["rounds"].append(row)
         for e in self.engines:
             self.resident(e)
+        for _ in range(self.args.restarts):
+            for e in self.engines:      # llmbus's hosts have their range caches now: warm
+                self.stop(e)
+                self.start(e)
 
     def sequential(self) -> None:
         """One engine up at a time: per round, each engine started, measured and stopped in
