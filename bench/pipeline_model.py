@@ -6,10 +6,12 @@ the bytes over the link's rate, and the software of its two ends (a stage's CPU 
 its compute). With M micro-batches in flight, each sequence gets one token per cycle, and a cycle
 lasts at least one micro-batch's round trip and at least what the busiest stage must do for all
 M; where every host shares one CPU (the namespace hosts of bench/rpc_compare.py on one machine)
-no two stages compute at once, and the sum of the stages bounds it instead of the busiest:
+the stages' work together bounds it too: a stage alone keeps a share u of that CPU busy (its
+threads' gain over one thread, over the cores: u = 1 where one stage fills the machine and no
+two stages compute at once to any gain):
 
-    rate(C) = C / max(T(b), M * max_s t_s(b))          each host its own CPU
-    rate(C) = C / max(T(b), M * sum_s t_s(b))          hosts sharing one CPU
+    rate(C) = C / max(T(b), M * max_s t_s(b))                          each host its own CPU
+    rate(C) = C / max(T(b), M * max_s t_s(b), M * u * sum_s t_s(b))    hosts sharing one CPU
     t_s(b) = compute_s(b) + sw,    T(b) = sum_s t_s(b) + sw + (S + 1) * hop(b) + step,    b = C / M
 
 The time to first token is one prefill of the prompt through every stage, the head for its last
@@ -34,6 +36,7 @@ class Costs:
     n_layers: int
     codec_bytes: float = 2.0            # fp16 activations between stages
     header_bytes: int = 600             # a Forward's header and envelope
+    thread_gain: float = 0.0            # a layer's decode on the threads over one thread's (0: unknown)
 
     @staticmethod
     def from_json(d: dict) -> "Costs":
@@ -56,7 +59,7 @@ class Pipeline:
     costs: Costs
     link: Link
     stages: tuple[int, ...]             # layers of each host, in order
-    shared_cpu: bool = False
+    cpu_share: float | None = None      # hosts sharing one CPU: the share a stage alone keeps busy
 
     def stage_compute(self, rows: float) -> list[float]:
         """Each stage's compute for one micro-batch of `rows` decode rows."""
@@ -75,7 +78,10 @@ class Pipeline:
         c = self.costs
         busy = [x + c.hop_overhead for x in compute]
         trip = sum(busy) + c.hop_overhead + (len(compute) + 1) * self.hop_s(rows) + c.step_overhead
-        return max(trip, inflight * (sum(busy) if self.shared_cpu else max(busy)))
+        most = inflight * max(busy)
+        if self.cpu_share is not None:
+            most = max(most, inflight * self.cpu_share * sum(busy))
+        return max(trip, most)
 
     def round_trip(self, rows: float) -> float:
         return self.cycle(self.stage_compute(rows), rows, 1.0)

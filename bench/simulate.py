@@ -1,7 +1,7 @@
 """What more hosts would give: llmbus's pipeline modelled from measured parts (bench/pipeline_model.py),
 checked against measured runs, then projected to 8-64 hosts on a LAN and a WAN.
 
-    python3 -m bench.simulate measure --out parts.json [--shapes 8b,70b] [--threads 2]
+    python3 -m bench.simulate measure --out parts.json [--shapes 8b,70b] [--threads 2] [--reps 7]
     python3 -m bench.simulate check --parts parts.json RUN.json...     # bench/rpc_compare.py --json
     python3 -m bench.simulate table --parts parts.json
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.pipeline_model import Costs, Link, Pipeline, even_stages  # noqa: E402
+from bench.pipeline_model import Costs, Link, Pipeline, at, even_stages  # noqa: E402
 
 WITHIN = 0.15
 NETWORKS = (("LAN 0.2 ms", 0.0002, 125e6), ("WAN 20 ms", 0.020, 12.5e6), ("WAN 80 ms", 0.080, 12.5e6))
@@ -51,7 +51,7 @@ def measure(args) -> None:
         # A few layers of the shape stand for all of them (each layer costs the same).
         few = Shape(3, full.d_model, full.ffn_dim, full.n_heads, full.n_kv_heads, full.tied)
         model = synthetic_model(full if full.n_layers <= 32 else few, "q4_0")
-        costs = engine_costs(model, args.threads)
+        costs = engine_costs(model, args.threads, reps=args.reps)
         costs.update(n_layers=full.n_layers, hop_overhead=over["hop_overhead"],
                      step_overhead=over["step_overhead"])
         parts["shapes"][name] = costs
@@ -84,9 +84,11 @@ def check(args) -> int:
     print(f"{'run':30} {'what':20} {'measured':>9} {'run':>16} {'bench':>16}")
     for path in args.runs:
         results = json.loads(Path(path).read_text())
+        # A stage alone keeps its threads' gain over one thread busy of the run's cores.
+        share = min(1.0, costs.thread_gain / results["cores"]) if costs.thread_gain else 1.0
         for run in results["runs"]:
             label = f"{results['hosts']} host(s), {run['delay_ms']:g} ms"
-            for what, measured, by_run, by_bench in predictions(costs, run):
+            for what, measured, by_run, by_bench in predictions(costs, run, share):
                 cells = []
                 for key, got in (("run", by_run), ("bench", by_bench)):
                     if got is None:
@@ -103,22 +105,25 @@ def check(args) -> int:
     return 0 if met else 1
 
 
-def predictions(costs: Costs, run: dict) -> list[tuple]:
+def predictions(costs: Costs, run: dict, cpu_share: float = 1.0) -> list[tuple]:
     """(what, measured, from the run's stage costs or None, from the bench's costs) for each
-    llmbus level of one run of rpc_compare's JSON."""
+    llmbus level of one run of rpc_compare's JSON; its hosts share one CPU, of which a stage alone
+    keeps `cpu_share` busy."""
     import statistics
     ranges = run.get("placement") or [[None, 0, costs.n_layers]]
     stages = tuple(b - a for _, a, b in ranges)
     net = run.get("link") or {}
     link = Link(rtt_s=net.get("rtt_s", 2 * run["delay_ms"] / 1000), bytes_per_s=net.get("bytes_per_s", 1e9))
-    bench = Pipeline(costs, link, stages, shared_cpu=True)
+    bench = Pipeline(costs, link, stages, cpu_share=cpu_share)
     out = []
     levels = sorted({int(k.split("@")[1]) for r in run["rounds"] for k in r if k.startswith("llmbus@")})
     for c in levels:
-        got = [r[f"llmbus@{c}"] for r in run["rounds"] if f"llmbus@{c}" in r]
+        rounds = [r for r in run["rounds"] if f"llmbus@{c}" in r]
+        got = [r[f"llmbus@{c}"] for r in rounds]
         rate = statistics.median(g["decode_tok_s"] for g in got)
         inflight = statistics.median(g.get("inflight", 1.0) for g in got)
-        own = [in_run(costs, link, stages, g, c) for g in got if g.get("scheduler")]
+        own = [in_run(bench, r[f"llmbus@{c}"], r["llmbus@1"], c) for r in rounds
+               if r[f"llmbus@{c}"].get("scheduler") and r.get("llmbus@1", {}).get("scheduler")]
         out.append((f"decode tok/s, c={c}", rate,
                     statistics.median(p[0] for p in own) if own else None,
                     bench.decode_rate(c, inflight)))
@@ -130,23 +135,31 @@ def predictions(costs: Costs, run: dict) -> list[tuple]:
     return out
 
 
-def in_run(costs: Costs, link: Link, stages: tuple[int, ...], level: dict, c: int) -> tuple[float, float]:
-    """Decode rate and first token predicted from one level's own stage costs: the compute its
-    shards reported per decode batch, shared among the stages as their whole compute was, and
-    per prefill batch (for the first token)."""
-    s = level["scheduler"]
-    per_stage = {k.removeprefix("driver.compute_ms."): v for k, v in s.items()
-                 if k.startswith("driver.compute_ms.")}
-    names = sorted(per_stage)          # shard names: the stages' order does not matter here
-    total = sum(per_stage.values()) or 1.0
-    decode_ms = s.get("driver.decode_compute_ms", 0.0) / max(1.0, s.get("driver.decode_batches", 0.0))
-    prefills = max(1.0, s.get("driver.batches_done", 0.0) - s.get("driver.decode_batches", 0.0))
-    prefill_ms = (total - s.get("driver.decode_compute_ms", 0.0)) / prefills
+def in_run(pipe: Pipeline, level: dict, alone: dict, c: int) -> tuple[float, float]:
+    """Decode rate and first token of one level predicted from its round's own stage costs: each
+    stage's compute per decode batch as the shards reported it at concurrency 1 (`alone`: one
+    batch in flight, so no stage computed beside another and stretched its time), grown to the
+    level's rows by the bench's cost of a layer at each batch size; its prefill for the first token."""
+    def split(level: dict) -> tuple[list[float], float, float]:
+        s = level["scheduler"]
+        per_stage = {k.removeprefix("driver.compute_ms."): v for k, v in s.items()
+                     if k.startswith("driver.compute_ms.")}
+        total = sum(per_stage.values()) or 1.0
+        decode = s.get("driver.decode_compute_ms", 0.0)
+        decode_ms = decode / max(1.0, s.get("driver.decode_batches", 0.0))
+        prefills = max(1.0, s.get("driver.batches_done", 0.0) - s.get("driver.decode_batches", 0.0))
+        # The shards' names: the stages' order does not matter to a cycle's length.
+        return ([per_stage[n] / total * decode_ms / 1e3 for n in sorted(per_stage)],
+                (total - decode) / prefills / 1e3, total)
+
+    compute, _, _ = split(alone)
+    _, prefill_s, _ = split(level)
     m = max(1.0, min(level.get("inflight", 1.0), c))
-    pipe = Pipeline(costs, link, stages, shared_cpu=True)
-    compute = [per_stage[n] / total * decode_ms / 1e3 for n in names]
+    rows = c / m
+    grow = at(pipe.costs.layer_decode, rows) / at(pipe.costs.layer_decode, 1)
     prompt = (level.get("prompt_tokens") or [40])[0] or 40
-    return c / pipe.cycle(compute, c / m, m), pipe.first_token(prefill_ms / 1e3, prompt)
+    return (c / pipe.cycle([x * grow for x in compute], rows, m),
+            pipe.first_token(prefill_s, prompt))
 
 
 def table(args) -> None:
@@ -182,6 +195,7 @@ def main() -> int:
     m.add_argument("--out", type=Path, required=True)
     m.add_argument("--shapes", default="8b,70b")
     m.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    m.add_argument("--reps", type=int, default=7, help="timings of each part (the least counts)")
     c = sub.add_parser("check")
     c.add_argument("--parts", type=Path, required=True)
     c.add_argument("--shape", default="8b")

@@ -51,11 +51,18 @@ def test_micro_batches_help_separate_hosts_only_where_a_batch_costs_more_than_a_
 
 def test_hosts_sharing_one_cpu_add_their_stages_work():
     c = costs(layer={1: 10 * MS, 2: 10 * MS})
-    shared = Pipeline(c, Link(0.0, 1e12), (4, 4), shared_cpu=True)
+    shared = Pipeline(c, Link(0.0, 1e12), (4, 4), cpu_share=1.0)
     separate = Pipeline(c, Link(0.0, 1e12), (4, 4))
-    # 2 micro-batches of 1: the stages' 40 and 42 ms cannot overlap on one CPU.
+    # 2 micro-batches of 1: the stages' 40 and 42 ms cannot overlap on one CPU a stage fills.
     assert shared.decode_rate(2, 2) == pytest.approx(2 / (2 * 82 * MS))
     assert separate.decode_rate(2, 2) == pytest.approx(2 / max(82 * MS, 2 * 42 * MS))
+    # A stage alone keeps 0.8 of the CPU busy: together they do 82 ms of it in 0.8 x 82 ms ...
+    part = Pipeline(c, Link(0.0, 1e12), (4, 4), cpu_share=0.8)
+    assert part.decode_rate(2, 2) == pytest.approx(2 / (2 * 0.8 * 82 * MS))
+    # ... but no stage runs faster than alone: with 1 of 8 layers on the first, the second's
+    # 72 ms bounds each of the 2 micro-batches (0.3 x 82 ms would be less).
+    lopsided = Pipeline(c, Link(0.0, 1e12), (1, 7), cpu_share=0.3)
+    assert lopsided.decode_rate(2, 2) == pytest.approx(2 / (2 * 72 * MS))
 
 
 def test_the_first_token_is_one_prefill_through_every_stage():
@@ -82,8 +89,9 @@ def test_costs_round_trip_through_json():
 def test_a_run_is_predicted_from_the_compute_its_shards_reported():
     from bench.simulate import predictions
     link = {"rtt_s": 2 * MS, "bytes_per_s": 1e6}      # a hop: 1 ms + 2000 bytes a row at 1 MB/s
-    # c=1: 10 decode batches of 40 ms over both shards and one prefill of 100 ms;
-    # c=8 in 2 micro-batches of 4 rows: 20 decode batches of 80 ms, no prefill counted.
+    # c=1: 10 decode batches of 40 ms over both shards and one prefill of 100 ms; c=8 in 2
+    # micro-batches of 4 rows: 20 decode batches that the shards timed at 80 ms, stretched by
+    # computing beside each other (the prediction takes the stages' compute from c=1).
     one = {"decode_tok_s": 19.0, "inflight": 1.0, "ttft_s": [0.7], "prompt_tokens": [100],
            "scheduler": {"driver.compute_ms.shard-a-0": 250.0, "driver.compute_ms.shard-b-0": 250.0,
                          "driver.decode_compute_ms": 400.0, "driver.decode_batches": 10.0,
@@ -94,13 +102,16 @@ def test_a_run_is_predicted_from_the_compute_its_shards_reported():
                            "driver.batches_done": 20.0}}
     run = {"delay_ms": 1.0, "link": link, "placement": [["shard-a-0", 0, 4], ["shard-b-0", 4, 8]],
            "rounds": [{"llmbus@1": one, "llmbus@8": eight}]}
+    # A layer: 10 ms at 1 row, 24 at 8 (16 at 4); a stage alone keeps 0.8 of the CPU busy.
+    layer = {1: 10 * MS, 8: 24 * MS}
     got = {what: (measured, by_run) for what, measured, by_run, _ in
-           predictions(costs(hop=0.5 * MS, step=0.25 * MS), run)}
+           predictions(costs(layer=layer, hop=0.5 * MS, step=0.25 * MS), run, cpu_share=0.8)}
     # c=1: 20 ms a stage and its 0.5 ms of software, the scheduler's end of the last hop, 3 hops
     # of 3 ms, the step.
     assert got["decode tok/s, c=1"] == (19.0, pytest.approx(1 / (41 * MS + 0.5 * MS + 9 * MS + 0.25 * MS)))
     # First token: the 100 ms prefill, 3 hops of 1 ms + 200 kB at 1 MB/s and their software, the step.
     assert got["first token s, c=1"] == (0.7, pytest.approx(0.1 + 3 * (0.201 + 0.5 * MS) + 0.25 * MS))
-    # c=8: 2 micro-batches of 4 rows on one CPU: both stages' 40.5 ms for each (162 ms) is longer
-    # than a micro-batch's round trip (81 + 0.5 + 3 x 9 + 0.25 ms).
-    assert got["decode tok/s, c=8"] == (50.0, pytest.approx(8 / (2 * 81 * MS)))
+    # c=8: 2 micro-batches of 4 rows, each stage's 20 ms at 1 row grown 1.6x to 32 ms, and its
+    # 0.5 ms of software; on one CPU the two stages' 65 ms for each micro-batch at 0.8 of it
+    # (104 ms) are longer than a micro-batch's round trip (65 + 0.5 + 3 x 9 + 0.25 ms).
+    assert got["decode tok/s, c=8"] == (50.0, pytest.approx(8 / (2 * 0.8 * 65 * MS)))
