@@ -11,14 +11,18 @@ from .config import ShardConfig, parse_layers
 
 
 def available_memory(device: str) -> int:
-    """What this machine can give a shard now: free GPU memory for cuda, else MemAvailable."""
+    """What this machine can give a shard now: free GPU memory for cuda, else MemAvailable, or
+    less where this process's control group limits its memory (a container, a slice)."""
     if device == "cuda":
         import cupy
         return int(cupy.cuda.runtime.memGetInfo()[0])
+    from .cgroup import own_room
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+                free = int(line.split()[1]) * 1024
+                room = own_room()
+                return free if room is None else min(free, room)
     raise OSError("/proc/meminfo has no MemAvailable: give --memory")
 
 

@@ -74,8 +74,12 @@ class _Range:
 # compute thread is idle: handing it over and back costs ~0.2 ms (two thread wake-ups), a tenth
 # of a step of the default model. The loop waits for that one decode step (heartbeats and reads
 # with it: a few ms here, longer for a big range). Bigger batches, and any batch that comes while
-# another computes, go to the compute thread and the loop keeps reading meanwhile.
+# another computes, go to the compute thread and the loop keeps reading meanwhile. A range whose
+# small steps take longer than INLINE_MAX_S (an 8B model's layers: hundreds of ms) runs them on
+# the compute thread too: several such steps back to back would hold the heartbeats past the
+# time peers wait before they take this shard for dead.
 INLINE_TOKENS = 4
+INLINE_MAX_S = 0.05
 
 
 class ShardService(Service):
@@ -96,6 +100,7 @@ class ShardService(Service):
         # range has a thread of its own, so the range served keeps serving meanwhile.
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
         self._computing = 0                    # batches handed to it and not yet back
+        self._small_step_s = 0.0               # the last step of at most INLINE_TOKENS tokens
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="load")
         self._loading: dict[tuple[int, int, int], asyncio.Future] = {}   # (plan, start, end)
         self._handing: set[asyncio.Task] = set()   # batches handed on whose answer goes elsewhere
@@ -264,20 +269,25 @@ class ShardService(Service):
             raise ServiceError(RANGE_MISMATCH, f"{self.name} holds layers {self.shard.start}:"
                                                  f"{self.shard.end}, not {f.first_layer}:")
         batch = self._batch(f)
-        inline = batch.num_tokens <= INLINE_TOKENS and not self._computing
+        small = batch.num_tokens <= INLINE_TOKENS
+        inline = small and not self._computing and self._small_step_s < INLINE_MAX_S
         payload = f.tokens if f.tokens is not None else f.hidden
         t0 = time.perf_counter()
         if model.last:
             # Forward and sampling in one job: each hand-off to the compute thread and back is a
             # wake-up per token that a decode step waits for.
-            result = await self._run(self._forward_and_sample, model, batch, f, inline=inline)
-            result = wire.evolve(result, hops=[*f.hops, self._hop(payload, f.sent_at, arrived, t0)])
+            result, took = await self._run(self._forward_and_sample, model, batch, f, inline=inline)
+            if small:
+                self._small_step_s = time.perf_counter() - t0
+            result = wire.evolve(result, hops=[*f.hops, self._hop(payload, f.sent_at, arrived, took)])
             if f.hop == 0:   # a route of one stage: its caller is reply_to, and this is its reply
                 return result
             self._answer(f, result)
             return HandedOn(batch_id=f.batch_id)
-        out = await self._run(model.forward, batch, inline=inline)
-        hop = self._hop(payload, f.sent_at, arrived, t0)
+        out, took = await self._run(model.forward, batch, inline=inline)
+        if small:
+            self._small_step_s = time.perf_counter() - t0
+        hop = self._hop(payload, f.sent_at, arrived, took)
         nxt, timeout = self._next_stage(msg, f, end)
         onward = wire.evolve(f, first_layer=end, tokens=None, hop=f.hop + 1,
                              hidden=wire.Tensor(out, self.shard.codec), hops=[*f.hops, hop],
@@ -291,11 +301,12 @@ class ShardService(Service):
         task.add_done_callback(self._handing.discard)
         return HandedOn(batch_id=f.batch_id)
 
-    def _hop(self, payload: wire.Tensor, sent_at: float, arrived: float, t0: float) -> Hop:
-        """This stage's figures for the batch: what it received, when, and its compute."""
+    def _hop(self, payload: wire.Tensor, sent_at: float, arrived: float, computed_s: float) -> Hop:
+        """This stage's figures for the batch: what it received, when, and the seconds it computed
+        (not its wait behind a batch ahead on the compute thread)."""
         return Hop(self.name, payload.nbytes_on_wire,
                    round(max(0.0, arrived - sent_at) * 1e3, 3) if sent_at else 0.0,
-                   round((time.perf_counter() - t0) * 1e3, 3))
+                   round(computed_s * 1e3, 3))
 
     def _answer(self, f: Forward, result: ForwardResult) -> None:
         """The last shard's result, straight to Forward.reply_to; UNREACHABLE to its caller when
@@ -366,16 +377,19 @@ class ShardService(Service):
 
     async def _run(self, fn, *args, inline: bool = False):
         """fn(*args) on the compute thread, or with `inline` on this thread (the caller makes
-        sure no batch is on the compute thread: one batch at a time touches the model)."""
+        sure no batch is on the compute thread: one batch at a time touches the model).
+        Returns its result and the seconds it computed: a batch's hop_ms, without the wait for
+        a batch ahead of it on the thread (with micro-batches in flight that wait was most of
+        the figure, and pacing took it for the shard's cost per token)."""
         from kernels.sampling import BadSamplerInput
         from services.shard.batch import BadBatch
         from services.shard.kv_cache import KVMissing
         try:
             if inline:
-                return fn(*args)
+                return _timed(fn, *args)
             self._computing += 1
             try:
-                return await asyncio.get_running_loop().run_in_executor(self._compute, fn, *args)
+                return await asyncio.get_running_loop().run_in_executor(self._compute, _timed, fn, *args)
             finally:
                 self._computing -= 1
         except KVMissing as e:
@@ -408,3 +422,9 @@ class ShardService(Service):
             top_logprobs=wire.Tensor(res.top_logprobs) if want_top else None,
             logits=wire.Tensor(to_numpy(logits), "fp32") if f.return_logits else None,
             errors=res.errors if res.failed else [])
+
+
+def _timed(fn, *args):
+    """fn(*args) and the seconds it took."""
+    t = time.perf_counter()
+    return fn(*args), time.perf_counter() - t
