@@ -378,7 +378,7 @@ class ShardService(Service):
     async def _run(self, fn, *args, inline: bool = False):
         """fn(*args) on the compute thread, or with `inline` on this thread (the caller makes
         sure no batch is on the compute thread: one batch at a time touches the model).
-        Returns its result and the seconds it computed: a batch's hop_ms, without the wait for
+        Returns its result and the seconds it computed: a hop's compute_ms, without the wait for
         a batch ahead of it on the thread (with micro-batches in flight that wait was most of
         the figure, and pacing took it for the shard's cost per token)."""
         from kernels.sampling import BadSamplerInput

@@ -23,7 +23,7 @@ import pytest
 
 from bench.synthetic import Shape, synthetic_model
 from services.modelstore.footprint import read_footprint
-from services.scheduler.placement import Member, PlacementRefused, place
+from services.scheduler.placement.policy import Member, PlacementRefused, place
 from tests.conftest import require
 
 from ..bus.procs import unique_cluster
