@@ -109,11 +109,11 @@ async def test_a_batch_reports_its_own_compute_not_its_wait_behind_another(model
         gate, inner = threading.Event(), s.model.forward
         started: list[float] = []                 # when the held (first) batch began
 
-        def held(batch):
+        def held(batch, **kw):
             if not started:                       # the first batch waits for the gate
                 started.append(time.perf_counter())
                 assert gate.wait(60)
-            return inner(batch)
+            return inner(batch, **kw)
 
         s.model.forward = held
         prompt = list(range(1, 41))
