@@ -253,7 +253,10 @@ async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_mod
     with pytest.raises(RemoteError) as e:
         await drive.step(chat["greedy_ids"][:1], n, table=held)
     assert e.value.code == "kv_missing" and "shard-10" in e.value.message
-    # The KV of the dead shard is gone: the sequence is prefilled again, with the same result.
+    # The KV of the dead shard is gone: the sequence is prefilled again, with the same result,
+    # once the new shard-10 sees shard-20 live (it hands on only to a stage its own directory
+    # knows: on a loaded machine it may be ready here before it has found the others).
+    await shards_ready(d, NAMES)
     replies = await drive.teacher_forced(chat, steps=2)
     expected = local_logits(local_model, chat, steps=2)
     assert len(replies) == len(expected) == 2
