@@ -35,7 +35,7 @@ class GatewayService(Service):
 
     async def on_start(self) -> None:
         self.backend = Backend(self.directory, self.peers, self.gateway.stream_idle_timeout,
-                               Metrics())
+                               Metrics(), self.gateway.carry_s)
         self._tasks.append(asyncio.get_running_loop().create_task(self.backend.watch_model()))
         # handler_cancellation: a client that disconnects cancels its handler, which closes the
         # generation stream and so ends the request in the scheduler.
