@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from bus.directory import Directory
-from bus.errors import BusError, RemoteError, code_of
+from bus.errors import BusError, ClientClosed, RemoteError, code_of
 from bus.peers import Peers
 from services.tokenizer.client import fetch_model
 from wire.failures import LOADING, NOT_FOUND, PEER_DEAD, PEER_RESTARTED, TIMEOUT
@@ -44,6 +44,7 @@ class Backend:
         self.peers = peers
         self.stream_idle_timeout = stream_idle_timeout
         self.carry_s = carry_s
+        self.stopping = False
         self.metrics = metrics
         self.card: ModelCard | None = None
         self._cancels: set[asyncio.Task] = set()    # scheduler.cancel calls still in flight
@@ -119,6 +120,8 @@ class Backend:
                         yield ev
                 finished = lost is None
             except BusError as e:
+                if self.stopping:      # (and the finally below cancels it in the scheduler)
+                    raise self._stopping_error() from None
                 if not carry.bridges(code_of(e)):
                     finished = True
                     raise from_bus(e) from None
@@ -150,6 +153,8 @@ class Backend:
         """The least loaded ready scheduler (a lost one has left the directory, or is there
         under its new epoch); Unavailable past `give_up`."""
         while (e := self.directory.pick("scheduler", model)) is None:
+            if self.stopping:
+                raise self._stopping_error()
             if time.monotonic() >= give_up:
                 raise Unavailable(f"the cluster did not answer: {why}; no scheduler took the "
                                   f"request again within {self.carry_s:g} s", retry_after=1.0)
@@ -165,6 +170,17 @@ class Backend:
         task = asyncio.get_running_loop().create_task(cancel())
         self._cancels.add(task)
         task.add_done_callback(self._cancels.discard)
+
+    def stop(self) -> None:
+        """The gateway is stopping: every stream in flight ends now, with an error naming why
+        (in the stream, when its 200 went out), instead of a connection cut."""
+        self.stopping = True
+        self.peers.fail_all(ClientClosed("the gateway is stopping"))
+
+    @staticmethod
+    def _stopping_error() -> Unavailable:
+        return Unavailable("the gateway is stopping (shut down or restarted): send the request "
+                           "again", retry_after=1.0)
 
     async def close(self) -> None:
         """Let the cancels still in flight reach the scheduler (they time out in 5 s)."""

@@ -52,6 +52,8 @@ class GatewayService(Service):
         log.info("HTTP on http://%s:%d", self.gateway.host, self.http_port)
 
     async def on_stop(self) -> None:
+        if self.backend is not None:
+            self.backend.stop()      # streams end with an error naming why, then the server stops
         if self._runner is not None:
             await self._runner.cleanup()
         if self.backend is not None:

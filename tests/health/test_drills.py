@@ -177,3 +177,46 @@ async def test_a_request_past_its_deadline_ends_failed_with_reason_deadline(stac
     res = await generate(stack.endpoint, body)
     assert res.done.finish_reason == "failed" and res.done.detail.startswith("deadline: "), res.done
     assert len(res.token_ids) < 2000
+
+
+async def test_a_gateway_stopped_under_a_stream_ends_it_with_an_error_naming_why(stack):
+    model = await _model(stack)
+    async with Watch(stack) as watch:
+        await until(lambda: watch.directory.get("gateway-0"), 30, what="the gateway")
+        epoch, pid = watch.epoch_of("gateway-0"), await watch.pid_of("gateway-0")
+        lines: list[bytes] = []
+        body = {"model": model, "stream": True, "max_tokens": 400, "temperature": 0,
+                "messages": [{"role": "user", "content": ASKS[4]}]}
+
+        async def read():
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
+                async with s.post(stack.http + "/v1/chat/completions", json=body) as r:
+                    assert r.status == 200
+                    async for line in r.content:
+                        if line.strip():
+                            lines.append(line)
+
+        reading = asyncio.ensure_future(read())
+        await until(lambda: len(lines) >= 3, 60, what="the stream's first tokens")
+        os.kill(pid, signal.SIGTERM)           # as systemd stops (or restarts) it
+        await asyncio.wait_for(reading, 60)
+        assert lines[-1] == b"data: [DONE]\n", lines[-3:]
+        error = json.loads(lines[-2][len(b"data: "):])["error"]
+        assert error["type"] == "service_unavailable_error" and "gateway is stopping" in \
+            error["message"], error
+        # The watcher starts it again; the later tests need it. This stack's gateway listens on
+        # any free port (--http 127.0.0.1:0), so the new one's may differ: it says which.
+        new = await until(lambda: (e := watch.directory.get("gateway-0")) is not None
+                          and e.epoch != epoch and e.info.http and e, 60, what="a new gateway")
+        stack.http = new.info.http
+    await until(_served(stack), 60, what="the new gateway answering")
+
+
+def _served(stack):
+    async def served() -> bool:
+        try:
+            async with aiohttp.ClientSession() as s, s.get(stack.http + "/v1/models") as r:
+                return r.status == 200 and bool((await r.json())["data"])
+        except aiohttp.ClientError:
+            return False
+    return served
