@@ -18,7 +18,8 @@ from bus.directory import Directory
 from bus.errors import BusError, ClientClosed, RemoteError, code_of
 from bus.peers import Peers
 from services.tokenizer.client import fetch_model
-from wire.failures import LOADING, NOT_FOUND, PEER_DEAD, PEER_RESTARTED, TIMEOUT
+from wire.failures import (DUPLICATE_REQUEST, LOADING, NOT_FOUND, PEER_DEAD, PEER_RESTARTED,
+                           TIMEOUT)
 from wire.messages.scheduler import CancelRequest, Done, Generate, Started, StatsRequest, Tokens
 from wire.messages.tokenizer import Decode, Encode, Render
 
@@ -128,6 +129,12 @@ class Backend:
                 lost = str(e)
                 if isinstance(e, RemoteError):   # a live scheduler that cannot take it yet
                     pause = min(e.retry_after or REFUSED_PAUSE_S, 1.0)
+                if code_of(e) == DUPLICATE_REQUEST:
+                    # The scheduler was only stopped, came back, and still runs the request as
+                    # it was: that run ends, and the continuation goes on from what was sent.
+                    with contextlib.suppress(BusError):
+                        await self.peers.call(sched.name, CancelRequest(
+                            request_id=request.request_id), timeout=5)
             finally:
                 # The client left. (Not after a loss: a cancel by name could reach the scheduler's
                 # next process, and end the continuation there.)
