@@ -1,10 +1,12 @@
 """Whose page tables a shard's KV follows, pure: one scheduler process at a time.
 
 The scheduler owns every shard's page tables; a shard only counts the slots it wrote. When that
-scheduler is gone (a new epoch of it sends batches, or its heartbeats stopped), its sequences went
-with it: the pages they held are dropped, so that none of them is counted as held, nor read by a
-sequence of the next scheduler as if it had written them (the next one prefills what it needs,
-the continuations included).
+scheduler is gone (a new epoch of it is heard or sends batches, or another scheduler sends them
+once it stopped heartbeating), its sequences went with it: the pages they held are dropped, so
+that none of them is counted as held, nor read by a sequence of the next scheduler as if it had
+written them (the next one prefills what it needs, the continuations included). A scheduler that
+was only late (its heartbeats expired, then came again in the same epoch) keeps its KV, as a late
+shard keeps its cache.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class KVOwner:
         return verdict
 
     def gone(self, name: str, epoch: int) -> bool:
-        """The service (name, epoch) stopped heartbeating: True if it owned the KV (drop it now)."""
+        """The service (name, epoch) was replaced by a new epoch: True if it owned the KV (drop
+        it now)."""
         if (name, epoch) != (self.name, self.epoch) or not self.name:
             return False
         self.name, self.epoch = "", 0

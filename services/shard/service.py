@@ -106,8 +106,7 @@ class ShardService(Service):
         from services.modelstore.footprint import read_footprint
         from services.modelstore.identity import model_identity
 
-        if self.directory is not None:
-            self.directory.on_expire.append(self._owner_gone)
+        if self.directory is not None:   # (not on expiry: a late scheduler keeps its KV)
             self.directory.on_replaced.append(lambda old, new: self._owner_gone(old))
         loop = asyncio.get_running_loop()
         self.model_id = await loop.run_in_executor(self._loader, model_identity, self.shard.model)
@@ -398,7 +397,8 @@ class ShardService(Service):
             self._drop_kv()
 
     def _owner_gone(self, entry) -> None:
-        """A service stopped heartbeating: if it owned the KV, its pages are dropped now."""
+        """A new epoch of a service is heard: if the old one owned the KV, its pages are
+        dropped now."""
         if self.kv_owner.gone(entry.name, entry.epoch):
             log.info("%s: %s epoch %d is gone: its KV pages are dropped", self.name, entry.name,
                      entry.epoch)

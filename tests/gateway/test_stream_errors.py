@@ -1,6 +1,6 @@
 """An error after a stream began is the stream's last event, in the protocol's form: the
 gateway is stopped mid-answer (SIGTERM, as systemd stops or restarts it; `llmbus up` starts it
-again, on the same port, for the next protocol). (A scheduler killed mid-answer is no error any
+again, where it listened, for the next protocol). (A scheduler killed mid-answer is no error any
 more: the gateway carries the request, tests/health/test_scheduler_loss.py.)"""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import aiohttp
 import pytest
 
 from bus.errors import BusError
-from services.health.processes import free_port
 from wire.messages.bus import Status
 
 from ..serve.stack import Stack, call, wait_for
@@ -26,9 +25,7 @@ STORY = [{"role": "user", "content": "Tell me a very long story about a dragon."
 
 @pytest.fixture(scope="module")
 def lone_stack(tmp_path_factory, model_path):
-    # A port of its own: the respawned gateway listens where the first one did.
-    s = Stack(tmp_path_factory.mktemp("gateway-kill"), "--shards", "1", "--model", str(model_path),
-              "--http", f"127.0.0.1:{free_port()}")
+    s = Stack(tmp_path_factory.mktemp("gateway-kill"), "--shards", "1", "--model", str(model_path))
     yield s
     s.stop()
 

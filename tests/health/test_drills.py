@@ -204,11 +204,11 @@ async def test_a_gateway_stopped_under_a_stream_ends_it_with_an_error_naming_why
         error = json.loads(lines[-2][len(b"data: "):])["error"]
         assert error["type"] == "service_unavailable_error" and "gateway is stopping" in \
             error["message"], error
-        # The watcher starts it again; the later tests need it. This stack's gateway listens on
-        # any free port (--http 127.0.0.1:0), so the new one's may differ: it says which.
+        # The watcher starts it again, where its clients found it (the stack asked for any
+        # free port, --http 127.0.0.1:0: the first one's is kept); the later tests need it.
         new = await until(lambda: (e := watch.directory.get("gateway-0")) is not None
                           and e.epoch != epoch and e.info.http and e, 60, what="a new gateway")
-        stack.http = new.info.http
+        assert new.info.http == stack.http
     await until(_served(stack), 60, what="the new gateway answering")
 
 

@@ -32,7 +32,7 @@ def test_another_scheduler_drops_only_a_gone_owners_kv():
     assert o2.batch_from("scheduler-1", 7, owner_live=True) == TAKE and o2.drops == 0
 
 
-def test_an_owner_that_stops_heartbeating_is_dropped_at_once():
+def test_an_owner_replaced_by_a_new_epoch_is_dropped_at_once():
     o = KVOwner()
     o.batch_from("scheduler-0", 5, owner_live=True)
     assert not o.gone("shard-1", 3) and not o.gone("scheduler-0", 4)
