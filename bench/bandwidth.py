@@ -60,13 +60,13 @@ def _reader(nbytes: int, rounds: int, start, results) -> None:
     results.put(took)
 
 
-def pool_read_arrays(arrays, threads: int, rounds: int = 4) -> float | None:
+def pool_read_arrays(arrays, threads: int, rounds: int = 4, clock=time.perf_counter) -> float | None:
     """Bytes/s the native kernels' pool reads `arrays` (numpy arrays, C-contiguous, 8-byte aligned),
     each once in turn, one stretch a thread (lb_pool_read), best of `rounds`; None without the
     library. Given a model's weights this is what a decode step's matmuls could stream from those
     very pages: a file mapping of page-cache folios reads at its own rate, not at that of a fresh
     anonymous buffer (here 4 KiB anonymous pages read ~25% slower on one thread than huge ones). The
-    pool is left at the size it had."""
+    pool is left at the size it had. `clock`: time.thread_time times one thread's read by its CPU time."""
     from kernels import native_lib  # noqa: PLC0415 - the bench runs without the library too
 
     lib = native_lib.load()
@@ -86,41 +86,21 @@ def pool_read_arrays(arrays, threads: int, rounds: int = 4) -> float | None:
     native_lib.set_threads(threads)
     try:
         read_all()
-        return total / min(_timed(read_all) for _ in range(rounds))
+        return total / min(_timed(read_all, clock) for _ in range(rounds))
     finally:
         native_lib.set_threads(was)
 
 
 def weight_arrays(weights) -> list[np.ndarray]:
     """The buffers a forward streams: each array of the shard's weights once (a tied head once), a
-    quantized matrix's blocks as stored."""
-    from kernels.qmatrix import QMatrix, QRows  # noqa: PLC0415 - only this helper needs the model's types
-    from services.modelstore.quantized import QLayers, QStack  # noqa: PLC0415
-
-    out, seen = [], set()
-
-    def add(a):
-        if isinstance(a, QRows):
-            for p in a.parts:
-                add(p)
-        elif isinstance(a, QLayers):
-            for m in a.layers:
-                add(m)
-        elif isinstance(a, (QStack, QMatrix)):
-            add(a.data)
-        elif id(a) not in seen:
-            seen.add(id(a))
-            out.append(a)
-
-    for a in weights.arrays().values():
-        add(a)
-    return out
+    quantized matrix's blocks as stored (ShardWeights.buffers)."""
+    return weights.buffers()
 
 
-def _timed(fn) -> float:
-    t = time.perf_counter()
+def _timed(fn, clock=time.perf_counter) -> float:
+    t = clock()
     fn()
-    return time.perf_counter() - t
+    return clock() - t
 
 
 def pool_read_bandwidth(threads: int, rounds: int = 4) -> float | None:

@@ -61,10 +61,11 @@ from services.modelstore.pull import pull  # noqa: E402
 from services.modelstore.weight_cache import load_weights  # noqa: E402
 from services.modelstore.weights import read_config  # noqa: E402
 from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
-from services.shard.inprocess import Chunk, PageAllocator, build_batch  # noqa: E402
 from services.shard.model import ShardModel  # noqa: E402
 from bench.bandwidth import (  # noqa: E402
     pool_read_arrays, pool_read_bandwidth, read_bandwidth, read_bandwidth_together, weight_arrays)
+from bench import engine_rates  # noqa: E402
+from bench.engine_rates import TOKEN_IDS, prefill_rate, prompt  # noqa: E402
 from bench.llamacpp_figures import SINGLE_ROUNDS, figures as llama_cpp_figures  # noqa: E402
 from kernels.qmatmul import available as qmatmul_available, set_isa  # noqa: E402
 from kernels import native_lib  # noqa: E402
@@ -76,33 +77,8 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-TOKEN_IDS = [3, 49000]    # prompts draw ids from here; main() bounds it by the model's vocabulary
-
-
-def prompt(n: int, seed: int = 0) -> list[int]:
-    return np.random.default_rng(seed).integers(*TOKEN_IDS, size=n).tolist()
-
-
 def decode_rate(model: ShardModel, batch: int, steps: int) -> float:
-    """Aggregate tokens/s of `batch` sequences decoding together after a CONTEXT-token prompt."""
-    pages = PageAllocator(model.kv.num_pages, model.kv.page_size)
-    seqs = list(range(batch))
-    model.forward(build_batch([Chunk(s, prompt(CONTEXT, s), 0) for s in seqs], pages))
-    t = time.perf_counter()
-    for step in range(steps):
-        model.forward(build_batch([Chunk(s, [11 + s], CONTEXT + step) for s in seqs], pages))
-    return batch * steps / (time.perf_counter() - t)
-
-
-def prefill_rate(model: ShardModel, n: int, runs: int = 2) -> float:
-    """Tokens/s of one n-token prompt, best of `runs` (as llama.cpp's is measured)."""
-    best = float("inf")
-    for _ in range(runs):
-        pages = PageAllocator(model.kv.num_pages, model.kv.page_size)
-        t = time.perf_counter()
-        model.forward(build_batch([Chunk(0, prompt(n), 0)], pages))
-        best = min(best, time.perf_counter() - t)
-    return n / best
+    return engine_rates.decode_rate(model, batch, steps, CONTEXT)
 
 
 def ours(path: Path, n_layers: int, steps: int, root: Path | None, fmt: str) -> dict:

@@ -1,7 +1,8 @@
 """Interleaved A/B of the native quantized matmul: two builds of the library on a GGUF's own layer matrices.
 
     OPENBLAS_NUM_THREADS=1 python3 bench/qmatmul_ab.py BASELINE.so [CANDIDATE.so] [--model PATH]
-        [--threads 1] [--rows 1 16 256] [--rounds 7] [--part layers|head|all]
+        [--threads 1] [--rows 1 16 256] [--rounds 7] [--part layers|head|all] [--isa auto|avx2|avx512|generic]
+        [--layers N]
 
 For a kernel change: copy kernels/_native*.so aside (the baseline), change and rebuild, then run this;
 CANDIDATE defaults to the library built in kernels/. Both builds are loaded into this one process and
@@ -10,7 +11,11 @@ The matrices are the model's layer tensors as stored (every layer's, so a decode
 memory as a forward does), grouped by kind and shape; x is random. --part head times the output head
 instead (output.weight, or the tied token_embd.weight where the file has none), --part all both. Prints per group and row count
 the ms of each build, their ratio, the candidate's weight bytes per second, and whether both gave the
-same bits; then the whole layer stack's ratio per row count.
+same bits; then the whole layer stack's ratio per row count. --isa forces both builds' code path;
+--layers N keeps the first N layers' matrices (an 8B model's 32 are 3.9 GB: 8 still stream from memory).
+--clock cpu times this thread's CPU time instead of the wall clock (with --threads 1 the kernel runs on
+the calling thread): on a machine whose cores other processes keep busy, time spent descheduled is
+then not counted, only what the kernel itself costs.
 """
 
 from __future__ import annotations
@@ -30,20 +35,23 @@ import numpy as np  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 
 from kernels.native_lib import library_path  # noqa: E402
-from kernels.qmatmul import KIND_CODES  # noqa: E402
+from kernels.qmatmul import ISAS, KIND_CODES  # noqa: E402
 from services.modelstore.pull import pull  # noqa: E402
 from services.modelstore.quantized import kind_of  # noqa: E402
 
 P, I64, INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 
 
-def load(path: Path, threads: int) -> ctypes.CDLL:
-    """One build, with its own thread pool of `threads`."""
+def load(path: Path, threads: int, isa: str = "auto") -> ctypes.CDLL:
+    """One build, with its own thread pool of `threads`, on code path `isa`."""
     lib = ctypes.CDLL(str(path.resolve()))
     lib.lb_qmatmul.restype, lib.lb_qmatmul.argtypes = INT, [INT, P, I64, I64, P, I64, P]
     lib.lb_set_threads.restype, lib.lb_set_threads.argtypes = INT, [INT]
+    lib.lb_set_isa.restype, lib.lb_set_isa.argtypes = INT, [INT]
     if lib.lb_set_threads(threads) != threads:
         sys.exit(f"{path}: could not start {threads} threads")
+    if isa != "auto" and lib.lb_set_isa(ISAS[isa]) != ISAS[isa]:
+        sys.exit(f"{path}: this CPU has no {isa} path")
     return lib
 
 
@@ -53,14 +61,16 @@ def head_name(tensors) -> str:
     return "output.weight" if "output.weight" in names else "token_embd.weight"
 
 
-def layer_groups(path: Path, part: str = "layers") -> dict[tuple[str, int, int], list[np.ndarray]]:
-    """(kind, rows, cols) -> the blocks (rows, row bytes) of every tensor of `part` of that kind and shape."""
+def layer_groups(path: Path, part: str = "layers", layers: int | None = None) -> dict[tuple[str, int, int], list[np.ndarray]]:
+    """(kind, rows, cols) -> the blocks (rows, row bytes) of every tensor of `part` of that kind and shape
+    (of the first `layers` layers only, when given)."""
     groups = defaultdict(list)
     tensors = GGUFReader(path).tensors
     head = head_name(tensors)
     for t in tensors:
         kind = kind_of(t)
-        wanted = (part != "head" and t.name.startswith("blk.")) or (part != "layers" and t.name == head)
+        in_range = t.name.startswith("blk.") and (layers is None or int(t.name.split(".")[1]) < layers)
+        wanted = (part != "head" and in_range) or (part != "layers" and t.name == head)
         if wanted and kind is not None and len(t.shape) == 2:
             cols, rows = int(t.shape[0]), int(t.shape[1])
             groups[(kind, rows, cols)].append(np.ascontiguousarray(t.data).reshape(rows, -1))
@@ -77,16 +87,23 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--part", choices=("layers", "head", "all"), default="layers",
                     help="the layer tensors, the output head, or both")
+    ap.add_argument("--isa", choices=sorted(ISAS), default="auto", help="both builds' code path")
+    ap.add_argument("--layers", type=int, default=None, help="only the first N layers' matrices")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: this thread's CPU time (with --threads 1 only)")
     args = ap.parse_args()
     candidate = args.candidate or library_path()
     if candidate is None:
         sys.exit("no candidate: build the library (pip install -e .) or name one")
+    if args.clock == "cpu" and args.threads != 1:
+        sys.exit("--clock cpu counts the calling thread's time: it needs --threads 1")
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     if args.baseline.resolve() == Path(candidate).resolve():
         sys.exit("the baseline is the candidate: copy the built library aside before rebuilding")
-    libs = [load(args.baseline, args.threads), load(Path(candidate), args.threads)]
-    groups = layer_groups(args.model or pull(), args.part)
+    libs = [load(args.baseline, args.threads, args.isa), load(Path(candidate), args.threads, args.isa)]
+    groups = layer_groups(args.model or pull(), args.part, args.layers)
     rng = np.random.default_rng(0)
-    print(f"A = {args.baseline}, B = {candidate}, {args.threads} thread(s), best of {args.rounds} "
+    print(f"A = {args.baseline}, B = {candidate}, {args.threads} thread(s), path {args.isa}, {args.clock} clock, best of {args.rounds} "
           f"interleaved rounds, load average {os.getloadavg()[0]:.2f}")
     print(f"{'kind':<6} {'rows x cols':>12} {'T':>5} {'A ms':>9} {'B ms':>9} {'A/B':>6} {'B GB/s':>7}  same bits")
     for t in args.rows:
@@ -103,9 +120,9 @@ def main() -> None:
             best = [float("inf")] * 2
             for _ in range(args.rounds):
                 for i in (0, 1):
-                    start = time.perf_counter()
+                    start = clock()
                     run(i)
-                    best[i] = min(best[i], time.perf_counter() - start)
+                    best[i] = min(best[i], clock() - start)
             total = [total[0] + best[0], total[1] + best[1]]
             same = "yes" if np.array_equal(outs[0], outs[1], equal_nan=True) else "no"
             gbs = sum(m.nbytes for m in mats) / best[1] / 1e9

@@ -42,11 +42,12 @@ async def run_level_http(base: str, model: str, prompts: list[Prompt], concurren
 
 
 async def one_request(session, base: str, model: str, prompt: Prompt, workload: Workload,
-                      t: RequestTiming) -> None:
-    """One greedy streamed chat request through the gateway, its tokens timed into `t`."""
+                      t: RequestTiming, extra: dict | None = None) -> None:
+    """One greedy streamed chat request through the gateway, its tokens timed into `t`; `extra`
+    adds fields to the body (e.g. llama-server's own)."""
     body = {"model": model, "messages": prompt.messages, "max_tokens": workload.max_tokens,
             "temperature": 0.0, "seed": workload.seed, "stream": True,
-            "stream_options": {"include_usage": True}}
+            "stream_options": {"include_usage": True}, **(extra or {})}
     async with session.post(base + "/v1/chat/completions", json=body) as r:
         if r.status != 200:
             raise RuntimeError(f"HTTP {r.status}: {(await r.text())[:200]}")

@@ -63,6 +63,12 @@ def rope_tables(xp, positions, n_rot: int, base: float, dtype, scaling: RopeScal
     return (xp.cos(angles) * mscale).astype(dtype), (xp.sin(angles) * mscale).astype(dtype)
 
 
+def frequencies(n_rot: int, base: float, scaling: RopeScaling = NO_SCALING) -> tuple[np.ndarray, float]:
+    """Each rotated pair's angle per position (n_rot/2,) float64 and the scale of cos/sin: what
+    rope_tables forms its tables from (a GPU forms them in its kernel from these)."""
+    return _frequencies(n_rot, float(base), scaling)
+
+
 @functools.lru_cache(maxsize=64)
 def _frequencies(n_rot: int, base: float, scaling: RopeScaling) -> tuple[np.ndarray, float]:
     """Each rotated pair's angle per position (float64, read-only) and the cos/sin scale: the same

@@ -17,7 +17,8 @@ def get_xp(name: str = "numpy"):
         try:
             import cupy  # noqa: PLC0415 - lazy on purpose: CPU hosts have no cupy
         except ImportError as e:
-            raise ArrayModuleUnavailable("cupy is not installed (pip install cupy-cuda12x)") from e
+            raise ArrayModuleUnavailable("cupy is not installed (pip install cupy-cuda12x, or "
+                                         "cupy-cuda13x for CUDA 13)") from e
         try:
             if cupy.cuda.runtime.getDeviceCount() < 1:
                 raise ArrayModuleUnavailable("cupy found no CUDA device")

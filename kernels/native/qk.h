@@ -11,11 +11,12 @@
 #define QKK 256               /* weights per K-quant super-block */
 
 static inline int lb_is_qk(int kind) { return kind == LB_Q4_K || kind == LB_Q5_K || kind == LB_Q6_K; }
-static inline int lb_is_q5(int kind) { return kind == LB_Q5_0 || kind == LB_Q5_1; }
+static inline int lb_is_q5(int kind) { return kind == LB_Q4_0 || kind == LB_Q5_0 || kind == LB_Q5_1; }   /* 32 a block, exact sums */
 
 /* Bytes of one block (elements: QKK for the K kinds, QK for Q5_0/Q5_1); 0 for any other kind. */
 static inline int lb_qk_block_bytes(int kind) {
     switch (kind) {
+    case LB_Q4_0: return 18;      /* d, qs[16] */
     case LB_Q5_0: return 22;      /* d, qh[4], qs[16] */
     case LB_Q5_1: return 24;      /* d, m, qh[4], qs[16] */
     case LB_Q4_K: return 144;     /* d, dmin, scales[12], qs[128] */

@@ -70,7 +70,7 @@ static void matmul_k(int kind, const lb_act_k *a, const uint8_t *w, int64_t N, f
 
 static void matmul_q5(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out) {
     const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind);
-    const int off = kind == LB_Q5_0 ? 16 : 0, head = kind == LB_Q5_1 ? 4 : 2;
+    const int off = kind == LB_Q5_0 ? 16 : kind == LB_Q4_0 ? 8 : 0, head = kind == LB_Q5_1 ? 4 : 2;
     for (int64_t n = 0; n < N; n++)
         for (int64_t t = 0; t < a->T; t++) {
             const int8_t *xq = a->q + t * a->nbp * QK;
@@ -78,8 +78,8 @@ static void matmul_q5(int kind, const lb_act *a, const uint8_t *w, int64_t N, fl
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *blk = w + (n * nb + b) * bb;
-                const uint32_t qh = lb_u32(blk + head);
-                const uint8_t *qs = blk + head + 4;
+                const uint32_t qh = kind == LB_Q4_0 ? 0 : lb_u32(blk + head);     /* Q4_0: no fifth bits */
+                const uint8_t *qs = blk + head + (kind == LB_Q4_0 ? 0 : 4);
                 int32_t p = 0;
                 for (int j = 0; j < QK / 2; j++)
                     p += (((qs[j] & 0x0f) | (((qh >> j) & 1) << 4)) - off) * xq[b * QK + j] +

@@ -7,6 +7,7 @@
 #ifndef LB_QK_TILES_H
 #define LB_QK_TILES_H
 
+#include "scales8.h"
 #include "sum8.h"
 
 #define K_D_AT(kind) ((kind) == LB_Q6_K ? 208 : 0)      /* byte of a block's d */
@@ -101,8 +102,13 @@ INLINE void tile8_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_
             }
         }
         const uint8_t *head = w0 + b * bb;
-        const __m256 d = f16x8(head + K_D_AT(kind), row_bytes);
-        const __m256 dmin = kind == LB_Q6_K ? _mm256_setzero_ps() : f16x8(head + 2, row_bytes);
+        __m256 d, dmin;
+        if (kind == LB_Q6_K) {             /* d is the block's last 2 bytes: a word read would pass its end */
+            d = f16x8(head + K_D_AT(kind), row_bytes);
+            dmin = _mm256_setzero_ps();
+        } else {
+            scales_f16x8(head, row_bytes, &d, &dmin);      /* d and dmin: one 32-bit word a row */
+        }
         for (int r = 0; r < R; r++) {
             const __m256 dx = _mm256_set1_ps(a->d[(t0 + r) * nb + b]);
             acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sum8_epi32(sv[r]))));

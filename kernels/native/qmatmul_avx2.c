@@ -1,8 +1,8 @@
-/* AVX2 path (no VNNI): one block at a time in 256-bit registers. vpmaddubsw multiplies unsigned by signed
- * bytes into 16-bit pairs and vpmaddwd sums them to 8 int32 lanes, exactly: q4_1's nibbles go in as they
- * are (at most 15); q4_0's nibble - 8 and q8_0's quants go in as |q| against x with q's sign, as ggml
- * does. For a batch, up to 4 rows of activations share each q4 weight block and 2 weight rows go
- * together. A single row of activations (a decode step) goes against 8 weight rows, whose kernel is
+/* AVX2 path (no VNNI) of q4_1 and q8_0 (q4_0 runs qk_avx2.c's exact-sum tiles: qmatmul.c): one block at a
+ * time in 256-bit registers. vpmaddubsw multiplies unsigned by signed bytes into 16-bit pairs and
+ * vpmaddwd sums them to 8 int32 lanes, exactly: q4_1's nibbles go in as they are (at most 15); q8_0's
+ * quants go in as |q| against x with q's sign, as ggml does. For a batch, up to 4 rows of activations
+ * share each q4_1 weight block and 2 weight rows go together. A single row of activations (a decode step) goes against 8 weight rows, whose kernel is
  * otherwise bound by converting each block's scales. Every output's float operations are the same
  * whatever the tile, so the bits are too.
  * q8_0 (a tied output head: most of a batch step of Gemma 3) takes each block's exact integer sum per
@@ -16,21 +16,16 @@
 
 #include "avx2.h"
 
-/* Block b of one activation row, in the byte order the weights' quants come in (q4 kinds: low
- * nibbles' 16 activations, then the high nibbles'). */
+/* Block b of one activation row, in the byte order q4_1's quants come in (low nibbles' 16 activations,
+ * then the high nibbles'). */
 INLINE __m256i act_block(int kind, const int8_t *row, int64_t b) {
-    if (kind == LB_Q8_0)
-        return _mm256_loadu_si256((const __m256i *)(row + b * QK));
     return _mm256_loadu2_m128i((const __m128i *)(row + lb_act_index(kind, b, 16)),
                                (const __m128i *)(row + lb_act_index(kind, b, 0)));
 }
 
-/* A block's exact integer dot product of quants u and activations x, in 8 float lanes: q4_1's
- * nibbles (unsigned) as they are, signed quants as |u| against x with u's sign. */
-INLINE __m256 block_dot(int kind, __m256i u, __m256i x, __m256i ones) {
-    const __m256i p16 = kind == LB_Q4_1 ? _mm256_maddubs_epi16(u, x)
-                                        : _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(x, u));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+/* A block's exact integer dot product of q4_1's nibbles u (unsigned) and activations x, in 8 float lanes. */
+INLINE __m256 block_dot(__m256i u, __m256i x, __m256i ones) {
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones));
 }
 
 /* out[r, c] for r < R rows of the activations from t0 and c < C weight rows from w0. Per block and
@@ -40,7 +35,7 @@ INLINE __m256 block_dot(int kind, __m256i u, __m256i x, __m256i ones) {
 INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes,
                  float *out0, int64_t N) {
     const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind), ts = a->T + 8;
-    const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+    const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f);
     __m256 acc[8][2], sides = _mm256_setzero_ps();
     float side[8][2];
     for (int r = 0; r < R; r++)
@@ -52,21 +47,16 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
         for (int c = 0; c < C; c++) {
             const uint8_t *p = w0 + c * row_bytes + b * bb;
             dw[c] = _mm256_set1_ps(_cvtsh_ss(lb_u16(p)));
-            if (kind == LB_Q8_0) {
-                u[c] = _mm256_loadu_si256((const __m256i *)(p + 2));          /* signed; |q| below */
-            } else {
-                __m128i qs = _mm_loadu_si128((const __m128i *)(p + (kind == LB_Q4_1 ? 4 : 2)));
-                u[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), mask);
-                if (kind == LB_Q4_0) u[c] = _mm256_sub_epi8(u[c], eight);     /* signed too */
-            }
-            if (kind == LB_Q4_1) sw[c] = _cvtsh_ss(lb_u16(p + 2));
+            const __m128i qs = _mm_loadu_si128((const __m128i *)(p + 4));
+            u[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), mask);
+            sw[c] = _cvtsh_ss(lb_u16(p + 2));
         }
         for (int r = 0; r < R; r++) {
             const int8_t *row = a->q + (t0 + r) * nbp * QK;
             const __m256 dx = _mm256_broadcast_ss(a->d + (t0 + r) * nbp + b);
             const __m256i x = act_block(kind, row, b);
             for (int c = 0; c < C; c++) {
-                const __m256 p = block_dot(kind, u[c], x, ones);
+                const __m256 p = block_dot(u[c], x, ones);
                 acc[r][c] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw[c], dx), acc[r][c]);
                 if (kind == LB_Q4_1 && R == 1) side[r][c] += sw[c] * a->side[(t0 + r) * nbp + b];
             }
@@ -97,7 +87,7 @@ INLINE void scales8(int kind, const uint8_t *p, int64_t row_bytes, float dx, flo
  * minimum sums m_w * side_x in 8 lanes, one a row. */
 INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes, float *out0) {
     const int64_t nb = a->nb, nbp = a->nbp, bb = lb_block_bytes(kind);
-    const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+    const __m256i ones = _mm256_set1_epi16(1), mask = _mm256_set1_epi8(0x0f);
     const __m256i shift = _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0);
     const int8_t *row = a->q + t0 * nbp * QK;
     const float *dxs = a->d + t0 * nbp, *sxs = a->side + t0 * nbp;
@@ -116,16 +106,10 @@ INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int6
         const float *pb = prod[b & 1];
         const __m256i x = act_block(kind, row, b);
         for (int c = 0; c < 8; c++) {
-            const uint8_t *q = p + c * row_bytes + (kind == LB_Q4_1 ? 4 : 2);
-            __m256i u;
-            if (kind == LB_Q8_0) {
-                u = _mm256_loadu_si256((const __m256i *)q);
-            } else {       /* low nibbles in the low half, high nibbles (shifted down 4) in the high half */
-                u = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q));
-                u = _mm256_and_si256(_mm256_srlv_epi32(u, shift), mask);
-                if (kind == LB_Q4_0) u = _mm256_sub_epi8(u, eight);
-            }
-            acc[c] = _mm256_fmadd_ps(block_dot(kind, u, x, ones), _mm256_broadcast_ss(pb + c), acc[c]);
+            /* low nibbles in the low half, high nibbles (shifted down 4) in the high half */
+            __m256i u = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + c * row_bytes + 4)));
+            u = _mm256_and_si256(_mm256_srlv_epi32(u, shift), mask);
+            acc[c] = _mm256_fmadd_ps(block_dot(u, x, ones), _mm256_broadcast_ss(pb + c), acc[c]);
         }
     }
     float side[8];
@@ -260,7 +244,6 @@ INLINE void q8_rows(int R, const lb_act *a, int64_t t0, const uint8_t *w, int64_
     static void (*const rows_##KIND[ROWS_Q4 + 1])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = { \
         0, rows_##KIND##_1, rows_##KIND##_2, rows_##KIND##_3, rows_##KIND##_4};
 
-ROWS_Q4_ALL(2)
 ROWS_Q4_ALL(3)
 Q8_FN(1) Q8_FN(2) Q8_FN(3) Q8_FN(4) Q8_FN(5) Q8_FN(6) Q8_FN(7) Q8_FN(8)
 Q8_FN(9) Q8_FN(10) Q8_FN(11) Q8_FN(12) Q8_FN(13) Q8_FN(14) Q8_FN(15) Q8_FN(16)
@@ -319,8 +302,7 @@ TGT void lb_qmatmul_avx2(int kind, const lb_act *a, const uint8_t *w, int64_t N,
     for (int64_t t = 0; t < a->T; t += most) {
         const int R = a->T - t < most ? (int)(a->T - t) : most;
         if (kind == LB_Q4_1) rows_3[R](a, t, w, N, out + t * N);
-        else if (kind == LB_Q8_0) rows_8[R](a, t, w, N, out + t * N);
-        else rows_2[R](a, t, w, N, out + t * N);
+        else rows_8[R](a, t, w, N, out + t * N);       /* Q8_0 (Q4_0 runs qk_avx2.c's tiles: qmatmul.c) */
     }
 }
 #endif

@@ -95,23 +95,24 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
         for (int c = 0; c < C; c++) out0[r * N + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-/* All N outputs for R rows: C weight rows at a time, then the leftover rows one by one. */
-INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) {
+/* nn outputs (weight rows from w) for R rows, out0's rows N apart: C weight rows at a time, then the
+ * leftover rows one by one. */
+INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint8_t *w, int64_t nn, int64_t N, float *out0) {
     const int64_t row_bytes = a->nb * lb_block_bytes(kind);
     int64_t n = 0;
-    for (; n + C <= N; n += C) tile(kind, R, C, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
-    for (; n < N; n++) tile(kind, R, 1, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
+    for (; n + C <= nn; n += C) tile(kind, R, C, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
+    for (; n < nn; n++) tile(kind, R, 1, a, t0, w + n * row_bytes, row_bytes, out0 + n, N);
 }
 
 /* One instantiation per (kind, R), so the tile's shape is known to the compiler and its accumulators
  * stay in registers. */
 #define ROWS_FN(KIND, R, C) \
-    static TGT void rows_##KIND##_##R(const lb_act *a, int64_t t0, const uint8_t *w, int64_t N, float *out0) { \
-        rows(KIND, R, C, a, t0, w, N, out0); }
+    static TGT void rows_##KIND##_##R(const lb_act *a, int64_t t0, const uint8_t *w, int64_t nn, int64_t N, float *out0) { \
+        rows(KIND, R, C, a, t0, w, nn, N, out0); }
 #define ROWS_ALL(KIND) \
     ROWS_FN(KIND, 1, 4) ROWS_FN(KIND, 2, 4) ROWS_FN(KIND, 3, 2) ROWS_FN(KIND, 4, 2) \
     ROWS_FN(KIND, 5, 2) ROWS_FN(KIND, 6, 2) ROWS_FN(KIND, 7, 2) ROWS_FN(KIND, 8, 2) \
-    static void (*const rows_##KIND[9])(const lb_act *, int64_t, const uint8_t *, int64_t, float *) = { \
+    static void (*const rows_##KIND[9])(const lb_act *, int64_t, const uint8_t *, int64_t, int64_t, float *) = { \
         0, rows_##KIND##_1, rows_##KIND##_2, rows_##KIND##_3, rows_##KIND##_4, \
         rows_##KIND##_5, rows_##KIND##_6, rows_##KIND##_7, rows_##KIND##_8};
 
@@ -208,10 +209,15 @@ TGT void lb_qmatmul_avx512(int kind, const lb_act *a, const uint8_t *w, int64_t 
         }
         return;
     }
-    for (int64_t t = 0; t < a->T; t += 8) {
-        const int R = a->T - t < 8 ? (int)(a->T - t) : 8;
-        if (kind == LB_Q4_1) rows_3[R](a, t, w, N, out + t * N);
-        else rows_2[R](a, t, w, N, out + t * N);
+    /* Past 8 rows of x, NB weight rows at a time (in L2) against every 8 rows of x, so the weights
+     * stream from memory once rather than once every 8 rows. */
+    const int64_t row_bytes = a->nb * lb_block_bytes(kind), NB = a->T > 8 ? 64 : N;
+    for (int64_t n = 0; n < N; n += NB) {
+        const int64_t nn = N - n < NB ? N - n : NB;
+        for (int64_t t = 0; t < a->T; t += 8) {
+            const int R = a->T - t < 8 ? (int)(a->T - t) : 8;
+            (kind == LB_Q4_1 ? rows_3 : rows_2)[R](a, t, w + n * row_bytes, nn, N, out + t * N + n);
+        }
     }
 }
 #endif

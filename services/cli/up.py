@@ -24,7 +24,7 @@ from bus.options import add_options, argv_of
 from services.scheduler.config import SchedulerServiceConfig
 from services.shard.config import ShardConfig, positive   # light: no numpy
 
-SHARD_OPTIONS = ("codec", "num_pages")
+SHARD_OPTIONS = ("codec", "num_pages", "device")
 SCHEDULER_OPTIONS = ("max_queue", "max_batch_tokens")
 
 def add_parser(sub) -> None:
@@ -76,7 +76,7 @@ def main(args: argparse.Namespace) -> int:
         return asyncio.run(_up(args))
     except KeyboardInterrupt:
         return 130
-    except (ValueError, OSError) as e:   # bad option values, a bad model file
+    except (ValueError, OSError) as e:   # bad option values, a bad model file, no GPU
         print(f"llmbus up: {e}", file=sys.stderr)
         return 2
 
@@ -115,6 +115,11 @@ async def _up(args) -> int:
     from .stacks import private_cluster, register, runtime_dir
 
     key = cluster_key(args)        # a bad key file fails before anything starts
+    if args.device == "cuda":      # no GPU: say why before anything starts
+        from services.shard.cli import device_unavailable
+        why = device_unavailable(args.device)
+        if why:
+            raise ValueError(f"--device cuda: {why}")
     model = (args.model or pull(quiet=False)).resolve()
     if not model.is_file():
         raise ValueError(f"no model file at {model}")
@@ -181,7 +186,8 @@ async def _up(args) -> int:
         say(f"starting {len(specs)} services: model {model.name}, {len(ranges)} shards "
             f"{[f'{a}:{b}' for a, b in ranges]}"
             + (f" x {args.replicas} replicas (one pipeline each)" if args.replicas > 1 else "")
-            + f" of {threads} thread(s) each, {inflight} micro-batch(es) in flight, "
+            + (" on the GPU" if args.device == "cuda" else f" of {threads} thread(s) each")
+            + f", {inflight} micro-batch(es) in flight, "
             f"logs in {logs}")
         if not await _wait_ready(directory, kids, stop, logs):
             return 0 if stop.is_set() else 1

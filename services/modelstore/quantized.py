@@ -85,6 +85,10 @@ def quantized_matrix(tensor) -> QMatrix:
     return QMatrix(kind_of(tensor), np.ascontiguousarray(tensor.data.reshape(-1, tensor.data.shape[-1])), cols)
 
 
+def _rows(tensor) -> int:
+    return int(np.prod(tensor.data.shape[:-1]))
+
+
 def _fused(parts: list) -> QMatrix | QRows:
     """Tensors fused along `out`: one QMatrix when they share a kind, else a QRows whose parts join
     neighbours of one kind (q and k in Q4_K beside v in Q6_K: two parts, two kernel calls)."""
@@ -108,6 +112,18 @@ def quantized_stack(layer_tensors: list[list]) -> QStack | QLayers | None:
     if None in kinds or len(widths) != 1:
         return None
     if len(kinds) == 1:
-        data = np.stack([np.concatenate([quantized_matrix(t).data for t in parts]) for parts in layer_tensors])
-        return QStack(kinds.pop(), np.ascontiguousarray(data), widths.pop())
+        # Each tensor's bytes copied once, straight into its place: a range's matrices are GBs
+        # at 8B, and a copy per concatenate and stack would hold them twice at the peak.
+        rows = [sum(_rows(t) for t in parts) for parts in layer_tensors]
+        width = flat[0].data.shape[-1]
+        if len(set(rows)) != 1 or any(t.data.shape[-1] != width for t in flat):
+            return None
+        data = np.empty((len(layer_tensors), rows[0], width), dtype=np.uint8)
+        for layer, parts in zip(data, layer_tensors):
+            at = 0
+            for t in parts:
+                n = _rows(t)
+                layer[at:at + n] = t.data.reshape(n, width)
+                at += n
+        return QStack(kinds.pop(), data, widths.pop())
     return QLayers(tuple(_fused(parts) for parts in layer_tensors))

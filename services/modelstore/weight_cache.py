@@ -74,13 +74,38 @@ def load_weights(model: Path, start: int, end: int, dtype: str = "float32",
             return LoadedWeights(config, weights, False, time.perf_counter() - t0, entry)
         except (OSError, ValueError, KeyError):
             shutil.rmtree(entry, ignore_errors=True)   # damaged entry: rebuild it below
-    if dtype == QUANTIZED:
-        config, weights = read_weights(Path(model), start, end, np.float32, quantized=True)
-    else:
-        config, weights = read_weights(Path(model), start, end, np.dtype(dtype))
-    _write_entry(entry, config, weights)
+    built = _build_entry(Path(model), start, end, dtype, entry)
     prune(entry.parent.parent, keep=entry)
+    # Served from the entry just written, as a warm load would be: the arrays read_weights built
+    # (the layers stacked in anonymous memory) and the GGUF's mapping (whose pages the build read,
+    # and which an embedding or head kept as a view of it would hold resident) are let go, so a
+    # shard that built its own range holds that range's bytes once, not twice.
+    try:
+        config, weights = _read_entry(entry, start, end)
+        _touch(entry)
+    except (OSError, ValueError, KeyError):      # removed at once by another process's prune
+        config, weights = built
+    del built
     return LoadedWeights(config, weights, True, time.perf_counter() - t0, entry)
+
+
+def _build_entry(model: Path, start: int, end: int, dtype: str, entry: Path) -> tuple[ModelConfig, ShardWeights]:
+    """Read layers [start, end) from the GGUF and write them as `entry`; returns what was read."""
+    if dtype == QUANTIZED:
+        config, weights = read_weights(model, start, end, np.float32, quantized=True)
+    else:
+        config, weights = read_weights(model, start, end, np.dtype(dtype))
+    _write_entry(entry, config, weights)
+    return config, weights
+
+
+def page_in(weights: ShardWeights) -> None:
+    """Read one byte of every page of the weights, so that a mapped entry's pages come in from disk
+    while a shard loads, not in its first forward: a forward waiting on the disk shows no CPU time,
+    and a health watcher takes a process with work and no CPU time for stalled (a range of an 8B
+    model is 1.4 GB)."""
+    for a in weights.buffers():
+        int(a.reshape(-1).view(np.uint8)[::4096].sum())
 
 
 def prune(weights_root: Path, keep: Path, budget: int | None = None) -> list[Path]:

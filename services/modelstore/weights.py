@@ -73,6 +73,28 @@ class ShardWeights:
         """Bytes held, a tied head counted once."""
         return sum(a.nbytes for a in {id(a): a for a in self.arrays().values()}.values())
 
+    def buffers(self) -> list[np.ndarray]:
+        """The numpy arrays the weights are held in, each once (a tied head once): a quantized
+        matrix's blocks as stored, each part of a mixed one."""
+        out, seen = [], set()
+
+        def add(a):
+            if isinstance(a, QRows):
+                for p in a.parts:
+                    add(p)
+            elif isinstance(a, QLayers):
+                for m in a.layers:
+                    add(m)
+            elif isinstance(a, (QStack, QMatrix)):
+                add(a.data)
+            elif id(a) not in seen:
+                seen.add(id(a))
+                out.append(a)
+
+        for a in self.arrays().values():
+            add(a)
+        return out
+
     @property
     def quantized(self) -> bool:
         return any(isinstance(a, (QStack, QLayers, QMatrix)) for a in self.arrays().values())

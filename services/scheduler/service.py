@@ -280,6 +280,10 @@ class SchedulerService(AnswerInbox, Service):
         req: Generate = msg.body
         if (why := self.failed_ranges.why(self.directory.live(), self.model)) is not None:
             raise ServiceError(RANGE_FAILED, why)
+        if self.placer is not None and self.placer.refused and find_gap(self._shards(), self.model):
+            # The shards left cannot hold the model: nothing serves its missing layers until
+            # a host joins, so a new request is told so now rather than after the budget.
+            raise ServiceError(RANGE_FAILED, self._describe_gap())
         if self.pipelines is None:
             raise ServiceError(STARTING, "the scheduler is still finding its pipeline",
                                retry_after=1.0)

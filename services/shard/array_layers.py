@@ -1,8 +1,10 @@
-"""The layer loop written once against an array module, op by op: what a GPU shard runs (cupy).
+"""The layer loop written once against an array module, op by op: the definition the other loops
+are held to (numpy, any float dtype; tests and tools).
 
-cuBLAS takes each projection in one call, decode rows attend over their pages gathered and
-masked by a bias, prompt chunks attend as a whole. numpy_layers.py is the CPU variant of this
-loop; native_layers.py replaces it where the C library is built. What an architecture adds to
+Each projection is one matrix product, decode rows attend over their pages gathered and masked by
+a bias, prompt chunks attend as a whole. numpy_layers.py is the CPU float32 variant of this loop;
+native_layers.py replaces it where the C library is built; a GPU shard runs its own kernels
+(services/shard/gpu_layers.py). What an architecture adds to
 the llama layer (biases, q/k norms, post-norms, GELU gate, sliding window) is asked of the
 model's description (config.spec) at the step it changes.
 """

@@ -61,14 +61,15 @@ class ShardConfig:
                         "int8 (wire/codecs.py)")
     num_pages: int = option(1024, "KV pages", flag="--pages")
     page_size: int = option(16, "tokens per KV page")
-    weights: str = option("auto", "how a cpu shard holds its matrices: GGUF's quantized blocks "
-                          "through the native kernel, or dequantized float32 (auto: quantized "
-                          "when the native kernel is built)", choices=WEIGHT_FORMATS)
-    device: str = option("cpu", "where the layers run: cpu (numpy, float32) or cuda (cupy, "
-                         "float16 weights)", choices=DEVICES)
+    weights: str = option("auto", "how a shard holds its matrices: GGUF's quantized blocks (a cpu "
+                          "shard's where the native kernel is built; a cuda shard's always), or "
+                          "dequantized (float32 on a cpu, float16 on a GPU)", choices=WEIGHT_FORMATS)
+    device: str = option("cpu", "where the layers run: cpu (numpy and the C kernels) or cuda (cupy: "
+                         "the GGUF blocks on the GPU, CUDA graphs, sampling there; pip install -e "
+                         "'.[gpu]')", choices=DEVICES)
     memory: int | None = option(None, "memory this shard offers to placement, weights and KV "
                                 "(e.g. 2G; default: free RAM, or free GPU memory with --device "
-                                "cuda)", parse=parse_memory)
+                                "cuda, less the GPU shard's own buffers)", parse=parse_memory)
     threads: int | None = option(None, "threads the native kernels split each matmul and "
                                  "attention call over (any count gives the same bits; default: "
                                  "the cores this process may use)", parse=positive)

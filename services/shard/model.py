@@ -1,9 +1,9 @@
 """ShardModel: the forward of layers [start, end) over a paged KV cache, for any supported architecture.
 
 The first shard embeds tokens, the last applies the final norm and output head; in between,
-hidden states (T, D) float32 go in and out. Inputs and outputs are numpy arrays whatever
-array module computes (cupy with fp16 weights on a GPU, numpy float32 on a CPU). The layers
-themselves run in the runner services.shard.runner picks for the machine.
+hidden states (T, D) float32 go in and out, numpy arrays. The layers themselves run in the runner
+services.shard.runner picks for the machine (a GPU shard is services.shard.gpu_model.GpuShardModel,
+with this interface).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numpy as np
 
 from kernels.matmul import embed
 from kernels.rope import rope_tables
+from kernels.sampling import sample
 from kernels.xp import to_numpy
 from services.modelstore.gguf_config import ModelConfig
 from services.modelstore.weights import ShardWeights, check_range
@@ -25,6 +26,8 @@ Trace = Callable[[str, object], None]
 
 
 class ShardModel:
+    sampler = staticmethod(sample)          # the last shard's, for logits where forward leaves them
+
     def __init__(self, config: ModelConfig, weights: ShardWeights, kv: PagedKVCache, xp=np,
                  trace: Trace | None = None):
         check_range(config, weights.start, weights.end)
@@ -55,8 +58,9 @@ class ShardModel:
             raise ValueError("weights lack the embeddings or output head their range needs")
         self.runner = choose_runner(xp, config, layers, kv, self.start, extras)
 
-    def forward(self, batch: ForwardBatch) -> np.ndarray:
-        """Run the batch; returns logits (S_sample, vocab) float32 on the last shard, else hidden (T, D) float32."""
+    def forward(self, batch: ForwardBatch, on_device: bool = False) -> np.ndarray:
+        """Run the batch; returns logits (S_sample, vocab) float32 on the last shard (on xp with
+        on_device, else on the host), else hidden (T, D) float32."""
         c, xp = self.config, self.xp
         fast = getattr(self.runner, "decode_plan", None)        # decode steps checked and planned in C
         plan = None if fast is None else fast(batch, self.first, c.vocab_size, c.d_model)
@@ -89,7 +93,7 @@ class ShardModel:
             cap = logits.dtype.type(c.final_softcap)
             logits = xp.tanh(logits / cap) * cap
         self._trace("logits", logits)
-        return to_numpy(logits).astype(np.float32, copy=False)
+        return logits if on_device else to_numpy(logits).astype(np.float32, copy=False)
 
     def _trace(self, name: str, a) -> None:
         if self.trace is not None:

@@ -1,6 +1,6 @@
-"""Which layer loop a shard runs on this machine, decided in one place.
+"""Which layer loop a CPU shard runs on this machine, decided in one place (a GPU shard's forward is
+services.shard.gpu_model.GpuShardModel: its graphs and kernels, not a layer loop of array ops).
 
-    cupy (a GPU)                   -> ArrayLayers: op by op, one cuBLAS call per projection
     numpy, float32, C library      -> NativeLayers: fused C ops, every row attending alone
     numpy, float32, no C library   -> NumpyLayers: op by op, OpenBLAS small-matrix calls
     numpy, another dtype           -> ArrayLayers on numpy (tests and tools only)
@@ -20,7 +20,7 @@ def choose_runner(xp, config, layers, kv, start: int, extras=None):
     """The layer runner for `layers` of a shard starting at layer `start`, over the cache `kv`;
     `extras` per layer: the weights the architecture adds (ShardWeights.LAYER_EXTRAS)."""
     if xp is not np:
-        return ArrayLayers(xp, config, layers, kv, start, extras=extras)
+        raise ValueError("ShardModel runs on numpy; a GPU shard is services.shard.gpu_model.GpuShardModel")
     if kv.dtype != np.float32:
         return ArrayLayers(np, config, layers, kv, start, split=True, extras=extras)
     lib = load()

@@ -44,9 +44,10 @@ from .route import BadRoute, StaleRoute, check_self, next_stage
 log = logging.getLogger("llmbus.shard")
 
 def weight_format(device: str, requested: str) -> str:
-    """The format a shard loads: a cuda shard dequantizes (to fp16 on the device) whatever it is asked."""
+    """The format a shard loads: a cuda shard keeps GGUF's blocks on the GPU unless asked for float32
+    (then float16 there); a cpu shard its blocks where the native kernel is built."""
     if device == "cuda":
-        return "float32"
+        return "float32" if requested == "float32" else "quantized"
     if requested == "auto":
         from kernels.qmatmul import available
         return "quantized" if available() else "float32"
@@ -74,8 +75,12 @@ class _Range:
 # compute thread is idle: handing it over and back costs ~0.2 ms (two thread wake-ups), a tenth
 # of a step of the default model. The loop waits for that one decode step (heartbeats and reads
 # with it: a few ms here, longer for a big range). Bigger batches, and any batch that comes while
-# another computes, go to the compute thread and the loop keeps reading meanwhile.
+# another computes, go to the compute thread and the loop keeps reading meanwhile. A range whose
+# small steps take longer than INLINE_MAX_S (an 8B model's layers: hundreds of ms) runs them on
+# the compute thread too: several such steps back to back would hold the heartbeats past the
+# time peers wait before they take this shard for dead.
 INLINE_TOKENS = 4
+INLINE_MAX_S = 0.05
 
 
 class ShardService(Service):
@@ -97,6 +102,7 @@ class ShardService(Service):
         # range has a thread of its own, so the range served keeps serving meanwhile.
         self._compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forward")
         self._computing = 0                    # batches handed to it and not yet back
+        self._small_step_s = 0.0               # the last step of at most INLINE_TOKENS tokens
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="load")
         self._loading: dict[tuple[int, int, int], asyncio.Future] = {}   # (plan, start, end)
         self._handing: set[asyncio.Task] = set()   # batches handed on whose answer goes elsewhere
@@ -105,18 +111,27 @@ class ShardService(Service):
     async def on_start(self) -> None:
         from services.modelstore.footprint import read_footprint
         from services.modelstore.identity import model_identity
+        from services.modelstore.gguf_meta import read_metadata
+        from services.shard.resident import gpu_reserve, weight_scale
 
         if self.directory is not None:   # (not on expiry: a late scheduler keeps its KV)
             self.directory.on_replaced.append(lambda old, new: self._owner_gone(old))
         loop = asyncio.get_running_loop()
         self.model_id = await loop.run_in_executor(self._loader, model_identity, self.shard.model)
+        self.weight_scale = await loop.run_in_executor(self._loader, weight_scale, self.shard.model,
+                                                       self.shard.device, self.weight_format)
+        # A GPU shard offers its memory less what it keeps there beside weights and KV.
+        self.reserve = 0 if self.shard.device != "cuda" else gpu_reserve(
+            await loop.run_in_executor(self._loader, read_metadata, self.shard.model),
+            self.shard.num_pages, self.shard.page_size)
+        # Last: info() (every heartbeat) offers placement the figures above once this is set.
         self.footprint = await loop.run_in_executor(self._loader, read_footprint, self.shard.model)
         if self.pinned:
             self._take_range(await loop.run_in_executor(self._compute, self._load, 0, self.shard.start,
                                                    self.shard.end))
 
     def _load(self, plan: int, start: int, end: int) -> _Range:
-        from services.modelstore.weight_cache import load_weights
+        from services.modelstore.weight_cache import load_weights, page_in
         from services.shard.kv_cache import KVConfig, PagedKVCache
         from services.shard.model import ShardModel
 
@@ -126,21 +141,19 @@ class ShardService(Service):
         s = self.shard
         self.threads = set_threads(s.threads)      # one pool per process: this shard's
         advise_hugepages(False)    # no stalls as the KV cache and new batch sizes are first touched
-        xp = array_module(s.device)
         if plan:   # beside a range that serves: the long part runs in a child process
             from services.shard.warm import warm
             warm(s.model, start, end, self.weight_format)
         loaded = load_weights(s.model, start, end, self.weight_format)
-        weights, dtype = loaded.weights, np.dtype(np.float32)
-        if s.device == "cuda":   # fp16 halves what the GPU reads per token; the engine keeps fp32 I/O
-            weights, dtype = weights.to(xp, xp.float16), np.dtype(np.float16)
-        kv = PagedKVCache.for_model(loaded.config, start, end,
-                                    KVConfig(num_pages=s.num_pages, page_size=s.page_size),
-                                    dtype=dtype, xp=xp)
-        # ShardModel hands back host float32 (hidden states or logits) whatever xp computes,
-        # so the codec and the sampler below always see numpy arrays.
-        model = ShardModel(loaded.config, weights, kv, xp=xp)
-        return _Range(plan, start, end, loaded, model, kv.k.nbytes + kv.v.nbytes)
+        kv = KVConfig(num_pages=s.num_pages, page_size=s.page_size)
+        if s.device == "cuda":   # blocks and a float16 KV cache on the GPU, graphs captured; host fp32 I/O
+            from services.shard.gpu_model import GpuShardModel, gpu_device
+            model = GpuShardModel(loaded.config, loaded.weights, kv, gpu_device())
+        else:
+            page_in(loaded.weights)    # from disk now, not in a first forward that looks stalled meanwhile
+            model = ShardModel(loaded.config, loaded.weights,
+                               PagedKVCache.for_model(loaded.config, start, end, kv))
+        return _Range(plan, start, end, loaded, model, model.kv.nbytes())
 
     def _take_range(self, r: _Range) -> None:
         # One assignment after another on the event loop, between forwards' awaits: a forward
@@ -166,9 +179,9 @@ class ShardService(Service):
         if not self.pinned and getattr(self, "footprint", None) is not None:
             # What placement reads: the budget, the KV one layer costs here, the plan served.
             out = ShardInfo(model=self.model_id, n_layers=self.footprint.n_layers,
-                            memory=self.shard.memory, kv_per_layer=self.kv_per_layer,
-                            plan=self.plan, num_pages=self.shard.num_pages,
-                            page_size=self.shard.page_size)
+                            memory=max(0, self.shard.memory - self.reserve), kv_per_layer=self.kv_per_layer,
+                            weight_scale=round(self.weight_scale, 4), plan=self.plan,
+                            num_pages=self.shard.num_pages, page_size=self.shard.page_size)
         if self.model is None:
             return wire.evolve(out, layers=(self.shard.start, self.shard.end)) if self.pinned else out
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -180,7 +193,8 @@ class ShardService(Service):
             load_s=round(self.loaded.seconds, 3), cold_load=self.loaded.cold,
             kv_mb=round(self.kv_bytes / 2**20, 1), max_rss_mb=round(rss_mb, 1),
             threads=self.threads, kv_pages=self.model.kv.pages_held,
-            kv_owner=self.kv_owner.name, kv_owner_epoch=self.kv_owner.epoch)
+            kv_owner=self.kv_owner.name, kv_owner_epoch=self.kv_owner.epoch,
+            gpu_mb=round(self.model.device_bytes() / 2**20, 1) if self.shard.device == "cuda" else 0.0)
 
     # ------------------------------------------------------------------ placement
     @handles(FootprintRequest)
@@ -261,20 +275,25 @@ class ShardService(Service):
                                                  f"{self.shard.end}, not {f.first_layer}:")
         self._follow_owner(f)
         batch = self._batch(f)
-        inline = batch.num_tokens <= INLINE_TOKENS and not self._computing
+        small = batch.num_tokens <= INLINE_TOKENS
+        inline = small and not self._computing and self._small_step_s < INLINE_MAX_S
         payload = f.tokens if f.tokens is not None else f.hidden
         t0 = time.perf_counter()
         if model.last:
             # Forward and sampling in one job: each hand-off to the compute thread and back is a
             # wake-up per token that a decode step waits for.
-            result = await self._run(self._forward_and_sample, model, batch, f, inline=inline)
-            result = wire.evolve(result, hops=[*f.hops, self._hop(payload, f.sent_at, arrived, t0)])
+            result, took = await self._run(self._forward_and_sample, model, batch, f, inline=inline)
+            if small:
+                self._small_step_s = time.perf_counter() - t0
+            result = wire.evolve(result, hops=[*f.hops, self._hop(payload, f.sent_at, arrived, took)])
             if f.hop == 0:   # a route of one stage: its caller is reply_to, and this is its reply
                 return result
             self._answer(f, result)
             return HandedOn(batch_id=f.batch_id)
-        out = await self._run(model.forward, batch, inline=inline)
-        hop = self._hop(payload, f.sent_at, arrived, t0)
+        out, took = await self._run(model.forward, batch, inline=inline)
+        if small:
+            self._small_step_s = time.perf_counter() - t0
+        hop = self._hop(payload, f.sent_at, arrived, took)
         nxt, timeout = self._next_stage(msg, f, end)
         onward = wire.evolve(f, first_layer=end, tokens=None, hop=f.hop + 1,
                              hidden=wire.Tensor(out, self.shard.codec), hops=[*f.hops, hop],
@@ -288,11 +307,12 @@ class ShardService(Service):
         task.add_done_callback(self._handing.discard)
         return HandedOn(batch_id=f.batch_id)
 
-    def _hop(self, payload: wire.Tensor, sent_at: float, arrived: float, t0: float) -> Hop:
-        """This stage's figures for the batch: what it received, when, and its compute."""
+    def _hop(self, payload: wire.Tensor, sent_at: float, arrived: float, computed_s: float) -> Hop:
+        """This stage's figures for the batch: what it received, when, and the seconds it computed
+        (not its wait behind a batch ahead on the compute thread)."""
         return Hop(self.name, payload.nbytes_on_wire,
                    round(max(0.0, arrived - sent_at) * 1e3, 3) if sent_at else 0.0,
-                   round((time.perf_counter() - t0) * 1e3, 3))
+                   round(computed_s * 1e3, 3))
 
     def _answer(self, f: Forward, result: ForwardResult) -> None:
         """The last shard's result, straight to Forward.reply_to; UNREACHABLE to its caller when
@@ -363,16 +383,19 @@ class ShardService(Service):
 
     async def _run(self, fn, *args, inline: bool = False):
         """fn(*args) on the compute thread, or with `inline` on this thread (the caller makes
-        sure no batch is on the compute thread: one batch at a time touches the model)."""
+        sure no batch is on the compute thread: one batch at a time touches the model).
+        Returns its result and the seconds it computed: a hop's compute_ms, without the wait for
+        a batch ahead of it on the thread (with micro-batches in flight that wait was most of
+        the figure, and pacing took it for the shard's cost per token)."""
         from kernels.sampling import BadSamplerInput
         from services.shard.batch import BadBatch
         from services.shard.kv_cache import KVMissing
         try:
             if inline:
-                return fn(*args)
+                return _timed(fn, *args)
             self._computing += 1
             try:
-                return await asyncio.get_running_loop().run_in_executor(self._compute, fn, *args)
+                return await asyncio.get_running_loop().run_in_executor(self._compute, _timed, fn, *args)
             finally:
                 self._computing -= 1
         except KVMissing as e:
@@ -420,20 +443,28 @@ class ShardService(Service):
 
     def _forward_and_sample(self, model, batch, f: Forward) -> ForwardResult:
         """The last shard's step, on the compute thread: logits, then the sampled result."""
+        from kernels.xp import to_numpy
         from services.shard.batch import BadBatch
         from services.shard.sampling_step import sample_rows, split_histories
 
-        logits = model.forward(batch)
+        logits = model.forward(batch, on_device=True)     # a GPU's stay there: sampled there
         n = logits.shape[0]
         if len(f.sampling) != n:
             raise BadBatch(f"{n} sequences sample but {len(f.sampling)} sampling entries were sent")
         hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
-        res = sample_rows(logits, f.sampling, f.steps, split_histories(hist, f.history_lens, n))
+        res = sample_rows(logits, f.sampling, f.steps, split_histories(hist, f.history_lens, n),
+                          sampler=model.sampler)
         want_top = res.top_ids.shape[1] > 0
         return ForwardResult(
             batch_id=f.batch_id, key=f.reply_to.key, tokens=wire.Tensor(res.tokens),
             logprobs=wire.Tensor(res.logprobs),
             top_ids=wire.Tensor(res.top_ids) if want_top else None,
             top_logprobs=wire.Tensor(res.top_logprobs) if want_top else None,
-            logits=wire.Tensor(logits, "fp32") if f.return_logits else None,
+            logits=wire.Tensor(to_numpy(logits), "fp32") if f.return_logits else None,
             errors=res.errors if res.failed else [])
+
+
+def _timed(fn, *args):
+    """fn(*args) and the seconds it took."""
+    t = time.perf_counter()
+    return fn(*args), time.perf_counter() - t

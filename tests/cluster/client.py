@@ -3,9 +3,15 @@ going while the test changes the cluster, and checks each answer against the und
 
 Driven by lines on stdin, answering JSON lines on stdout (run inside a network namespace):
     placed N        wait until a plan of N shards serves; reply {"event": "placed", ...}
-    reference       run every prompt once, alone in a stable cluster; keep the answers
+    pipeline        wait until the scheduler has a pipeline (pinned shards); reply "pipeline"
+    refused         wait until placement says the model does not fit; reply "refused"
+    reference [T]   run every prompt once (T tokens, MAX_TOKENS by default), alone in a stable
+                    cluster; keep the answers
     churn PLAN      keep 8 streams going; say "streaming" once each has tokens, "replaced"
                     when a plan newer than PLAN serves, then "checked" with every answer
+    once            run every prompt once more, all at once; say "streaming" once each has tokens
+    mark            say "marked" with how many tokens each stream of `once` has now
+    wait            once the streams of `once` end, say "checked" with every answer
 """
 
 from __future__ import annotations
@@ -40,9 +46,9 @@ def say(**event) -> None:
     print(json.dumps(event), flush=True)
 
 
-def request(i: int) -> Generate:
+def request(i: int, max_tokens: int = MAX_TOKENS) -> Generate:
     return Generate(messages=[{"role": "user", "content": PROMPTS[i]}], temperature=0.0,
-                    max_tokens=MAX_TOKENS)
+                    max_tokens=max_tokens)
 
 
 class Client:
@@ -51,7 +57,10 @@ class Client:
         self.directory = Directory(self.ctx, BusConfig(cluster=cluster, host=host),
                                    me=f"client-{host}")
         self.reference: list[str] = []
+        self.max_tokens = MAX_TOKENS
         self.endpoint = ""
+        self.progress: list[int] = []
+        self.streams: asyncio.Task | None = None
 
     async def placement(self) -> dict:
         c = RpcClient(self.ctx, self.endpoint)
@@ -71,11 +80,44 @@ class Client:
                     return
             await asyncio.sleep(0.1)
 
-    async def run_reference(self) -> None:
-        done = await asyncio.gather(*(generate(self.endpoint, request(i)) for i in range(len(PROMPTS))))
+    async def pipeline(self) -> None:
+        while True:
+            scheds = self.directory.of_kind("scheduler")
+            if scheds and scheds[0].state == "ready":
+                self.endpoint = scheds[0].rpc_endpoint
+                c = RpcClient(self.ctx, self.endpoint)
+                try:
+                    info = (await c.call(Status(), 5.0)).info
+                finally:
+                    await c.close()
+                if info.get("pipeline"):
+                    say(event="pipeline", pipeline=info["pipeline"], scheduler=scheds[0].name)
+                    return
+            await asyncio.sleep(0.1)
+
+    async def run_reference(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        done = await asyncio.gather(*(generate(self.endpoint, request(i, max_tokens))
+                                      for i in range(len(PROMPTS))))
         self.reference = [r.text for r in done]
         say(event="reference", finish=[r.done.finish_reason for r in done],
             tokens=[len(r.token_ids) for r in done], texts=self.reference)
+
+    async def once(self) -> None:
+        self.progress = [0] * len(PROMPTS)
+
+        async def one(i: int) -> dict:
+            def seen(n: int) -> None:
+                self.progress[i] = n
+            r = await generate(self.endpoint, request(i, self.max_tokens), on_tokens=seen)
+            return {"i": i, "ok": r.text == self.reference[i], "text": r.text, "want": self.reference[i],
+                    "tokens": len(r.token_ids), "finish": r.done.finish_reason if r.done else None,
+                    "detail": r.done.detail if r.done else "no Done event"}
+
+        self.streams = asyncio.ensure_future(asyncio.gather(*(one(i) for i in range(len(PROMPTS)))))
+        while not all(self.progress) and not self.streams.done():
+            await asyncio.sleep(0.01)
+        say(event="streaming")
 
     async def churn(self, plan: int) -> None:
         started: set[int] = set()
@@ -84,7 +126,8 @@ class Client:
 
         async def one_slot(i: int) -> None:
             while True:
-                r = await generate(self.endpoint, request(i), on_tokens=lambda n: started.add(i))
+                r = await generate(self.endpoint, request(i, self.max_tokens),
+                                   on_tokens=lambda n: started.add(i))
                 results.append({"i": i, "ok": r.text == self.reference[i], "text": r.text,
                                 "want": self.reference[i],
                                 "finish": r.done.finish_reason if r.done else None,
@@ -122,10 +165,22 @@ async def main() -> None:
             cmd, *rest = line
             if cmd == "placed":
                 await client.placed(int(rest[0]))
+            elif cmd == "pipeline":
+                await client.pipeline()
+            elif cmd == "refused":
+                while not (p := await client.placement()).get("refused"):
+                    await asyncio.sleep(0.1)
+                say(event="refused", why=p["refused"])
             elif cmd == "reference":
-                await client.run_reference()
+                await client.run_reference(int(rest[0]) if rest else MAX_TOKENS)
             elif cmd == "churn":
                 await client.churn(int(rest[0]))
+            elif cmd == "once":
+                await client.once()
+            elif cmd == "mark":
+                say(event="marked", tokens=list(client.progress))
+            elif cmd == "wait":
+                say(event="checked", results=await client.streams)
     finally:
         await client.directory.stop()
 

@@ -8,11 +8,9 @@ answer is the undisturbed one. Prints the time from join / kill to serving on th
 from __future__ import annotations
 
 import json
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -23,76 +21,15 @@ from tests.conftest import require
 
 from ..bus.procs import ROOT, busctl_cmd, env, unique_cluster
 from .client import MAX_TOKENS, PROMPTS
-from .netns import Network, why_not
+from .hosts import Hosts
+from .lines import Lines
+from .netns import why_not
 
 pytestmark = pytest.mark.slow
 
 MiB = 1 << 20
 MEMORY = {"s1": 100 * MiB, "s2": 150 * MiB, "s3": 200 * MiB, "s4": 150 * MiB}
 PAGES, PAGE_SIZE = 64, 16
-
-
-class Host:
-    """The processes of the test, each in its host's namespace with that host's own hostname
-    (services name themselves after it), output kept in a log file."""
-
-    def __init__(self, net: Network, logs: Path):
-        self.net, self.logs = net, logs
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def start(self, host: str, label: str, argv: list[str], **kw) -> subprocess.Popen:
-        cmd = self.net.cmd(host, ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
-                                  host, *argv])
-        out = kw.pop("stdout", None) or open(self.logs / f"{label}.log", "w")
-        p = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=out, stderr=subprocess.STDOUT
-                             if out is not subprocess.PIPE else (self.logs / f"{label}.err").open("w"),
-                             text=True, **kw)
-        self.procs[label] = p
-        return p
-
-    def stop_all(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-        for p in self.procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-
-
-class Lines:
-    """JSON lines from the client host, awaited with a deadline."""
-
-    def __init__(self, proc: subprocess.Popen):
-        self.proc, self.q = proc, queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.q.put(line)
-        self.q.put(None)
-
-    def send(self, line: str) -> None:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def expect(self, event: str, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                line = self.q.get(timeout=left)
-            except queue.Empty:
-                break
-            if line is None:
-                raise AssertionError(f"the client ended before {event!r}")
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if msg.get("event") == event:
-                return msg
-        raise AssertionError(f"no {event!r} from the client within {timeout:g}s")
 
 
 def held_bytes(model: Path) -> tuple[list[int], int, int]:
@@ -133,12 +70,12 @@ def assert_in_proportion(ranges: list, model: Path, memory: dict[str, int]) -> N
 def test_shards_are_placed_by_memory_and_replaced_on_join_and_loss(model_path, tmp_path):
     why = why_not()
     require(not why, f"the multi-host test needs network namespaces: {why}")
-    net = Network()
-    hosts = Host(net, tmp_path)
+    hosts = Hosts(tmp_path)
+    net = hosts.net
     cluster = unique_cluster()
     figures = {}
     try:
-        addr = {h: net.add(h) for h in ("ctl", "client", "s1", "s2", "s3", "s4")}
+        addr = {h: hosts.add(h) for h in ("ctl", "client", "s1", "s2", "s3", "s4")}
 
         def service(host: str, kind: str, *extra: str) -> list[str]:
             return [sys.executable, "-m", "services.cli", "run", kind, "--cluster", cluster,
@@ -199,8 +136,7 @@ def test_shards_are_placed_by_memory_and_replaced_on_join_and_loss(model_path, t
         assert chat.returncode == 0, chat.stderr
         assert chat.stdout.strip() == ref["texts"][0].strip(), (chat.stdout, ref["texts"][0])
     finally:
-        hosts.stop_all()
-        net.close()
+        hosts.close()
         for what, (seconds, change) in figures.items():
             print(f"{what}: {seconds:.2f} s to serving on the new plan (scheduler: {change})")
 

@@ -80,7 +80,7 @@ def test_one_shard_and_three_match_the_plain_forward(tiny, tmp_path):
 
 @pytest.mark.parametrize("runner", ["array", "numpy"])
 def test_op_by_op_layers_match_the_plain_forward(tiny, tmp_path, runner):
-    """The loops a GPU shard (ArrayLayers on cupy) and a CPU without the C library run: prompt rows
+    """The op-by-op definition (ArrayLayers) and the loop of a CPU without the C library: prompt rows
     attend together (with the sliding window as a mask), decode rows through a bias or the pages."""
     name, path, want = tiny
     n = SPECS[name].n_layers

@@ -78,3 +78,26 @@ def test_loads_mark_their_entry_used_and_a_new_entry_cuts_the_cache_to_its_budge
     monkeypatch.setenv("LLMBUS_WEIGHT_CACHE_GB", str(2.5 * size / 2**30))
     third = load_weights(tiny_path, 2, 3, root=tmp_path)
     assert third.cold and third.path.is_dir() and first.is_dir() and not second.exists()
+
+
+def _mapped(path) -> bool:
+    with open("/proc/self/maps") as f:
+        return any(line.rstrip().endswith(str(path)) for line in f)
+
+
+def test_a_cold_load_serves_from_its_new_entry_and_lets_the_gguf_go(tmp_path):
+    """A shard that builds its own range (first and last: embedding and head too) holds it once, as
+    the entry's maps: nothing of the GGUF stays mapped, no stacked copy stays in memory."""
+    import gc
+    path = write_tiny_llama(tmp_path / "m.gguf", seed=3)
+    for fmt in ("quantized", "float32"):
+        cold = load_weights(path, 0, 3, fmt, root=tmp_path / "c")
+        gc.collect()
+        assert cold.cold and not _mapped(path), f"{fmt}: the GGUF is still mapped after a cold load"
+        for name, a in cold.weights.arrays().items():
+            data = a.data if hasattr(a, "data") and isinstance(a.data, np.ndarray) else a
+            assert not data.flags.writeable, f"{fmt}: {name} is an array in memory, not the entry's map"
+        warm = load_weights(path, 0, 3, fmt, root=tmp_path / "c")
+        for name, a in cold.weights.arrays().items():
+            b = getattr(warm.weights, name)
+            np.testing.assert_array_equal(getattr(b, "data", b), getattr(a, "data", a))

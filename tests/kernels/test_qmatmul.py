@@ -92,12 +92,13 @@ def block_terms(w: QMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return d, m, q
 
 
-@pytest.mark.parametrize(("path", "kind"), [("generic", k) for k in KINDS] + [("avx2", "q8_0"), ("avx512", "q8_0")])
+@pytest.mark.parametrize(("path", "kind"), [("generic", k) for k in KINDS]
+                         + [("avx2", "q8_0"), ("avx512", "q8_0"), ("avx2", "q4_0")])
 def test_each_output_sums_its_blocks_in_the_definitions_float_order(path, kind):
-    """lb_qmatmul_generic's order, and the q8_0 kernels' of every path (AVX-512 runs AVX2's) bit for bit:
-    per block acc + (d_w * d_x) * p in float32 (p the exact integer sum), then q4_1's + m_w * (d_x *
-    sum q_x). x sits on its rounding grid, so its quants and scales are known; T and N reach every
-    tile and tail (the q4 kinds' vector paths sum per lane)."""
+    """lb_qmatmul_generic's order, and the q8_0 kernels' of every path (AVX-512 runs AVX2's) and q4_0's
+    on AVX2 bit for bit: per block acc + (d_w * d_x) * p in float32 (p the exact integer sum), then
+    q4_1's + m_w * (d_x * sum q_x). x sits on its rounding grid, so its quants and scales are known; T
+    and N reach every tile and tail (q4_1's vector paths and q4_0's on AVX-512 sum per lane)."""
     require(qm.available(), "the native library is not built (pip install -e . with a C compiler builds it)")
     if qm.set_isa(path) != path:
         qm.set_isa("auto")
@@ -105,7 +106,7 @@ def test_each_output_sums_its_blocks_in_the_definitions_float_order(path, kind):
     try:
         rng = np.random.default_rng(21)
         w = random_qmatrix(rng, kind, 45, 576)
-        T, nb = 19, 576 // 32
+        T, nb = 35, 576 // 32
         dx = rng.normal(0.0, 0.05, (T, nb)).astype(np.float16).astype(np.float32)
         qx = rng.integers(-127, 128, (T, nb, 32)).astype(np.int32)
         qx[:, :, 5] = 127                                        # max|q| = 127: d is dx exactly
@@ -118,7 +119,7 @@ def test_each_output_sums_its_blocks_in_the_definitions_float_order(path, kind):
             acc = acc + (dw[None, :, b] * dx[:, b, None]) * p
             if kind == "q4_1":
                 acc = acc + mw[None, :, b] * (dx[:, b] * qx[:, b].sum(-1).astype(np.float32))[:, None]
-        for t in (1, 3, 8, 9, T):                                # decode tile, batch tiles and their tails
+        for t in (1, 3, 7, 8, 9, 17, 33, T):                     # decode tile, batch tiles and their tails
             np.testing.assert_array_equal(qm.qmatmul(x[:t], w), acc[:t])
     finally:
         qm.set_isa("auto")

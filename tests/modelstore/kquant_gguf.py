@@ -16,10 +16,11 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as QT
-from gguf import GGUFValueType, GGUFWriter
+from gguf import GGUFWriter
 from gguf.quants import quantize
 
-from services.modelstore.gguf_meta import read_metadata
+from bench.synthetic import add_tokenizer as _add_tokenizer
+from bench.synthetic import tokenizer_fields  # noqa: F401  (the tokenizer to give write_kquant_llama)
 
 SHAPE = dict(n_layers=4, d_model=256, n_heads=4, n_kv_heads=2, ffn_dim=512)
 MIXES = ("q4_k_m", "q5_k_m", "q6_k", "q8_0")
@@ -107,23 +108,6 @@ def _kind(mix: str, name: str, layer: int | None, n_layers: int) -> QT:
         odd = {("attn_k", 1): QT.Q5_0, ("ffn_up", 2): QT.Q5_1, ("attn_output", 2): QT.Q8_0}
         return odd.get((name, layer), base)
     return base
-
-
-def tokenizer_fields(model: Path) -> dict:
-    """The tokenizer.* metadata of a GGUF (the default model's), to give write_kquant_llama."""
-    return {k: v for k, v in read_metadata(model).items() if k.startswith("tokenizer.")}
-
-
-def _add_tokenizer(writer: GGUFWriter, fields: dict) -> None:
-    for key, value in fields.items():
-        if isinstance(value, bool):
-            writer.add_key_value(key, value, GGUFValueType.BOOL)
-        elif isinstance(value, int):
-            writer.add_key_value(key, value, GGUFValueType.UINT32)
-        elif isinstance(value, str):
-            writer.add_key_value(key, value, GGUFValueType.STRING)
-        else:
-            writer.add_array(key, [int(v) for v in value] if isinstance(value, np.ndarray) else list(value))
 
 
 def write_kquant_llama(path: Path, mix: str, tokenizer: dict, seed: int = SEED) -> Path:

@@ -133,3 +133,17 @@ def test_refused_only_when_no_cut_fits(layers, first, last, mems):
         place(f, members)
     except PlacementRefused:
         assert not two_fit and not one_fits
+
+
+def test_a_gpu_and_cpu_hosts_are_counted_by_what_each_holds():
+    # 8 layers of 10 B in the file. The GPU holds the blocks as they are (scale 1), its budget what it
+    # offers less its own buffers; the CPU host dequantizes its layers to float32 (scale 3).
+    f = fp([10] * 8, first=10, last=10)
+    gpu, cpu = Member("gpu", 90, 2), Member("cpu", 100, 4, weight_scale=3.0)
+    assert need(f, cpu, 0, 2) == 3 * (10 + 20) + 2 * 4
+    plan = place(f, [cpu, gpu])
+    assert plan.ranges == (("cpu", 0, 2), ("gpu", 2, 8))       # cpu: 98 of 100; gpu: 70 + 12 = 82 of 90
+    assert peak_use(f, plan, [cpu, gpu]) <= 1.0
+    assert place(f, [Member("cpu", 200, 4)]).ranges == (("cpu", 0, 8),)      # 132 B at the file's bytes
+    with pytest.raises(PlacementRefused):                                     # 332 B as float32
+        place(f, [Member("cpu", 200, 4, weight_scale=3.0)])

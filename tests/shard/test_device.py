@@ -41,7 +41,8 @@ def test_weight_formats(tmp_path):
         ShardConfig(model=tmp_path / "m.gguf", start=0, end=10, weights="int4")
     assert weight_format("cpu", "auto") == ("quantized" if available() else "float32")
     assert weight_format("cpu", "float32") == "float32"
-    assert weight_format("cuda", "quantized") == "float32"      # dequantized, then fp16 on the device
+    assert weight_format("cuda", "auto") == weight_format("cuda", "quantized") == "quantized"   # blocks on the GPU
+    assert weight_format("cuda", "float32") == "float32"        # dequantized, then float16 on the device
     r = subprocess.run(cli("run", "shard", "--layers", "0:10", "--weights", "int4"),
                        cwd=ROOT, env=env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--weights" in r.stderr
@@ -68,15 +69,10 @@ REFERENCE = json.loads((Path(__file__).parents[1] / "data" / "smollm2-135m-q4_1.
 @pytest.mark.skipif(_cuda_reason() is not None, reason=f"no cuda: {_cuda_reason()}")
 @pytest.mark.asyncio
 async def test_two_cuda_shard_processes_follow_the_cpu_model(model_path):
-    import zmq.asyncio
-
-    from bus.config import BusConfig
-    from bus.directory import Directory
-    from bus.peers import Peers
-
     from ..bus.procs import Procs, unique_cluster
     from tests.engine.test_gpu import GPU_MAX_VS_CPU
-    from .test_shard_processes import PAGE, PAGES, Driver, _ready, local_logits
+    from .driver import Driver, client, shards_ready
+    from .test_shard_processes import PAGE, PAGES, local_logits
     from services.modelstore.weight_cache import load_weights
     from services.shard.kv_cache import KVConfig, PagedKVCache
     from services.shard.model import ShardModel
@@ -84,34 +80,32 @@ async def test_two_cuda_shard_processes_follow_the_cpu_model(model_path):
     loaded = load_weights(model_path, 0, 30)
     cpu = ShardModel(loaded.config, loaded.weights,
                      PagedKVCache.for_model(loaded.config, 0, 30, KVConfig(PAGES, PAGE)))
+    names = ["shard-0", "shard-15"]
     procs, cluster = Procs(), unique_cluster()
     try:
-        for name, (a, b) in (("shard-0", (0, 15)), ("shard-15", (15, 30))):
+        for name, (a, b) in zip(names, ((0, 15), (15, 30))):
             procs.start(cli("run", "shard", "--name", name, "--cluster", cluster,
                             "--interface", "127.0.0.1", "--model", str(model_path),
                             "--layers", f"{a}:{b}", "--codec", "fp16", "--device", "cuda",
                             "--pages", str(PAGES), "--page-size", str(PAGE)))
-        ctx = zmq.asyncio.Context.instance()
-        d = Directory(ctx, BusConfig(cluster=cluster, mdns_interfaces=("127.0.0.1",)), me="t")
-        await d.start()
-        peers = Peers(ctx, d, me="t")
-        ready = await _ready(d, 2)
-        assert {e.info.device for e in ready} == {"cuda"}
-        drive = Driver(peers)
-        agree = total = 0
-        for chat in REFERENCE["chats"][:2]:
-            replies = await drive.teacher_forced(chat, steps=8)
-            expected = local_logits(cpu, chat, steps=8)
-            for r, want, top in zip(replies, expected, chat["greedy_steps_top5"]):
-                got = r.logits.array()[0]
-                assert got.dtype == np.float32 and np.isfinite(got).all()
-                # fp16 weights and activations: the README's bound against the CPU's float32
-                np.testing.assert_allclose(got, want, rtol=0, atol=GPU_MAX_VS_CPU)
-                if top[0][1] - top[1][1] >= 1.0:
-                    total += 1
-                    agree += int(r.tokens.array()[0] == np.argmax(want))
-        assert total and agree == total
-        await peers.close()
-        await d.stop()
+        async with client(cluster) as me:
+            ready = await shards_ready(me.directory, names)
+            assert {e.info.device for e in ready} == {"cuda"}
+            assert {e.info.weights for e in ready} == {"quantized"}       # GGUF blocks on the GPU
+            drive = await Driver(me, names, PAGE).reached()
+            agree = total = 0
+            for chat in REFERENCE["chats"][:2]:
+                replies = await drive.teacher_forced(chat, steps=8)
+                expected = local_logits(cpu, chat, steps=8)
+                for r, want, top in zip(replies, expected, chat["greedy_steps_top5"]):
+                    got = r.logits.array()[0]
+                    assert got.dtype == np.float32 and np.isfinite(got).all()
+                    # fp16 activations between the shards and a float16 KV cache: the README's bound
+                    # against the CPU's float32 forward
+                    np.testing.assert_allclose(got, want, rtol=0, atol=GPU_MAX_VS_CPU)
+                    if top[0][1] - top[1][1] >= 1.0:
+                        total += 1
+                        agree += int(r.tokens.array()[0] == np.argmax(want))
+            assert total and agree == total
     finally:
         procs.stop_all()

@@ -29,6 +29,8 @@ class ShardInfo(ServiceInfo):
     page_size: int = 0
     memory: int = 0                  # bytes offered to placement; 0: pinned by --layers
     kv_per_layer: int = 0            # KV bytes one layer costs here (for placement)
+    weight_scale: float = 1.0        # bytes its weights take per byte of the file (a GPU's float16
+                                     # where a block kind has no kernel there; float32 dequantized)
     plan: int = 0                    # the placement plan served (0: pinned, or none yet)
     codec: str = ""                  # of the activations it sends on
     device: str = ""
@@ -39,6 +41,7 @@ class ShardInfo(ServiceInfo):
     cold_load: bool = False          # GGUF (cold) or the range cache
     max_rss_mb: float = 0.0
     threads: int = 0
+    gpu_mb: float = 0.0              # what a cuda shard holds on its GPU: weights, KV, step buffers
     # The scheduler run whose page tables the KV follows ("": none), and the pages that hold
     # keys written for it: a page of a run that is gone is dropped (services.shard.kv_owner).
     kv_owner: str = ""

@@ -107,7 +107,7 @@ class Placer:
             # A newcomer waits to settle (its siblings starting beside it join the same plan);
             # a member of the plan in force counts at once.
             if now - seen >= self.settle_s or (self.plan is not None and e.name in self.plan.names):
-                members.append(Member(e.name, e.info.memory, e.info.kv_per_layer))
+                members.append(Member(e.name, e.info.memory, e.info.kv_per_layer, e.info.weight_scale))
                 self._last_member[e.name] = (now, members[-1])
         if self.plan is not None:
             have = {m.name for m in members}

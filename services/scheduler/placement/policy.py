@@ -10,6 +10,7 @@ current one no longer fits, not when a budget moves a little.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,10 +19,13 @@ from services.modelstore.footprint import Footprint
 
 @dataclass(frozen=True)
 class Member:
-    """A shard that asks to be placed: its name, memory budget and KV bytes per layer it holds."""
+    """A shard that asks to be placed: its name, memory budget and KV bytes per layer it holds, and
+    the bytes its weights take per byte of the model file (a GPU's float16 where the file's blocks
+    have no kernel there, a CPU's float32 when it dequantizes)."""
     name: str
     memory: int
     kv_per_layer: int
+    weight_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -56,12 +60,12 @@ def human_bytes(n: int) -> str:
 
 def need(fp: Footprint, m: Member, start: int, end: int) -> int:
     """Bytes `m` needs to hold layers [start, end): weights, KV, and the ends' extra tensors."""
-    n = sum(fp.layer_bytes[start:end]) + m.kv_per_layer * (end - start)
+    w = sum(fp.layer_bytes[start:end])
     if start == 0:
-        n += fp.first_bytes
+        w += fp.first_bytes
     if end == fp.n_layers:
-        n += fp.last_bytes
-    return n
+        w += fp.last_bytes
+    return math.ceil(w * m.weight_scale) + m.kv_per_layer * (end - start)
 
 
 def _fits(fp: Footprint, members: Sequence[Member], ends: Sequence[int]) -> bool:
@@ -91,7 +95,8 @@ def _proportional(fp: Footprint, members: Sequence[Member]) -> list[int]:
 
 def _whole(fp: Footprint, members: Sequence[Member]) -> float:
     kv = sum(m.kv_per_layer for m in members) / len(members)
-    return sum(fp.layer_bytes) + kv * fp.n_layers + fp.first_bytes + fp.last_bytes
+    scale = sum(m.weight_scale for m in members) / len(members)
+    return (sum(fp.layer_bytes) + fp.first_bytes + fp.last_bytes) * scale + kv * fp.n_layers
 
 
 def _held(fp: Footprint, members: Sequence[Member], ends: Sequence[int]) -> int:
