@@ -44,6 +44,11 @@ class Peers:
         c.fail_pending_before(new.epoch, PeerRestarted(
             f"{old.name} was replaced (epoch {old.epoch} -> {new.epoch})"))
 
+    def fail_all(self, exc: Exception) -> None:
+        """End every call and stream in flight to any peer with `exc` (this service is stopping)."""
+        for c in self._clients.values():
+            c.fail_pending(exc)
+
     async def client(self, name: str, wait: float = 5.0) -> RpcClient:
         entry = await self.directory.wait_for(name, wait)
         c = self._clients.get(name)

@@ -15,13 +15,16 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from bus.directory import Directory
-from bus.errors import BusError
+from bus.errors import BusError, ClientClosed, RemoteError, code_of
 from bus.peers import Peers
 from services.tokenizer.client import fetch_model
+from wire.failures import (DUPLICATE_REQUEST, LOADING, NOT_FOUND, PEER_DEAD, PEER_RESTARTED,
+                           TIMEOUT)
 from wire.messages.scheduler import CancelRequest, Done, Generate, Started, StatsRequest, Tokens
 from wire.messages.tokenizer import Decode, Encode, Render
 
 from . import health
+from .carry import Carry
 from .errors import NotFound, Unavailable, from_bus
 from .metrics import Metrics
 from .model import ModelCard
@@ -30,14 +33,19 @@ from .tools import Tools
 log = logging.getLogger("llmbus.gateway")
 
 CALL_TIMEOUT = 30.0
+# A tokenizer call that failed so is asked again (of the tokenizer that serves next).
+TOKENIZER_LOST = frozenset({PEER_DEAD, PEER_RESTARTED, NOT_FOUND, TIMEOUT, LOADING})
+REFUSED_PAUSE_S = 0.25   # before asking a scheduler that refused a continuation (no hint) again
 
 
 class Backend:
     def __init__(self, directory: Directory, peers: Peers, stream_idle_timeout: float,
-                 metrics: Metrics):
+                 metrics: Metrics, carry_s: float = 60.0):
         self.directory = directory
         self.peers = peers
         self.stream_idle_timeout = stream_idle_timeout
+        self.carry_s = carry_s
+        self.stopping = False
         self.metrics = metrics
         self.card: ModelCard | None = None
         self._cancels: set[asyncio.Task] = set()    # scheduler.cancel calls still in flight
@@ -73,7 +81,9 @@ class Backend:
 
     # ------------------------------------------------------------------ generation
     async def generate(self, request: Generate) -> AsyncIterator[Any]:
-        """The scheduler's events for one request (Started, Tokens..., Done).
+        """The scheduler's events for one request (Started, Tokens..., Done), carried across the
+        loss of its scheduler (gateway.carry): a scheduler that dies, restarts or stops under it
+        is a pause in the events, and the rest comes from the scheduler that serves next.
 
         Closing the iterator early (a client that left) ends the request in the scheduler:
         the bus stream is cancelled, and a scheduler.cancel makes sure its pages are freed.
@@ -85,29 +95,78 @@ class Backend:
                               retry_after=1.0)
         if not request.request_id:
             request = _with_id(request, "gw-" + uuid.uuid4().hex)
-        finished = False
+        carry = Carry(request, time.monotonic())
         started, admitted, token_events = time.perf_counter(), None, []
-        try:
-            async with contextlib.aclosing(self.peers.stream(
-                    sched.name, request, wait=CALL_TIMEOUT,
-                    idle_timeout=self.stream_idle_timeout)) as events:
-                async for ev in events:
-                    if isinstance(ev, Tokens) and ev.token_ids:
-                        token_events.append((time.perf_counter(), len(ev.token_ids)))
-                    elif isinstance(ev, Started):
-                        admitted = time.perf_counter()
-                    elif isinstance(ev, Done):
-                        self.metrics.generation(started, admitted, token_events, ev.prompt_tokens,
-                                                ev.completion_tokens, ev.finish_reason,
-                                                time.perf_counter())
-                    yield ev
-            finished = True
-        except BusError as e:
-            finished = True
-            raise from_bus(e) from None
-        finally:
-            if not finished:
-                self._cancel_later(sched.name, request.request_id)
+        give_up = None
+        while True:
+            finished, lost, pause = False, None, 0.0
+            try:
+                async with contextlib.aclosing(self.peers.stream(
+                        sched.name, carry.next_request(time.monotonic()), wait=CALL_TIMEOUT,
+                        idle_timeout=self.stream_idle_timeout)) as events:
+                    async for ev in events:
+                        if isinstance(ev, Done) and carry.ended_by_loss(ev):
+                            lost = f"{sched.name} stopped: {ev.detail}"
+                            break
+                        if (ev := carry.take(ev)) is None:
+                            continue
+                        if isinstance(ev, Tokens) and ev.token_ids:
+                            token_events.append((time.perf_counter(), len(ev.token_ids)))
+                        elif isinstance(ev, Started):
+                            admitted = time.perf_counter()
+                        elif isinstance(ev, Done):
+                            self.metrics.generation(started, admitted, token_events,
+                                                    ev.prompt_tokens, ev.completion_tokens,
+                                                    ev.finish_reason, time.perf_counter())
+                        yield ev
+                finished = lost is None
+            except BusError as e:
+                if self.stopping:      # (and the finally below cancels it in the scheduler)
+                    raise self._stopping_error() from None
+                if not carry.bridges(code_of(e)):
+                    finished = True
+                    raise from_bus(e) from None
+                lost = str(e)
+                if isinstance(e, RemoteError):   # a live scheduler that cannot take it yet
+                    pause = min(e.retry_after or REFUSED_PAUSE_S, 1.0)
+                if code_of(e) == DUPLICATE_REQUEST:
+                    # The scheduler was only stopped, came back, and still runs the request as
+                    # it was: that run ends, and the continuation goes on from what was sent.
+                    with contextlib.suppress(BusError):
+                        await self.peers.call(sched.name, CancelRequest(
+                            request_id=request.request_id), timeout=5)
+            finally:
+                # The client left. (Not after a loss: a cancel by name could reach the scheduler's
+                # next process, and end the continuation there.)
+                if not finished and lost is None:
+                    self._cancel_later(sched.name, request.request_id)
+            if finished:
+                return
+            # Wait for a scheduler that serves (the respawn, or another), up to carry_s from the
+            # first loss, and go on there.
+            if not carry.losses:
+                self.metrics.carried.inc()
+                give_up = time.monotonic() + self.carry_s
+            elif time.monotonic() >= give_up:
+                raise Unavailable(f"the cluster did not answer: {lost}; no scheduler took the "
+                                  f"request again within {self.carry_s:g} s", retry_after=1.0)
+            carry.lost()
+            log.info("request %s: %s; carrying its %d tokens to the scheduler that serves next",
+                     request.request_id, lost, len(carry.sent))
+            await asyncio.sleep(max(0.0, min(pause, give_up - time.monotonic())))
+            sched = await self._next_scheduler(card.identity, give_up, lost)
+
+    async def _next_scheduler(self, model: str, give_up: float, why: str):
+        """The least loaded ready scheduler (a lost one has left the directory, or is there
+        under its new epoch); Unavailable past `give_up`."""
+        while (e := self.directory.pick("scheduler", model)) is None:
+            if self.stopping:
+                raise self._stopping_error()
+            if time.monotonic() >= give_up:
+                raise Unavailable(f"the cluster did not answer: {why}; no scheduler took the "
+                                  f"request again within {self.carry_s:g} s", retry_after=1.0)
+            await asyncio.sleep(0.05)
+        return e
 
     def _cancel_later(self, scheduler: str, request_id: str) -> None:
         # The stream's bus.cancel already stops it; this also covers a request the scheduler
@@ -118,6 +177,17 @@ class Backend:
         task = asyncio.get_running_loop().create_task(cancel())
         self._cancels.add(task)
         task.add_done_callback(self._cancels.discard)
+
+    def stop(self) -> None:
+        """The gateway is stopping: every stream in flight ends now, with an error naming why
+        (in the stream, when its 200 went out), instead of a connection cut."""
+        self.stopping = True
+        self.peers.fail_all(ClientClosed("the gateway is stopping"))
+
+    @staticmethod
+    def _stopping_error() -> Unavailable:
+        return Unavailable("the gateway is stopping (shut down or restarted): send the request "
+                           "again", retry_after=1.0)
 
     async def close(self) -> None:
         """Let the cancels still in flight reach the scheduler (they time out in 5 s)."""
@@ -141,14 +211,23 @@ class Backend:
         return (await self._tokenizer_call(Decode(ids=ids, skip_special=False))).text
 
     async def _tokenizer_call(self, body):
+        """A tokenizer's answer. One that dies or restarts under the call (or is between
+        processes, or still loading) is waited for up to carry_s, as the scheduler waits for it."""
         card = self.model()
-        tok = self.directory.pick("tokenizer", card.identity)
-        if tok is None:
-            raise Unavailable("no tokenizer of the served model is live", retry_after=1.0)
-        try:
-            return await self.peers.call(tok.name, body, timeout=CALL_TIMEOUT)
-        except BusError as e:
-            raise from_bus(e) from None
+        give_up = time.monotonic() + self.carry_s
+        why = "no tokenizer of the served model is live"
+        while True:
+            if (tok := self.directory.pick("tokenizer", card.identity)) is not None:
+                try:
+                    return await self.peers.call(tok.name, body, timeout=CALL_TIMEOUT)
+                except BusError as e:
+                    if code_of(e) not in TOKENIZER_LOST or time.monotonic() >= give_up:
+                        raise from_bus(e) from None
+                    why = f"{tok.name} did not answer: {e}"
+                    self.metrics.tokenizer_retries.inc()
+            if time.monotonic() >= give_up:
+                raise Unavailable(f"{why} (waited {self.carry_s:g} s)", retry_after=1.0)
+            await asyncio.sleep(0.05)
 
     # ------------------------------------------------------------------ the cluster
     async def scheduler_stats(self) -> dict[str, float]:

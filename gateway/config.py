@@ -19,12 +19,17 @@ class GatewayConfig:
     read_timeout: float = option(30.0, "seconds a client has to send a request's headers and body")
     header_timeout: float = 10.0      # from a connection's first byte to its headers' end
     stream_idle_timeout: float = 300.0  # a stream that stays silent this long has failed
+    carry_s: float = option(60.0, "seconds a request whose scheduler (or tokenizer) was lost "
+                            "waits for one that serves it again (its client sees a pause) "
+                            "before it fails")
 
     def __post_init__(self):
         if not 0 <= self.port <= 65535:
             raise ValueError(f"--http port {self.port} is not within 0..65535")
         if self.max_body_bytes <= 0 or self.read_timeout <= 0 or self.header_timeout <= 0:
             raise ValueError("max_body_bytes, read_timeout and header_timeout must be > 0")
+        if not self.carry_s >= 0:
+            raise ValueError(f"carry_s {self.carry_s}: seconds, >= 0")
         if self.api_key is not None and not self.api_key:
             raise ValueError("the API key is empty")
 

@@ -45,6 +45,10 @@ class Metrics:
                                    buckets=_LATENCY, registry=r)
         self.finished = Counter("llmbus_requests_finished", "generations by finish reason",
                                 ["reason"], registry=r)
+        self.tokenizer_retries = Counter("llmbus_tokenizer_retries", "tokenizer calls asked again "
+                                         "after their tokenizer was lost", registry=r)
+        self.carried = Counter("llmbus_requests_carried", "requests carried across the loss of "
+                               "their scheduler (each counted once)", registry=r)
         self.scheduler = {k: Gauge(f"llmbus_{name}", text, registry=r)
                           for k, (name, text) in _SCHEDULER_GAUGES.items()}
         self.shard_compute = Gauge("llmbus_shard_compute_seconds",

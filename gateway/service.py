@@ -35,7 +35,7 @@ class GatewayService(Service):
 
     async def on_start(self) -> None:
         self.backend = Backend(self.directory, self.peers, self.gateway.stream_idle_timeout,
-                               Metrics())
+                               Metrics(), self.gateway.carry_s)
         self._tasks.append(asyncio.get_running_loop().create_task(self.backend.watch_model()))
         # handler_cancellation: a client that disconnects cancels its handler, which closes the
         # generation stream and so ends the request in the scheduler.
@@ -52,6 +52,8 @@ class GatewayService(Service):
         log.info("HTTP on http://%s:%d", self.gateway.host, self.http_port)
 
     async def on_stop(self) -> None:
+        if self.backend is not None:
+            self.backend.stop()      # streams end with an error naming why, then the server stops
         if self._runner is not None:
             await self._runner.cleanup()
         if self.backend is not None:

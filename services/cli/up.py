@@ -81,6 +81,14 @@ def main(args: argparse.Namespace) -> int:
         return 2
 
 
+def _fixed_port(http: str) -> str:
+    """HOST:PORT with a port of its own for HOST:0 (any free port): the watcher starts a gateway
+    again on the address its clients were given, as it does every child's bus ports."""
+    from services.health.processes import free_port
+    host, sep, port = http.rpartition(":")
+    return f"{host}:{free_port()}" if sep and port == "0" else http
+
+
 def _shard_name(start: int, replica: int) -> str:
     """shard-13 for the first process of layers from 13, shard-13-r1 for its first replica."""
     return f"shard-{start}" + (f"-r{replica}" if replica else "")
@@ -147,7 +155,7 @@ async def _up(args) -> int:
             for a, b in ranges for r in range(args.replicas)},
         "scheduler-0": ["run", "scheduler", "--inflight", str(inflight),
                         *argv_of(SchedulerServiceConfig, args, SCHEDULER_OPTIONS)],
-        "gateway-0": ["run", "gateway", "--http", args.http]
+        "gateway-0": ["run", "gateway", "--http", _fixed_port(args.http)]
         + (["--api-key-file", str(args.api_key_file.resolve())] if args.api_key_file else []),
     }
     specs = {name: [*spec, "--name", name, "--rpc-port", str(ports[name]),

@@ -69,7 +69,7 @@ class SchedulerService(AnswerInbox, Service):
         self.token_bytes: list[bytes] = []
         self.failed_ranges = FailedRanges()
         self.hops = HopStats(config.name)
-        self.answers = Answers(config.name, self.peers_call)
+        self.answers = Answers(config.name, self.peers_call, self.epoch)
         self.reach = Reach(self._probe, time.monotonic)
         self.placer: Placer | None = None
         self._assigned: tuple = ((), [])    # the last assignment_key and its pipelines
@@ -300,19 +300,27 @@ class SchedulerService(AnswerInbox, Service):
         # moment is left, so that a request already late ends with reason deadline).
         deadline = (None if req.deadline_s is None else
                     max(req.deadline_s - (asyncio.get_running_loop().time() - arrived), 1e-3))
-        stream = RequestStream(rid, len(prompt), params)
+        stream = RequestStream(rid, len(prompt), params, completed=len(req.continued))
         max_tokens = req.max_tokens if req.max_tokens is not None else self.pipelines.context_length
         try:
             terms = self.pipelines.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
-                                               tuple(req.stop), params.seed, deadline))
+                                               tuple(req.stop), params.seed, deadline,
+                                               tuple(req.continued)))
         except QueueFull as e:
             raise ServiceError(QUEUE_FULL, str(e), retry_after=round(e.retry_after, 1)) from None
         except BadRequest as e:
             raise ServiceError(e.reason, e.detail) from None
+        started = Started(request_id=rid, prompt_tokens=len(prompt), max_tokens=terms.max_tokens,
+                          seed=params.seed, note=terms.note if req.max_tokens is not None else "")
+        if (finish := terms.finished) is not None:   # a continuation its tokens already ended
+            yield started
+            yield Done(request_id=rid, finish_reason=finish.reason, prompt_tokens=len(prompt),
+                       completion_tokens=len(req.continued), stop_string=finish.stop_string,
+                       detail=finish.detail, code=finish.code)
+            return
         self.requests[rid] = stream
         try:
-            yield Started(request_id=rid, prompt_tokens=len(prompt), max_tokens=terms.max_tokens,
-                          seed=params.seed, note=terms.note if req.max_tokens is not None else "")
+            yield started
             while True:
                 events = [await stream.events.get()]
                 while not stream.events.empty():  # whatever else came: one message
@@ -392,5 +400,17 @@ class SchedulerService(AnswerInbox, Service):
         s.update(self.pipelines.pipeline_stats())
         s.update(self.hops.stats())
         s.update(self.answers.stats())
+        s.update(self._shard_pages())
         return Stats(stats=s, pipeline=self.pipelines.first_pipeline())
+
+    def _shard_pages(self) -> dict[str, float]:
+        """Each live shard's KV pages as its last heartbeat told them, and those it still holds
+        for a scheduler run other than this one (leaked: a shard drops a gone run's pages)."""
+        out = {"shards.kv_pages_stale": 0.0}
+        for e in self.directory.of_kind("shard"):
+            info = e.info
+            out[f"shard.{e.name}.kv_pages"] = float(info.kv_pages)
+            if (info.kv_owner, info.kv_owner_epoch) != (self.name, self.epoch):
+                out["shards.kv_pages_stale"] += info.kv_pages
+        return out
 

@@ -59,6 +59,15 @@ class PagedKVCache:
     def nbytes(self) -> int:
         return self.k.nbytes + self.v.nbytes
 
+    @property
+    def pages_held(self) -> int:
+        """Pages holding keys this process wrote (for the scheduler that drives it)."""
+        return int(np.count_nonzero(self.written))
+
+    def drop_all(self) -> None:
+        """Forget every page's keys: the sequences they belonged to are gone."""
+        self.written[:] = 0
+
     def check_written(self, batch) -> None:
         """Raise KVMissing unless positions [0, start) of each sequence of a validated batch lie in
         slots of its pages that this process has written."""

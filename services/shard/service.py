@@ -38,6 +38,7 @@ from wire.messages.shard import (Forward, ForwardFailed, ForwardResult, HandedOn
                                  RouteStage)
 
 from .config import ShardConfig
+from .kv_owner import DROP, STALE, KVOwner
 from .route import BadRoute, StaleRoute, check_self, next_stage
 
 log = logging.getLogger("llmbus.shard")
@@ -95,6 +96,7 @@ class ShardService(Service):
         self._staged: _Range | None = None     # loaded for a plan, not yet served
         self._wanted = 0                       # the newest plan asked for
         self.weight_format = weight_format(shard.device, shard.weights)
+        self.kv_owner = KVOwner()              # the scheduler run whose page tables the KV follows
         # One compute thread: batches run one at a time here while the event loop keeps
         # reading requests, and numpy releases the GIL inside its kernels. Loading a placed
         # range has a thread of its own, so the range served keeps serving meanwhile.
@@ -112,6 +114,8 @@ class ShardService(Service):
         from services.modelstore.gguf_meta import read_metadata
         from services.shard.resident import gpu_reserve, weight_scale
 
+        if self.directory is not None:   # (not on expiry: a late scheduler keeps its KV)
+            self.directory.on_replaced.append(lambda old, new: self._owner_gone(old))
         loop = asyncio.get_running_loop()
         self.model_id = await loop.run_in_executor(self._loader, model_identity, self.shard.model)
         self.weight_scale = await loop.run_in_executor(self._loader, weight_scale, self.shard.model,
@@ -188,7 +192,8 @@ class ShardService(Service):
             num_pages=self.shard.num_pages, page_size=self.shard.page_size,
             load_s=round(self.loaded.seconds, 3), cold_load=self.loaded.cold,
             kv_mb=round(self.kv_bytes / 2**20, 1), max_rss_mb=round(rss_mb, 1),
-            threads=self.threads,
+            threads=self.threads, kv_pages=self.model.kv.pages_held,
+            kv_owner=self.kv_owner.name, kv_owner_epoch=self.kv_owner.epoch,
             gpu_mb=round(self.model.device_bytes() / 2**20, 1) if self.shard.device == "cuda" else 0.0)
 
     # ------------------------------------------------------------------ placement
@@ -268,6 +273,7 @@ class ShardService(Service):
         if f.first_layer != self.shard.start:
             raise ServiceError(RANGE_MISMATCH, f"{self.name} holds layers {self.shard.start}:"
                                                  f"{self.shard.end}, not {f.first_layer}:")
+        self._follow_owner(f)
         batch = self._batch(f)
         small = batch.num_tokens <= INLINE_TOKENS
         inline = small and not self._computing and self._small_step_s < INLINE_MAX_S
@@ -396,6 +402,40 @@ class ShardService(Service):
             raise self._refuse(KV_MISSING, e) from None
         except (BadBatch, BadSamplerInput) as e:
             raise ServiceError(BAD_BATCH, str(e)) from None
+
+    def _follow_owner(self, f: Forward) -> None:
+        """The KV follows one scheduler process's page tables (services.shard.kv_owner): a
+        batch of a new one drops what a gone one held; a late batch of an earlier run of the
+        owner is refused (its pages belong to the new run's sequences now)."""
+        to, owner = f.reply_to, self.kv_owner
+        verdict = owner.batch_from(to.name, to.epoch,
+                                   self._live_epoch(owner.name) == owner.epoch)
+        if verdict == STALE:
+            raise self._refuse(STALE_ROUTE, StaleRoute(
+                f"batch {f.batch_id} of {to.name} epoch {to.epoch}, which epoch {owner.epoch} "
+                f"replaced"))
+        if verdict == DROP:
+            log.info("%s: %s epoch %d drives the KV now: the pages of the run before are dropped",
+                     self.name, to.name, to.epoch)
+            self._drop_kv()
+
+    def _owner_gone(self, entry) -> None:
+        """A new epoch of a service is heard: if the old one owned the KV, its pages are
+        dropped now."""
+        if self.kv_owner.gone(entry.name, entry.epoch):
+            log.info("%s: %s epoch %d is gone: its KV pages are dropped", self.name, entry.name,
+                     entry.epoch)
+            self._drop_kv()
+
+    def _drop_kv(self) -> None:
+        # Behind the batches already on the compute thread (they may still write), or now.
+        kv = self.model.kv if self.model is not None else None
+        if kv is None:
+            return
+        if self._computing:
+            self._compute.submit(kv.drop_all)
+        else:
+            kv.drop_all()
 
     def _live_epoch(self, name: str) -> int | None:
         e = self.directory.get(name)

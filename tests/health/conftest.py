@@ -9,6 +9,10 @@ from ..serve.stack import Stack
 
 @pytest.fixture(scope="package")
 def up3(tmp_path_factory, model_path):
-    s = Stack(tmp_path_factory.mktemp("up3"), "--shards", "3", "--model", str(model_path))
+    # The drills restart one service many times within a minute (test_scheduler_loss: the
+    # scheduler six times, beside test_drills' kill): past the default budget (5 in 60 s) the
+    # watcher would give it up, which is its own test's subject, not theirs.
+    s = Stack(tmp_path_factory.mktemp("up3"), "--shards", "3", "--model", str(model_path),
+              "--restart-budget", "20")
     yield s
     s.close()

@@ -54,19 +54,27 @@ async def test_a_last_shard_that_cannot_reach_us_is_refused_with_why_and_checked
     probes, clock = Probes(), ManualClock()
     probes.error = RemoteError("not_found", "'scheduler-0' not found: mDNS off; live: none",
                                peer="shard-15")
-    reach = Reach(probes, clock, retry_s=5.0)
+    reach = Reach(probes, clock, retry_s=5.0, first_retry_s=0.25)
     reach.admit([CHAIN])
     await settled()
     assert reach.admit([CHAIN]) == [None]
     why = reach.refused()["shard-15"]
     assert "shard-15 cannot reach the scheduler" in why and "not_found" in why
-    clock.t += 4.0
-    assert reach.admit([CHAIN]) == [None] and len(probes.asked) == 1
+    # Checked again after pauses that double, 0.25 s to 5 s: soon after a first refusal (a
+    # shard that had not heard of a respawned scheduler yet), rarely for one that stays.
+    for pause in (0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0):
+        asked = len(probes.asked)
+        clock.t += pause * 0.9
+        assert reach.admit([CHAIN]) == [None] and len(probes.asked) == asked
+        clock.t += pause * 0.1
+        assert reach.admit([CHAIN]) == [None]            # checked again now, refused again
+        await settled()
+        assert len(probes.asked) == asked + 1
     probes.error = None                  # its directory found us meanwhile
-    clock.t += 1.0
+    clock.t += 5.0
     assert reach.admit([CHAIN]) == [None]                # checked again now
     await settled()
-    assert reach.admit([CHAIN]) == [CHAIN] and reach.refused() == {} and len(probes.asked) == 2
+    assert reach.admit([CHAIN]) == [CHAIN] and reach.refused() == {} and len(probes.asked) == 9
 
 
 async def test_a_new_epoch_of_the_last_shard_or_a_broken_batch_has_it_checked_again():

@@ -42,6 +42,11 @@ class ShardInfo(ServiceInfo):
     max_rss_mb: float = 0.0
     threads: int = 0
     gpu_mb: float = 0.0              # what a cuda shard holds on its GPU: weights, KV, step buffers
+    # The scheduler run whose page tables the KV follows ("": none), and the pages that hold
+    # keys written for it: a page of a run that is gone is dropped (services.shard.kv_owner).
+    kv_owner: str = ""
+    kv_owner_epoch: int = 0
+    kv_pages: int = 0
 
     def check(self):
         if self.layers and (len(self.layers) != 2 or not 0 <= self.layers[0] < self.layers[1]):

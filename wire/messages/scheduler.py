@@ -33,6 +33,12 @@ class Generate(SamplingParams):
     # past it the request ends `failed` with code `deadline`. Relative, not a time of day: the
     # caller's and the scheduler's clocks need not agree (they may be on other machines).
     deadline_s: float | None = None
+    # A continuation (a gateway carrying the request across the loss of its scheduler): the
+    # token ids this request already generated, whose text its client has. They are generated
+    # tokens to the new scheduler: the sampler's step goes on from their count (with the same
+    # seed, the same draws), max_tokens and penalties count them, their text is not sent again,
+    # and Done's completion_tokens includes them.
+    continued: list[int] = field(default_factory=list)
 
     def check(self):
         # The sampling ranges and the deadline are the scheduler's admission's to check.

@@ -28,6 +28,7 @@ class ReplyTo:
     """Where the batch's answer goes: the service `name` (the scheduler), for its call `key`."""
     name: str
     key: int                           # names the call: the result (or failure) carries it back
+    epoch: int = 0                     # the caller's run: the shards' KV follows its page tables
 
 
 @record

@@ -9,6 +9,7 @@ from .config import SchedulerConfig
 from .errors import (BadDeadline, BadMaxTokens, BadRequestId, BadSampling, BadSeed, BadStopStrings, BadTokenIds,
                      EmptyPrompt, PromptTooLong, UnknownPriority)
 from .sequence import PRIORITIES, Request
+from .stop_rules import Finish
 
 # A week: a deadline past it is a client's bug, not a budget.
 MAX_DEADLINE_S = 7 * 24 * 3600.0
@@ -28,6 +29,9 @@ class Admission:
     max_tokens: int
     clamped: bool = False
     note: str = ""
+    # A continuation whose tokens already ended it (its scheduler was lost between its last
+    # tokens and its finish): the finish, and nothing is queued.
+    finished: Finish | None = None
 
 
 def _is_int(v) -> bool:
@@ -50,6 +54,7 @@ def validate(request: Request, config: SchedulerConfig) -> Admission:
     for t in prompt:
         if not _is_int(t) or t < 0 or (limit is not None and t >= limit):
             raise BadTokenIds(f"token id {t!r} is not in [0, {limit or 'vocab'})")
+    _check_generated(request, config)
     if request.priority not in PRIORITIES:
         raise UnknownPriority(f"priority {request.priority!r} is not one of {sorted(PRIORITIES)}")
     mt = request.max_tokens
@@ -70,6 +75,25 @@ def validate(request: Request, config: SchedulerConfig) -> Admission:
                          f"max_tokens {mt} clamped to {room}: prompt {len(prompt)} + max_tokens "
                          f"must fit the context of {config.context_length}")
     return Admission(request.request_id, mt)
+
+
+def _check_generated(request: Request, config: SchedulerConfig) -> None:
+    """A continuation's tokens: ids of the vocabulary, no more than max_tokens, and the whole
+    within the context (as many as either allows: the finish they reached comes at once)."""
+    generated = request.generated
+    if isinstance(generated, (str, bytes)) or not isinstance(generated, (tuple, list)):
+        raise BadTokenIds("continued must be a list of token ids")
+    if not generated:
+        return
+    if len(request.prompt) + len(generated) > config.context_length:
+        raise PromptTooLong(len(request.prompt) + len(generated), config.context_length)
+    if _is_int(request.max_tokens) and len(generated) > request.max_tokens:
+        raise BadMaxTokens(f"a continuation of {len(generated)} tokens is more than "
+                           f"max_tokens {request.max_tokens}")
+    limit = config.vocab_size
+    for t in generated:
+        if not _is_int(t) or t < 0 or (limit is not None and t >= limit):
+            raise BadTokenIds(f"continued token id {t!r} is not in [0, {limit or 'vocab'})")
 
 
 def check_sampling(params: SamplingParams) -> SamplingParams:

@@ -1,6 +1,7 @@
 """The scheduler policy: requests in, micro-batches out, sampled tokens back in. Pure: no I/O."""
 
 import bisect
+import dataclasses
 import itertools
 import time
 from collections import Counter
@@ -58,6 +59,16 @@ class Scheduler:
         stop = StopState(max_tokens=terms.max_tokens, stop=tuple(request.stop),
                          eos_ids=cfg.eos_ids, loop=loop)
         text = ClientText(IncrementalDecoder(cfg.token_bytes), stop)
+        # A continuation's tokens go through its text as they did under the lost scheduler, so
+        # the bytes of an unfinished character and the text a stop string may still claim are
+        # held as they were: its client sees the rest, nothing twice and nothing lost.
+        for token_id in request.generated:
+            _, finish = text.accept(token_id)
+            if finish is not None:
+                self._counts["continued_finished"] += 1
+                return dataclasses.replace(terms, finished=finish)
+        if request.generated:
+            self._counts["continued"] += 1
         deadline = None if request.deadline_s is None else self.clock() + request.deadline_s
         seq = Sequence(request, terms.max_tokens, next(self._arrivals), text, deadline)
         seq.submitted_at = self.clock()

@@ -19,6 +19,10 @@ class Request:
     stop: tuple[str, ...] = ()
     seed: int = 0
     deadline_s: float | None = None   # from submission; past it the request fails ("deadline")
+    # A continuation: tokens this request generated (and its client saw) under a scheduler that
+    # is gone. They count as generated (the sampler's step, max_tokens, penalties) and their text
+    # is not sent again.
+    generated: tuple[int, ...] = ()
 
 
 class Status(Enum):
@@ -38,8 +42,8 @@ class Sequence:
         self.arrival = arrival
         self.rank = PRIORITIES[request.priority]
         self.text = text
-        self.tokens: list[int] = list(request.prompt)
-        self.prompt_len = len(self.tokens)
+        self.tokens: list[int] = [*request.prompt, *request.generated]
+        self.prompt_len = len(request.prompt)
         self.num_computed = 0          # tokens whose KV is on the shards
         self.num_cached = 0            # of those, how many came from the prefix cache
         self.pages: list[int] = []     # page table: page i holds positions [i*P, (i+1)*P)

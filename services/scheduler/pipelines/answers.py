@@ -45,8 +45,9 @@ class _Waiting:
 
 
 class Answers:
-    def __init__(self, name: str, call: Call):
+    def __init__(self, name: str, call: Call, epoch: int = 0):
         self.name = name               # the caller's service name: where results are sent
+        self.epoch = epoch             # its run, whose page tables the shards' KV follows
         self._call = call              # (shard, body, timeout) -> the shard's reply
         # Keys name calls across restarts of this service too (a late result of an earlier
         # process, sent to the same name, must not answer a call of this one).
@@ -61,7 +62,7 @@ class Answers:
         loop = asyncio.get_running_loop()
         w = _Waiting(loop.create_future(), {s.name: s.epoch for s in body.route}, body.route[-1].name)
         self._waiting[key] = w
-        body = wire.evolve(body, reply_to=ReplyTo(self.name, key), sent_at=time.time())
+        body = wire.evolve(body, reply_to=ReplyTo(self.name, key, self.epoch), sent_at=time.time())
         timer = loop.call_later(timeout, self._expire, w, body, timeout)
         try:
             # The first stage answers once it has handed the batch on, well before the last
@@ -163,7 +164,7 @@ class PipelineClient(AnswerInbox, Service):
 
     def __init__(self, config, ctx=None):
         super().__init__(config, ctx)
-        self.answers = Answers(config.name, self._call)
+        self.answers = Answers(config.name, self._call, self.epoch)
 
     async def on_start(self) -> None:
         self.watch_stages()

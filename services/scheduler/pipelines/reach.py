@@ -1,8 +1,10 @@
 """Whether a pipeline's last shard can reach the scheduler, checked once when the pipeline is
 assembled: the last shard sends every answer straight there. Until its last shard (name and
 epoch) has been checked, a chain is held back (the check runs meanwhile); one whose check failed
-is refused with the reason, and checked again after `retry_s` (the shard's directory may find the
-scheduler later). A batch that finds the path broken after all (`forget`) has it checked again."""
+is refused with the reason, and checked again after a pause that doubles from `first_retry_s` to
+`retry_s` (the shard's directory may find the scheduler later: a scheduler that was just respawned
+is often refused once, by a shard that has not heard its new epoch yet, and must not wait long
+for that). A batch that finds the path broken after all (`forget`) has it checked again."""
 
 from __future__ import annotations
 
@@ -20,10 +22,13 @@ Probe = Callable[[Stage], Awaitable[None]]   # raises when the stage cannot reac
 
 
 class Reach:
-    def __init__(self, probe: Probe, clock: Callable[[], float], retry_s: float = 5.0):
+    def __init__(self, probe: Probe, clock: Callable[[], float], retry_s: float = 5.0,
+                 first_retry_s: float = 0.25):
         self._probe = probe
         self._clock = clock
         self.retry_s = retry_s
+        self.first_retry_s = first_retry_s
+        self._refusals: dict[tuple[str, int], int] = {}   # checks refused in a row
         # (name, epoch) of a last shard -> None while checked, "" when it reaches us, else why not
         self._verdicts: dict[tuple[str, int], str | None] = {}
         self._refused_at: dict[tuple[str, int], float] = {}
@@ -44,13 +49,16 @@ class Reach:
     def _reaches(self, last: Stage) -> bool:
         key = (last.name, last.epoch)
         verdict = self._verdicts.get(key, ...)
-        if verdict is ... or (verdict and self._clock() - self._refused_at[key] >= self.retry_s):
+        if verdict is ... or (verdict and self._clock() - self._refused_at[key] >= self._pause(key)):
             self._verdicts[key] = None
             task = asyncio.get_running_loop().create_task(self._check(last))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return False
         return verdict == ""
+
+    def _pause(self, key: tuple[str, int]) -> float:
+        return min(self.retry_s, self.first_retry_s * 2 ** (self._refusals.get(key, 1) - 1))
 
     async def _check(self, last: Stage) -> None:
         key = (last.name, last.epoch)
@@ -61,7 +69,9 @@ class Reach:
             if key not in self._refused_at:
                 log.warning("pipeline refused: %s", why)
             self._verdicts[key], self._refused_at[key] = why, self._clock()
+            self._refusals[key] = self._refusals.get(key, 0) + 1
             return
+        self._refusals.pop(key, None)
         if self._verdicts.get(key):
             log.info("%s reaches the scheduler now", last.name)
         self._verdicts[key] = ""

@@ -22,12 +22,13 @@ class StreamEvent:
 class RequestStream:
     """Events of one request on their way to its caller, and how its tokens are sampled."""
 
-    def __init__(self, request_id: str, prompt_tokens: int, sampling: SamplingParams):
+    def __init__(self, request_id: str, prompt_tokens: int, sampling: SamplingParams,
+                 completed: int = 0):
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens
         self.sampling = sampling
         self.events: asyncio.Queue[StreamEvent] = asyncio.Queue()
-        self.completion_tokens = 0
+        self.completion_tokens = completed   # a continuation's tokens count as generated
         self.finished = False
 
     def deliver(self, event: StreamEvent) -> bool:
