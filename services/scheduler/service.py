@@ -20,7 +20,7 @@ from bus.config import ServiceConfig
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError, ServiceError, ServiceNotFound
 from bus.service import Service, handles, streams
 from services.tokenizer.client import fetch_model
-from wire.failures import (DUPLICATE_REQUEST, LOADING, QUEUE_FULL, RANGE_FAILED, SCHEDULER_STOPPED,
+from wire.failures import (BAD_FORMAT, DUPLICATE_REQUEST, LOADING, QUEUE_FULL, RANGE_FAILED, SCHEDULER_STOPPED,
                            STARTING, TOKENIZER_UNAVAILABLE, UNREACHABLE)
 from wire.messages.bus import Event
 from wire.messages.info import SchedulerInfo
@@ -37,6 +37,7 @@ from .config import SchedulerServiceConfig
 from .batching.errors import BadRequest, QueueFull
 from .batching.policy import Scheduler
 from .batching.sequence import Request
+from .grammar.errors import BadFormat
 from .pipelines.breaker import Breakers
 from .pipelines.answers import AnswerInbox, Answers
 from .pipelines.chains import Stage, assign_pipelines, assignment_key, explain_missing, find_gap
@@ -73,6 +74,8 @@ class SchedulerService(AnswerInbox, Service):
         self.reach = Reach(self._probe, time.monotonic)
         self.placer: Placer | None = None
         self._assigned: tuple = ((), [])    # the last assignment_key and its pipelines
+        self._grammars = None               # grammar.matcher.Grammars, made at the first format
+        self._grammars_made = None          # the future making it (shared by concurrent firsts)
 
     # ------------------------------------------------------------------ lifecycle
     async def on_start(self) -> None:
@@ -291,12 +294,13 @@ class SchedulerService(AnswerInbox, Service):
             params = check_sampling(SamplingParams.of(req))
         except BadRequest as e:
             raise ServiceError(e.reason, e.detail) from None
+        constraint = await self._constraint(req.format) if req.format is not None else None
         prompt = await self._prompt_ids(req)
         # The deadline runs from arrival: rendering the prompt took some of it (at least a
         # moment is left, so that a request already late ends with reason deadline).
         deadline = (None if req.deadline_s is None else
                     max(req.deadline_s - (asyncio.get_running_loop().time() - arrived), 1e-3))
-        stream = RequestStream(rid, len(prompt), params)
+        stream = RequestStream(rid, len(prompt), params, constraint)
         max_tokens = req.max_tokens if req.max_tokens is not None else self.pipelines.context_length
         try:
             terms = self.pipelines.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
@@ -337,6 +341,22 @@ class SchedulerService(AnswerInbox, Service):
                 pipeline.policy.cancel(rid)
                 pipeline.driver.wake.set()
             self.requests.pop(rid, None)
+
+    async def _constraint(self, fmt):
+        """A matcher for the request's `format`, compiled off the event loop (a schema takes
+        milliseconds, the vocabulary's index for the first one longer); a format we cannot
+        follow is refused with bad_format, naming why."""
+        from .grammar.matcher import Grammars     # llguidance: loaded by the first format
+        loop = asyncio.get_running_loop()
+        if self._grammars_made is None:
+            info = self._tok_info
+            self._grammars_made = loop.run_in_executor(
+                None, Grammars, self.token_bytes, info.special_ids, info.eot_ids)
+        self._grammars = await self._grammars_made
+        try:
+            return await loop.run_in_executor(None, self._grammars.compile, fmt)
+        except BadFormat as e:
+            raise ServiceError(BAD_FORMAT, f"format: {e}") from None
 
     async def _prompt_ids(self, req: Generate) -> list[int]:
         """The prompt's token ids. A tokenizer that dies or restarts under the call (or is
@@ -388,5 +408,7 @@ class SchedulerService(AnswerInbox, Service):
         s.update(self.pipelines.pipeline_stats())
         s.update(self.hops.stats())
         s.update(self.answers.stats())
+        if self._grammars is not None:
+            s.update(self._grammars.mask_stats())
         return Stats(stats=s, pipeline=self.pipelines.first_pipeline())
 

@@ -359,6 +359,7 @@ class ShardService(Service):
         """fn(*args) on the compute thread, or with `inline` on this thread (the caller makes
         sure no batch is on the compute thread: one batch at a time touches the model)."""
         from kernels.sampling import BadSamplerInput
+        from kernels.token_masks import BadMask
         from services.shard.batch import BadBatch
         from services.shard.kv_cache import KVMissing
         try:
@@ -371,7 +372,7 @@ class ShardService(Service):
                 self._computing -= 1
         except KVMissing as e:
             raise self._refuse(KV_MISSING, e) from None
-        except (BadBatch, BadSamplerInput) as e:
+        except (BadBatch, BadSamplerInput, BadMask) as e:
             raise ServiceError(BAD_BATCH, str(e)) from None
 
     def _live_epoch(self, name: str) -> int | None:
@@ -381,12 +382,15 @@ class ShardService(Service):
     def _forward_and_sample(self, model, batch, f: Forward) -> ForwardResult:
         """The last shard's step, on the compute thread: logits, then the sampled result."""
         from services.shard.batch import BadBatch
+        from kernels.token_masks import apply_token_masks
         from services.shard.sampling_step import sample_rows, split_histories
 
         logits = model.forward(batch)
         n = logits.shape[0]
         if len(f.sampling) != n:
             raise BadBatch(f"{n} sequences sample but {len(f.sampling)} sampling entries were sent")
+        if f.mask_rows:   # rows a grammar constrains: only the tokens it allows can be drawn
+            logits = apply_token_masks(logits, f.mask_rows, f.masks.array())
         hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
         res = sample_rows(logits, f.sampling, f.steps, split_histories(hist, f.history_lens, n))
         want_top = res.top_ids.shape[1] > 0

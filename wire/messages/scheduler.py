@@ -33,6 +33,11 @@ class Generate(SamplingParams):
     # past it the request ends `failed` with code `deadline`. Relative, not a time of day: the
     # caller's and the scheduler's clocks need not agree (they may be on other machines).
     deadline_s: float | None = None
+    # The structure the answer must have, enforced token by token (constrained decoding):
+    # {"type": "json_object"}, {"type": "json_schema", "schema": {...}}, or {"type": "lark",
+    # "grammar": "..."} (llguidance's Lark dialect: what the gateway asks of a forced tool call).
+    # None: free text. The scheduler's admission compiles it (a bad one: bad_format).
+    format: dict[str, Any] | None = None
 
     def check(self):
         # The sampling ranges and the deadline are the scheduler's admission's to check.

@@ -284,6 +284,11 @@ class Scheduler:
         """Every token the sequence has seen, prompt then generated: what penalties count."""
         return list(self._seqs[request_id].tokens)
 
+    def generated(self, request_id: str) -> list[int]:
+        """The tokens the sequence has generated so far (what its grammar follows)."""
+        seq = self._seqs[request_id]
+        return seq.tokens[seq.prompt_len:]
+
     @property
     def load(self) -> int:
         """Unfinished requests: what spreading requests over replica pipelines compares."""
