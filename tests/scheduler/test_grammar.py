@@ -110,3 +110,13 @@ def test_a_forced_call_is_one_of_the_listed_tools_with_valid_arguments(grammars,
         _, calls = parse(tools.prefix + text, tools.names)
         assert len(calls) == 1 and calls[0].arguments == {"city": "Paris"}
         assert json.loads(calls[0].arguments_json) == {"city": "Paris"}
+
+
+def test_the_text_a_schema_forces_needs_no_draw(grammars):
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    c = grammars.compile({"type": "json_schema", "schema": schema})
+    forced = c.forced([])
+    assert b"".join(VOCAB[t] for t in forced) == b'{"ok": '
+    assert c.forced(forced) == []                       # true or false: the model's to draw
+    assert allowed(c.mask(forced)) == {ord("t"), ord("f"), VOCAB.index(b"true")}

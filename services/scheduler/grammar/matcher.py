@@ -105,6 +105,15 @@ class Constraint:
         self._times.append((time.perf_counter() - t0) * 1e6)
         return self._buf[0].view(np.uint32).copy()
 
+    def forced(self, generated: Sequence[int]) -> list[int]:
+        """The tokens the grammar allows alone after `generated` (a schema's fixed keys, the
+        closing of a call): they need no draw, and go in with the next step as one chunk."""
+        self._follow(generated)
+        out = self._matcher.compute_ff_tokens()
+        if self._matcher.is_error():
+            raise GrammarError(_first_line(self._matcher.get_error()))
+        return [int(t) for t in out]
+
     def _follow(self, generated: Sequence[int]) -> None:
         fed, n = self._fed, len(self._fed)
         # Generated tokens are only ever added, or dropped from the end: the last one fed still

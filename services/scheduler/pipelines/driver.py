@@ -178,6 +178,25 @@ class Driver:
                     self._deliver(o)
         return out
 
+    def _forced(self, outputs: list[Output]) -> list[Output]:
+        """What the grammars of the requests that just drew a token force next: taken at once
+        (the policy's `force`), computed by their next step as one chunk. Not for a request that
+        asked for top logprobs: forced tokens have none to report."""
+        out = []
+        for o in outputs:
+            stream = self.requests.get(o.request_id)
+            if o.finish is not None or stream is None or stream.constraint is None \
+                    or stream.sampling.top_logprobs:
+                continue
+            try:
+                forced = stream.constraint.forced(self.policy.generated(o.request_id))
+            except GrammarError:
+                continue     # the next mask finds it too, and ends the request with the reason
+            if forced:
+                self.counters["grammar_forced"] += len(forced)
+                out += self.policy.force(o.request_id, forced)
+        return out
+
     def _expire(self) -> None:
         """End the requests past their deadline, and look again at the next one's."""
         if expired := self.policy.expire():
@@ -293,6 +312,7 @@ class Driver:
         self.counters["batches_done"] += 1
         self.counters["rows_failed"] += len(failures)
         self._on_batch(seconds if batch.num_tokens == len(batch.chunks) else None, "")
+        outputs += self._forced(outputs)
         # The next batch is planned and sent before the streams hear of this one: a token waits
         # for the pipeline, so the pipeline gets the event loop first (a failed step retries on
         # the wake-up this batch's end sets).
