@@ -16,7 +16,7 @@ import zmq.asyncio
 
 from bus.config import BusConfig
 from bus.directory import Directory
-from bus.errors import CallTimeout, PeerRestarted
+from bus.errors import CallTimeout, PeerDead, PeerRestarted
 from bus.peers import Peers
 from wire.messages.bus import Echo
 
@@ -135,8 +135,8 @@ async def test_sigkill_and_restart_calls_go_on_against_the_new_epoch(procs):
         try:
             r = await pending        # delivered to the new process after reconnecting: fine
             assert r.text == "lost?"
-        except (PeerRestarted, CallTimeout):
-            pass
+        except (PeerRestarted, PeerDead, CallTimeout):
+            pass    # PeerDead: on a loaded machine the old heartbeats expire before the new start
         for i in range(5):
             assert (await peers.call("victim", Echo(text=str(i)))).text == str(i)
         client = await peers.client("victim")
