@@ -345,8 +345,8 @@ class SchedulerService(AnswerInbox, Service):
 
     async def _make_grammars(self, info) -> None:
         """The vocabulary's index for grammars, made once before any request: llguidance holds
-        the GIL for much of it (0.5 s for SmolLM2's 49k tokens, 6 s for Gemma 3's 262k), which
-        would stall every stream if it came with the first format."""
+        the GIL for much of it (0.5 s for SmolLM2's 49k tokens, 3 s for Gemma 3's 262k on an idle
+        core), which would stall every stream if it came with the first format."""
         from .grammar.matcher import Grammars
         try:
             self._grammars = await asyncio.get_running_loop().run_in_executor(

@@ -64,8 +64,12 @@ class Grammars:
             raise ValueError("a vocabulary without an end-of-turn token cannot end a grammar")
         ends = sorted(eot_ids)
         self.vocab_size = len(token_bytes)
+        # No "slices" (llguidance's precomputed token classes): the index then takes a third of
+        # the time to build (0.5 s against 1.6 s for SmolLM2, 2.7 s against 6.1 s for Gemma 3;
+        # it holds the GIL, so the scheduler's start stalls as long) and masks of JSON cost
+        # about the same (measured: 6 us against 4 us p50, 0.23 ms against 0.22 ms at most).
         self.tokenizer = LLTokenizer(TokenizerWrapper(_Vocabulary(token_bytes, special_ids, ends[0])),
-                                     n_vocab=self.vocab_size, eos_token=ends)
+                                     n_vocab=self.vocab_size, eos_token=ends, slices=[])
         self.mask_times: deque[float] = deque(maxlen=MASK_TIMES)
 
     def compile(self, fmt) -> "Constraint":
