@@ -132,12 +132,6 @@ FIELDS = {
     "request_id": st.one_of(st.sampled_from(["", "dup", "x" * 257]), odd_text(16),
                             st.builds(huge_text, st.sampled_from([10**4, 10**5]))),
     "template": st.one_of(st.none(), st.sampled_from(["chatml", "llama3", "nope", ""]), odd_text(16)),
-    "format": st.one_of(st.none(), st.sampled_from([
-        {"type": "json_object"}, {"type": "xml"}, {}, {"type": "json_schema"},
-        {"type": "json_schema", "schema": {"type": "object", "required": ["a"],
-                                           "properties": {"a": {"enum": [1, 2]}}}},
-        {"type": "json_schema", "schema": "{}"}, {"type": "json_schema", "schema": {"minimum": "x"}},
-        {"type": "lark", "grammar": "start: nowhere"}, {"type": "lark", "grammar": 'start: "ok"'}])),
 }
 PROMPTS = {"messages": messages_strategy(), "prompt": st.one_of(
            odd_text(), st.builds(huge_text, st.sampled_from(HUGE_SIZES)), st.sampled_from(DENSE)),

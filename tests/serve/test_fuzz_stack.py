@@ -47,7 +47,7 @@ assert [round(s[0][1] - s[1][1], 1) for s in _COLORS["greedy_steps_top5"][2:5]] 
 REFUSALS = {"bad_frame", "bad_messages", "unknown_template", "template_error", "text_too_long",
             "prompt_too_long", "empty_prompt", "bad_token_ids", "bad_max_tokens", "bad_sampling",
             "unknown_priority", "bad_stop_strings", "bad_request_id", "bad_seed",
-            "duplicate_request_id", "queue_full", "bad_format"}
+            "duplicate_request_id", "queue_full"}
 FINISHED = {"stop", "length", "repeated_line_loop"}
 TOKENS_BEFORE_LEAVING = 3   # a valid fuzzed request is followed this far, then cancelled
 
