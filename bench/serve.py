@@ -10,6 +10,10 @@ HTTP), each level right after the same level on the bus: the gateway's cost (add
 token at the lowest concurrency, throughput through it / direct at the highest) against the
 targets of issue 12. Each row says how much CPU the bench's clients and the services used.
 
+With --constrained it measures instead what structured output costs: every request free, then
+every one constrained to a JSON schema, in interleaved rounds on one stack, and the mask time
+per token over SmolLM2's and Gemma 3's vocabularies (bench/serve_constrained.py).
+
 With --curve it measures instead what ZeroMQ CURVE costs: a plain and a keyed stack of the first
 --shards-list count, up side by side and driven in turns (bench/serve_curve.py).
 
@@ -88,6 +92,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "token's delivery through the gateway (default 16)")
     ap.add_argument("--ab-save", type=Path, default=None,
                     help="write the A/B's raw timings (every token's arrival) to this JSON file")
+    ap.add_argument("--constrained", action="store_true",
+                    help="what structured output costs: every request free, then every one "
+                         "constrained to a JSON schema, interleaved (bench/serve_constrained.py)")
+    ap.add_argument("--mask-models", type=Path, nargs="*", default=None,
+                    help="GGUFs whose vocabularies --constrained times masks over (default: "
+                         "Gemma 3 270M from the cache, when pulled)")
     ap.add_argument("--curve", action="store_true",
                     help="only the cost of CURVE: a plain and a keyed stack side by side")
     ap.add_argument("--llamacpp-threads", type=int, default=1,
@@ -416,6 +426,16 @@ def main(argv=None) -> int:
     prompts = {c: make_prompts(tok, c * w.requests_per_client, w, salt=c) for c in args.concurrency}
     results: dict[str, dict[int, Summary]] = {}
     print(HEADER, flush=True)
+    if args.constrained:
+        from bench.serve_constrained import bench_constrained
+        if args.mask_models is None:
+            from services.modelstore.pull import GEMMA3_270M, is_pulled, model_path
+            args.mask_models = [model_path(GEMMA3_270M)] if is_pulled(GEMMA3_270M) else []
+        lines = bench_constrained(args, tok, row)
+        print()
+        print("\n".join(lines))
+        print(f"# load average at end: {load()}; took {time.monotonic() - t0:.0f}s")
+        return 0
     if args.curve:
         from bench.serve_curve import bench_curve
         lines = bench_curve(args, tok, prompts, row)

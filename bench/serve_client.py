@@ -42,7 +42,7 @@ async def run_level(endpoint: str, prompts: list[Prompt], concurrency: int,
 async def one_request(client, prompt: Prompt, workload: Workload, t: RequestTiming) -> None:
     """One greedy request on the bus, its tokens timed into `t` as they arrive."""
     body = Generate(messages=prompt.messages, max_tokens=workload.max_tokens, temperature=0.0,
-                    seed=workload.seed)
+                    seed=workload.seed, format=workload.format)
     async for ev in client.stream(body, idle_timeout=120):
         if isinstance(ev, Tokens):
             t.tokens(time.perf_counter(), len(ev.token_ids))

@@ -37,6 +37,7 @@ class Workload:
     min_prompt: int = 20      # prompt tokens, chat template included
     max_prompt: int = 300
     seed: int = 1234
+    format: dict | None = None   # structured output (Generate.format): every answer constrained
 
     def __post_init__(self):
         if self.max_tokens <= 0 or self.requests_per_client <= 0:

@@ -4,7 +4,9 @@ definitions, which is what `tokenizer.render` takes), and how a forced call is a
 Forcing works by starting the assistant's answer with the opening of a call (the Render
 `assistant_prefix`): `tool_choice` "required"/"any" opens `<tool_call>{"name": "` and lets the
 model pick the name; a named tool opens the call with its name written in. The parser is fed
-the same prefix first, so what the model writes is read as the rest of that call.
+the same prefix first, so what the model writes is read as the rest of that call. The rest is
+constrained too (`Tools.grammar`, the request's format): one of the listed names, arguments
+valid against that tool's parameters, the call closed, and then the end of the answer.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from wire.messages.scheduler import Generate
 
 from .errors import BadRequest
 from .fields import Fields, text_of
-from .toolcalls import OPEN, ToolCallStream
+from .toolcalls import CLOSE, OPEN, ToolCallStream
 
 
 @dataclass(frozen=True)
@@ -42,17 +44,53 @@ class Tools:
             return OPEN + '\n{"name": "'
         return OPEN + '\n{"name": ' + json.dumps(self.force) + ', "arguments": '
 
+    @property
+    def grammar(self) -> str | None:
+        """What may follow `prefix` in a forced call, in llguidance's Lark dialect: one call of
+        a listed tool (the named one) with arguments valid against its parameters."""
+        if self.force is None:
+            return None
+        close = _literal("}\n" + CLOSE)
+        rules = {f["function"]["name"]: _args_schema(f["function"].get("parameters"))
+                 for f in self.functions}
+        if self.force:
+            return f"start: args {close}\nargs: %json {rules[self.force]}\n"
+        lines = ["start: " + " | ".join(f"call_{i}" for i in range(len(rules)))]
+        for i, (name, schema) in enumerate(rules.items()):
+            head = _literal(json.dumps(name)[1:] + ', "arguments": ')
+            lines += [f"call_{i}: {head} args_{i} {close}", f"args_{i}: %json {schema}"]
+        return "\n".join(lines) + "\n"
+
     def offered(self, request: Generate) -> Generate:
         """`request` (a chat) with these tools, and a forced call's opening (or the prefill) as
-        the start of the answer: the scheduler has the tokenizer render them into the prompt."""
+        the start of the answer: the scheduler has the tokenizer render them into the prompt.
+        A forced call's rest is constrained by its grammar."""
+        fmt = request.format if self.force is None else {"type": "lark", "grammar": self.grammar}
         return dataclasses.replace(request, tools=self.functions or None,
-                                   assistant_prefix=self.prefix)
+                                   assistant_prefix=self.prefix, format=fmt)
 
     def stream(self) -> ToolCallStream:
         """A parser for this request's output, already past the forced prefix."""
         s = ToolCallStream(self.names)
         s.feed(self.prefix)     # held back inside the open call: yields nothing
         return s
+
+
+# Arguments written as json.dumps writes them (the form the tool prompt shows), no other
+# whitespace: room for blank lines is room for a small model to loop in.
+_COMPACT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def _args_schema(parameters: dict | None) -> str:
+    """A tool's parameters as the one-line schema of a Lark %json rule."""
+    schema = dict(parameters or {"type": "object"})
+    schema["x-guidance"] = {**_COMPACT, **(schema.get("x-guidance") or {})}
+    return json.dumps(schema, separators=(",", ":"))
+
+
+def _literal(text: str) -> str:
+    """`text` as a Lark string literal (JSON's escapes, ASCII only)."""
+    return json.dumps(text, ensure_ascii=True)
 
 
 def call_id(prefix: str = "call_") -> str:

@@ -79,6 +79,8 @@ UNKNOWN_TEMPLATE = _code("unknown_template", 400, False, "no chat template of th
                          "messages")
 TEXT_TOO_LONG = _code("text_too_long", 400, False, "a text over what one message carries",
                       "messages")
+BAD_FORMAT = _code("bad_format", 400, False, "the structured-output format (a JSON schema, a "
+                   "grammar) is not one we support, or does not compile", "response_format")
 BAD_TOKEN_ID = _code("bad_token_id", 400, False, "a token id not in the vocabulary", "tokens")
 
 # ---- the cluster cannot serve (now or for good)
@@ -93,6 +95,8 @@ SCHEDULER_STOPPED = _code("scheduler_stopped", 503, True, "the scheduler stopped
 UNSERVED = _code("unserved", 500, False, "the request's layers stayed unserved past the "
                  "scheduler's time budget (no shard for a range, or every batch failing)")
 DEADLINE = _code("deadline", 504, False, "the request's own deadline passed")
+GRAMMAR_FAILED = _code("grammar_failed", 500, False, "the request's grammar could not follow "
+                       "its tokens (a token it did not allow was drawn)")
 SAMPLING_FAILED = _code("sampling_failed", 500, False, "the last shard could not sample this "
                         "request's row (its parameters, history or logits)")
 

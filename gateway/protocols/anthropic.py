@@ -11,6 +11,7 @@ from wire.messages.scheduler import Done, Generate, Tokens
 
 from ..errors import BadRequest, GatewayError
 from ..fields import Fields, text_of
+from ..formats import ANTHROPIC_SCHEMA, OUTPUT_CONFIG_SCHEMA, anthropic_format
 from ..generation import Result, admitted, collect, merged
 from ..toolcalls import Text, ToolCall, parse
 from ..tools import anthropic_tools, anthropic_turn, call_id
@@ -67,7 +68,8 @@ COUNT_TOKENS = Body(model=Param.str(required=True), messages=Param.raw(_MESSAGES
 MESSAGES = COUNT_TOKENS.extend(
     max_tokens=Param.int(lo=1, required=True), stop_sequences=Param.stops(),
     temperature=Param.num(1.0, lo=0.0, hi=1.0), top_k=Param.int(0, lo=0),
-    top_p=Param.num(1.0, lo=0.0, hi=1.0), stream=Param.bool(), tool_choice=Param.raw(_TOOL_CHOICE))
+    top_p=Param.num(1.0, lo=0.0, hi=1.0), stream=Param.bool(), tool_choice=Param.raw(_TOOL_CHOICE),
+    output_config=Param.raw(OUTPUT_CONFIG_SCHEMA), output_format=Param.raw(ANTHROPIC_SCHEMA))
 
 
 def tool_use(c: ToolCall) -> dict:
@@ -105,7 +107,8 @@ class Anthropic(Protocol):
         v = MESSAGES.read(f)
         card = self.backend.model(v["model"])
         gen = Generate(messages=chat(f), max_tokens=v["max_tokens"], temperature=v["temperature"],
-                       top_k=v["top_k"], top_p=v["top_p"], stop=v["stop_sequences"])
+                       top_k=v["top_k"], top_p=v["top_p"], stop=v["stop_sequences"],
+                       format=anthropic_format(f))
         tools = anthropic_tools(f)
         gen = tools.offered(gen) if tools else gen
         msg_id = f"msg_{uuid.uuid4().hex[:24]}"

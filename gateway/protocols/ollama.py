@@ -13,6 +13,7 @@ from wire.messages.scheduler import Generate, Tokens
 
 from ..errors import BadRequest, GatewayError, NotFound
 from ..fields import Fields, text_of
+from ..formats import OLLAMA_SCHEMA, ollama_format
 from ..generation import Result, admitted, merged
 from ..toolcalls import Text, ToolCall, parse
 from ..tools import Tools, openai_tools, past_calls
@@ -52,7 +53,8 @@ OPTIONS = Body(
     frequency_penalty=Param.num(0.0, lo=-2.0, hi=2.0), seed=Param.int(lo=-(2 ** 63), hi=2 ** 64 - 1),
     stop=Param.stops())
 SHOW = Body(model=Param.str(required=True))
-_GENERATING = SHOW.extend(stream=Param.bool(True), options=Param.obj(OPTIONS.schema()))
+_GENERATING = SHOW.extend(stream=Param.bool(True), options=Param.obj(OPTIONS.schema()),
+                          format=Param.raw(OLLAMA_SCHEMA))
 CHAT = _GENERATING.extend(
     messages=Param.list({"items": {"type": "object", "required": ["role"]}}, required=True),
     tools=Param.raw(TOOLS_SCHEMA))
@@ -147,7 +149,7 @@ class Ollama(Protocol):
             # As Ollama does, a last assistant message is continued, not answered: the reply
             # is the rest of it (a tool call it opened included).
             tools = Tools(tools.functions if tools else [], prefill=messages.pop()["content"])
-        gen = Generate(messages=messages, **sampling(f))
+        gen = Generate(messages=messages, format=ollama_format(f), **sampling(f))
         gen = tools.offered(gen) if tools else gen
 
         def piece(text: str, calls: list[ToolCall] = ()) -> dict:
@@ -172,7 +174,8 @@ class Ollama(Protocol):
             system = v["system"]
             source = {"messages": ([{"role": "system", "content": system}] if system else [])
                       + [{"role": "user", "content": prompt}]}
-        return await self._run(request, v["stream"], card, Generate(**source, **sampling(f)),
+        return await self._run(request, v["stream"], card,
+                               Generate(**source, format=ollama_format(f), **sampling(f)),
                                lambda text: {"response": text})
 
     async def _run(self, request, stream: bool, card: ModelCard, gen: Generate, piece, tools=None):

@@ -18,6 +18,7 @@ from wire.messages.scheduler import Done, Generate, Tokens
 
 from ..errors import BadRequest, GatewayError
 from ..fields import Fields, text_of
+from ..formats import OPENAI_SCHEMA, openai_format
 from ..generation import Result, admitted, collect_all, merged
 from ..toolcalls import Text, ToolCall, parse
 from ..tools import Tools, call_id, openai_tools, past_calls
@@ -125,7 +126,7 @@ SAMPLING = Body(
     presence_penalty=Param.num(0.0, lo=-2.0, hi=2.0),
     frequency_penalty=Param.num(0.0, lo=-2.0, hi=2.0),
     seed=Param.int(lo=-(2 ** 63), hi=2 ** 64 - 1), n=Param.int(1, lo=1, hi=MAX_N),
-    stream=Param.bool(),
+    stream=Param.bool(), response_format=Param.raw(OPENAI_SCHEMA),
     stream_options=Param.obj({"properties": {"include_usage": {"type": "boolean"}}}))
 CHAT = SAMPLING.extend(
     messages=Param.raw(_MESSAGES, required=True), stop=Param.stops(limit=4),
@@ -177,7 +178,8 @@ class OpenAI(Protocol):
         if v["top_logprobs"] and not v["logprobs"]:
             raise BadRequest("top_logprobs needs logprobs: true", param="top_logprobs")
         tools = openai_tools(f)
-        gens = sampling(v, {"messages": chat_messages(f), "top_logprobs": v["top_logprobs"]})
+        gens = sampling(v, {"messages": chat_messages(f), "top_logprobs": v["top_logprobs"],
+                            "format": openai_format(f)})
         gens = [tools.offered(g) if tools else g for g in gens]
         job = Job(gens, v["stream"], v["stream_options"].bool("include_usage"), v["logprobs"],
                   v["n"], tools)
@@ -200,9 +202,9 @@ class OpenAI(Protocol):
         f = await self.body(request)
         v = COMPLETIONS.read(f)
         card = self.backend.model(v["model"])
-        gens = []
+        gens, fmt = [], openai_format(f)
         for prompt in _prompts(f):
-            gens += sampling(v, {**prompt, "top_logprobs": v["logprobs"]})
+            gens += sampling(v, {**prompt, "top_logprobs": v["logprobs"], "format": fmt})
         if len(gens) > MAX_N:
             raise BadRequest(f"{len(gens)} completions asked (prompts x n); at most {MAX_N}",
                              param="n")

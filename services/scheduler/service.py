@@ -20,7 +20,7 @@ from bus.config import ServiceConfig
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError, ServiceError, ServiceNotFound
 from bus.service import Service, handles, streams
 from services.tokenizer.client import fetch_model
-from wire.failures import (DUPLICATE_REQUEST, LOADING, QUEUE_FULL, RANGE_FAILED, SCHEDULER_STOPPED,
+from wire.failures import (BAD_FORMAT, DUPLICATE_REQUEST, LOADING, QUEUE_FULL, RANGE_FAILED, SCHEDULER_STOPPED,
                            STARTING, TOKENIZER_UNAVAILABLE, UNREACHABLE)
 from wire.messages.bus import Event
 from wire.messages.info import SchedulerInfo
@@ -37,6 +37,7 @@ from .config import SchedulerServiceConfig
 from .batching.errors import BadRequest, QueueFull
 from .batching.policy import Scheduler
 from .batching.sequence import Request
+from .grammar.errors import BadFormat
 from .pipelines.breaker import Breakers
 from .pipelines.answers import AnswerInbox, Answers
 from .pipelines.chains import Stage, assign_pipelines, assignment_key, explain_missing, find_gap
@@ -73,6 +74,8 @@ class SchedulerService(AnswerInbox, Service):
         self.reach = Reach(self._probe, time.monotonic)
         self.placer: Placer | None = None
         self._assigned: tuple = ((), [])    # the last assignment_key and its pipelines
+        self._grammars = None               # grammar.matcher.Grammars over the vocabulary
+        self._no_grammars = ""              # why there is none, when it could not be made
 
     # ------------------------------------------------------------------ lifecycle
     async def on_start(self) -> None:
@@ -83,6 +86,7 @@ class SchedulerService(AnswerInbox, Service):
         tok = await self._wait_for(self._tokenizer, "a tokenizer")
         info, self.token_bytes = await fetch_model(self.peers, tok)
         self.model = info.model
+        await self._make_grammars(info)
         # Shards without --layers wait for a range: the placer gives them one from here on.
         self.placer = Placer(self.directory, self.peers_call, lambda: self.model,
                              idle=lambda: self.pipelines is None or self.pipelines.idle(),
@@ -295,12 +299,13 @@ class SchedulerService(AnswerInbox, Service):
             params = check_sampling(SamplingParams.of(req))
         except BadRequest as e:
             raise ServiceError(e.reason, e.detail) from None
+        constraint = await self._constraint(req.format) if req.format is not None else None
         prompt = await self._prompt_ids(req)
         # The deadline runs from arrival: rendering the prompt took some of it (at least a
         # moment is left, so that a request already late ends with reason deadline).
         deadline = (None if req.deadline_s is None else
                     max(req.deadline_s - (asyncio.get_running_loop().time() - arrived), 1e-3))
-        stream = RequestStream(rid, len(prompt), params, completed=len(req.continued))
+        stream = RequestStream(rid, len(prompt), params, completed=len(req.continued), constraint=constraint)
         max_tokens = req.max_tokens if req.max_tokens is not None else self.pipelines.context_length
         try:
             terms = self.pipelines.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
@@ -349,6 +354,29 @@ class SchedulerService(AnswerInbox, Service):
                 pipeline.policy.cancel(rid)
                 pipeline.driver.wake.set()
             self.requests.pop(rid, None)
+
+    async def _make_grammars(self, info) -> None:
+        """The vocabulary's index for grammars, made once before any request: llguidance holds
+        the GIL for much of it (0.5 s for SmolLM2's 49k tokens, 3 s for Gemma 3's 262k on an idle
+        core), which would stall every stream if it came with the first format."""
+        from .grammar.matcher import Grammars
+        try:
+            self._grammars = await asyncio.get_running_loop().run_in_executor(
+                None, Grammars, self.token_bytes, info.special_ids, info.eot_ids)
+        except Exception as e:   # the service runs on; formats are refused with the reason
+            self._no_grammars = f"structured output is unavailable for this vocabulary: {e}"
+            log.exception("no grammars")
+
+    async def _constraint(self, fmt):
+        """A matcher for the request's `format`, compiled off the event loop (a schema takes a
+        few milliseconds); a format we cannot follow is refused with bad_format, naming why."""
+        if self._grammars is None:
+            raise ServiceError(BAD_FORMAT, self._no_grammars or "structured output is unavailable")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                None, self._grammars.compile, fmt)
+        except BadFormat as e:
+            raise ServiceError(BAD_FORMAT, f"format: {e}") from None
 
     async def _prompt_ids(self, req: Generate) -> list[int]:
         """The prompt's token ids. A tokenizer that dies or restarts under the call (or is
@@ -401,6 +429,8 @@ class SchedulerService(AnswerInbox, Service):
         s.update(self.hops.stats())
         s.update(self.answers.stats())
         s.update(self._shard_pages())
+        if self._grammars is not None:
+            s.update(self._grammars.mask_stats())
         return Stats(stats=s, pipeline=self.pipelines.first_pipeline())
 
     def _shard_pages(self) -> dict[str, float]:

@@ -388,6 +388,7 @@ class ShardService(Service):
         a batch ahead of it on the thread (with micro-batches in flight that wait was most of
         the figure, and pacing took it for the shard's cost per token)."""
         from kernels.sampling import BadSamplerInput
+        from kernels.token_masks import BadMask
         from services.shard.batch import BadBatch
         from services.shard.kv_cache import KVMissing
         try:
@@ -400,7 +401,7 @@ class ShardService(Service):
                 self._computing -= 1
         except KVMissing as e:
             raise self._refuse(KV_MISSING, e) from None
-        except (BadBatch, BadSamplerInput) as e:
+        except (BadBatch, BadSamplerInput, BadMask) as e:
             raise ServiceError(BAD_BATCH, str(e)) from None
 
     def _follow_owner(self, f: Forward) -> None:
@@ -445,12 +446,15 @@ class ShardService(Service):
         """The last shard's step, on the compute thread: logits, then the sampled result."""
         from kernels.xp import to_numpy
         from services.shard.batch import BadBatch
+        from kernels.token_masks import apply_token_masks
         from services.shard.sampling_step import sample_rows, split_histories
 
         logits = model.forward(batch, on_device=True)     # a GPU's stay there: sampled there
         n = logits.shape[0]
         if len(f.sampling) != n:
             raise BadBatch(f"{n} sequences sample but {len(f.sampling)} sampling entries were sent")
+        if f.mask_rows:   # rows a grammar constrains: only the tokens it allows can be drawn
+            logits = apply_token_masks(logits, f.mask_rows, f.masks.array())
         hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
         res = sample_rows(logits, f.sampling, f.steps, split_histories(hist, f.history_lens, n),
                           sampler=model.sampler)

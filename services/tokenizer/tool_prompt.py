@@ -23,8 +23,9 @@ TOOL_PROMPT = (
     "You may call one or more functions to assist with the user query. The functions you can "
     "call are described in JSON inside <tools></tools>:\n<tools>\n{tools}\n</tools>\n"
     "To call a function, answer with one object per call holding its name and its arguments, "
-    "inside <tool_call></tool_call> tags, and nothing else:\n"
-    "<tool_call>\n{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n</tool_call>")
+    "inside <tool_call></tool_call> tags, and nothing else. For example:\n{example}")
+# What an example call's arguments hold, by JSON type, where the schema gives no enum or const.
+_EXAMPLE_VALUES = {"string": "text", "integer": 1, "number": 1.5, "boolean": True, "null": None}
 
 
 def template_reads_tools(env: jinja2.Environment, source: str) -> bool:
@@ -58,12 +59,52 @@ def builtin_tool_chat(messages: list[dict[str, Any]],
         else:
             out.append({k: v for k, v in m.items() if k != "tool_calls"})
     if tools:
-        prompt = TOOL_PROMPT.format(tools="\n".join(_dumps(t) for t in tools))
+        prompt = TOOL_PROMPT.format(tools="\n".join(_dumps(t) for t in tools),
+                                    example=example_call(tools[0]))
         if out and out[0].get("role") == "system":
             out[0] = {**out[0], "content": f"{_text(out[0].get('content'))}\n\n{prompt}"}
         else:
             out.insert(0, {"role": "system", "content": prompt})
     return out
+
+
+def example_call(tool: Any) -> str:
+    """A concrete call of `tool` in the form the model must answer with: its real name and
+    arguments of the types its parameters declare (an example the model may copy whole, as small
+    models do, is still a call that parses, never a placeholder such as `<function-name>`)."""
+    fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+    params = fn.get("parameters") if isinstance(fn, dict) else None
+    args = example_value(params) if isinstance(params, dict) else {}
+    return _call_text({"function": {"name": fn.get("name", ""),
+                                    "arguments": args if isinstance(args, dict) else {}}})
+
+
+def example_value(schema: Any, depth: int = 0) -> Any:
+    """A value that fits a (simple) JSON schema: its const, first enum or example, else one by
+    type (an object's required properties, or all of them when none is required)."""
+    if not isinstance(schema, dict) or depth > 4:
+        return "text"
+    for key in ("const", "default"):
+        if key in schema:
+            return schema[key]
+    for key in ("enum", "examples"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return schema[key][0]
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return example_value(schema[key][0], depth + 1)
+    kind = schema.get("type", "object" if "properties" in schema else "string")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        names = [n for n in schema.get("required", []) if n in props] or list(props)
+        return {n: example_value(props[n], depth + 1) for n in names}
+    if kind == "array":
+        return [example_value(schema.get("items"), depth + 1)]
+    if kind in ("integer", "number") and isinstance(schema.get("minimum"), (int, float)):
+        return schema["minimum"]
+    return _EXAMPLE_VALUES.get(kind, "text")
 
 
 def _call_text(call: Any) -> str:

@@ -1,5 +1,6 @@
 """A planned micro-batch goes out as `shard.forward` carrying its route: the pipeline it was planned on."""
 
+import numpy as np
 import pytest
 
 import wire
@@ -46,3 +47,24 @@ def test_a_forward_that_names_nowhere_for_its_answer_is_a_bad_frame():
     f = to_forward(plan(), {"a": SamplingParams(), "b": SamplingParams()}, {}, CHAIN)
     with pytest.raises(wire.BadFrame, match="reply_to"):
         wire.decode([bytes(x) for x in wire.encode(wire.Message(f, sender="t", epoch=1))])
+
+
+def test_only_constrained_rows_carry_a_mask_and_it_travels_as_sent():
+    mask = np.arange(3, dtype=np.uint32)
+    f = roundtrip(to_forward(plan(), {"a": SamplingParams(), "b": SamplingParams()}, {}, CHAIN,
+                             {"b": mask}))
+    assert f.mask_rows == [1] and f.masks.array().dtype == np.uint32
+    assert np.array_equal(f.masks.array(), mask[None, :])
+    free = roundtrip(to_forward(plan(), {"a": SamplingParams(), "b": SamplingParams()}, {}, CHAIN))
+    assert free.mask_rows == [] and free.masks is None        # unconstrained rows pay nothing
+
+
+@pytest.mark.parametrize("rows, masks", [([1], None), ([], np.zeros((1, 3), np.uint32)),
+                                         ([2], np.zeros((1, 3), np.uint32)),
+                                         ([1, 0], np.zeros((2, 3), np.uint32))])
+def test_masks_that_do_not_name_their_rows_are_a_bad_frame(rows, masks):
+    f = to_forward(plan(), {"a": SamplingParams(), "b": SamplingParams()}, {}, CHAIN)
+    bad = Forward(**{**{k: getattr(f, k) for k in f.__dataclass_fields__}, "mask_rows": rows,
+                     "masks": None if masks is None else wire.Tensor(masks)})
+    with pytest.raises(wire.BadFrame, match="mask_rows"):
+        roundtrip(bad)

@@ -39,6 +39,11 @@ class Generate(SamplingParams):
     # seed, the same draws), max_tokens and penalties count them, their text is not sent again,
     # and Done's completion_tokens includes them.
     continued: list[int] = field(default_factory=list)
+    # The structure the answer must have, enforced token by token (constrained decoding):
+    # {"type": "json_object"}, {"type": "json_schema", "schema": {...}}, or {"type": "lark",
+    # "grammar": "..."} (llguidance's Lark dialect: what the gateway asks of a forced tool call).
+    # None: free text. The scheduler's admission compiles it (a bad one: bad_format).
+    format: dict[str, Any] | None = None
 
     def check(self):
         # The sampling ranges and the deadline are the scheduler's admission's to check.

@@ -68,6 +68,12 @@ class Forward:
     hop: int = 0                       # the receiver's index in route
     hops: list[Hop] = field(default_factory=list)   # the figures of the stages before
     sent_at: float = 0.0               # when (wall clock, s) the sender sent this message
+    # Rows whose next token a grammar restricts (indices into `sampling`, ascending) and the
+    # tokens each may draw: packed bitmasks, uint32 (len(mask_rows), ceil(V/32)), token t allowed
+    # where bit t % 32 of word t // 32 is set. The last shard masks before sampling; every
+    # stage hands them on untouched. Unconstrained rows carry nothing.
+    mask_rows: list[int] = field(default_factory=list)
+    masks: Tensor | None = None
 
     def check(self):
         if self.batch_id < 0 or self.first_layer < 0:
@@ -81,6 +87,10 @@ class Forward:
                              f"got {len(self.steps)}")
         if self.reply_to is None:
             raise ValueError("reply_to is required: the last shard sends the answer there")
+        if (self.masks is None) != (not self.mask_rows) or sorted(set(self.mask_rows)) != \
+                self.mask_rows or any(not 0 <= r < len(self.sampling) for r in self.mask_rows):
+            raise ValueError(f"mask_rows {self.mask_rows[:8]} must be distinct sampling rows in "
+                             f"order, given exactly when masks are")
 
 
 @message("shard.handed_on")

@@ -197,6 +197,26 @@ class Scheduler:
         self._counts["tokens_computed"] += done
         return outputs
 
+    def force(self, request_id: str, token_ids: list[int]) -> list[Output]:
+        """Tokens a request's grammar forces after its last sampled one, taken as generated
+        without a draw each: its next batch computes them as one prefill chunk and samples after
+        them. Each goes through the stop rules as a drawn token would (max_tokens and stop
+        strings end it among them); their logprob is 0 (the only token the grammar allowed).
+        Returns what to stream; nothing for a request that is not waiting for its next step."""
+        seq = self._seqs.get(request_id)
+        if seq is None or seq.busy or seq.status is not Status.RUNNING:
+            return []
+        out = []
+        for t in token_ids:
+            seq.tokens.append(int(t))
+            text, finish = seq.text.accept(int(t))
+            out.append(Output(request_id, int(t), text, finish, 0.0))
+            if finish is not None:
+                self._finish(seq, finish)
+                break
+        self._counts["tokens_forced"] += len(out)
+        return out
+
     def record_step(self, seconds_by_shard: Mapping[str, float], tokens: int) -> None:
         """A batch of `tokens` took these compute seconds on each shard: what pacing predicts from."""
         self._step_cost.record(seconds_by_shard, tokens)
@@ -294,6 +314,11 @@ class Scheduler:
     def history(self, request_id: str) -> list[int]:
         """Every token the sequence has seen, prompt then generated: what penalties count."""
         return list(self._seqs[request_id].tokens)
+
+    def generated(self, request_id: str) -> list[int]:
+        """The tokens the sequence has generated so far (what its grammar follows)."""
+        seq = self._seqs[request_id]
+        return seq.tokens[seq.prompt_len:]
 
     @property
     def load(self) -> int:

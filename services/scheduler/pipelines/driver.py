@@ -29,12 +29,13 @@ from collections import Counter
 from collections.abc import Callable
 
 from bus.errors import BusError, PeerRestarted, RemoteError, code_of
-from wire.failures import INTERNAL, KV_MISSING, PEER_RESTARTED, UNSERVED, failure
+from wire.failures import GRAMMAR_FAILED, INTERNAL, KV_MISSING, PEER_RESTARTED, UNSERVED, failure
 from wire.messages.shard import ForwardResult
 
 from ..batching.batches import MicroBatch, Output, SampledToken
 from ..batching.errors import BadReply, UnknownBatch
 from ..batching.policy import Scheduler
+from ..grammar.errors import GrammarError
 from .chains import Stage, signature
 from .forward import to_forward
 from .streams import RequestStream, StreamEvent
@@ -151,7 +152,7 @@ class Driver:
                                   {c.request_id: self.policy.history(c.request_id)
                                    for c in batch.chunks
                                    if c.sample and self.requests[c.request_id].sampling.penalized},
-                                  chain)
+                                  chain, self._masks(batch))
             except Exception as e:  # a bug: its requests end with the reason, none hangs
                 log.exception("batch %d could not be built", batch.batch_id)
                 self._give_up(batch, f"the scheduler could not build the batch: {e!r}")
@@ -160,6 +161,41 @@ class Driver:
                 self._run_batch(batch, body, chain[0].name, sig))
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
+
+    def _masks(self, batch: MicroBatch) -> dict:
+        """The grammar masks of the batch's constrained sampling rows. A request whose grammar
+        cannot follow its tokens ends failed (its row, unmasked, samples a token no one reads)."""
+        out = {}
+        for c in batch.chunks:
+            constraint = self.requests[c.request_id].constraint if c.sample else None
+            if constraint is None:
+                continue
+            try:
+                out[c.request_id] = constraint.mask(self.policy.generated(c.request_id))
+            except GrammarError as e:
+                self.counters["grammar_failed"] += 1
+                if o := self.policy.fail(c.request_id, f"its grammar failed: {e}", GRAMMAR_FAILED):
+                    self._deliver(o)
+        return out
+
+    def _forced(self, outputs: list[Output]) -> list[Output]:
+        """What the grammars of the requests that just drew a token force next: taken at once
+        (the policy's `force`), computed by their next step as one chunk. Not for a request that
+        asked for top logprobs: forced tokens have none to report."""
+        out = []
+        for o in outputs:
+            stream = self.requests.get(o.request_id)
+            if o.finish is not None or stream is None or stream.constraint is None \
+                    or stream.sampling.top_logprobs:
+                continue
+            try:
+                forced = stream.constraint.forced(self.policy.generated(o.request_id))
+            except GrammarError:
+                continue     # the next mask finds it too, and ends the request with the reason
+            if forced:
+                self.counters["grammar_forced"] += len(forced)
+                out += self.policy.force(o.request_id, forced)
+        return out
 
     def _expire(self) -> None:
         """End the requests past their deadline, and look again at the next one's."""
@@ -276,6 +312,7 @@ class Driver:
         self.counters["batches_done"] += 1
         self.counters["rows_failed"] += len(failures)
         self._on_batch(seconds if batch.num_tokens == len(batch.chunks) else None, "")
+        outputs += self._forced(outputs)
         # The next batch is planned and sent before the streams hear of this one: a token waits
         # for the pipeline, so the pipeline gets the event loop first (a failed step retries on
         # the wake-up this batch's end sets).

@@ -15,15 +15,19 @@ from .chains import Stage
 
 
 def to_forward(batch: MicroBatch, sampling: Mapping[str, SamplingParams],
-               histories: Mapping[str, Sequence[int]], chain: Sequence[Stage]) -> Forward:
+               histories: Mapping[str, Sequence[int]], chain: Sequence[Stage],
+               masks: Mapping[str, np.ndarray] | None = None) -> Forward:
     """`sampling[rid]` is the request's SamplingParams, for each chunk that samples; a request is
-    in `histories` only when its penalties need the tokens it has seen. `chain` is the pipeline the
-    batch must take: the shards whose KV the policy's page tables describe."""
+    in `histories` only when its penalties need the tokens it has seen, and in `masks` (its
+    packed uint32 mask) only when a grammar constrains its next token. `chain` is the pipeline
+    the batch must take: the shards whose KV the policy's page tables describe."""
     chunks = batch.chunks
     tokens = np.fromiter((t for c in chunks for t in c.token_ids), np.int32, batch.num_tokens)
     samplers = [c for c in chunks if c.sample]
     hist = [histories.get(c.request_id, ()) for c in samplers]
     penalized = any(hist)
+    masks = masks or {}
+    mask_rows = [row for row, c in enumerate(samplers) if c.request_id in masks]
     return Forward(
         batch_id=batch.batch_id, first_layer=0,
         positions=[p for c in chunks for p in range(c.start, c.start + len(c.token_ids))],
@@ -37,4 +41,7 @@ def to_forward(batch: MicroBatch, sampling: Mapping[str, SamplingParams],
         history=wire.Tensor(np.fromiter((t for h in hist for t in h), np.int32))
         if penalized else None,
         history_lens=[len(h) for h in hist] if penalized else [],
-        route=[RouteStage(s.name, s.epoch) for s in chain], hop=0)
+        route=[RouteStage(s.name, s.epoch) for s in chain], hop=0,
+        mask_rows=mask_rows,
+        masks=wire.Tensor(np.stack([masks[samplers[r].request_id] for r in mask_rows]))
+        if mask_rows else None)
