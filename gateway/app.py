@@ -18,10 +18,11 @@ from .protocols.base import Handler, Protocol
 from .protocols.native import Native
 from .protocols.ollama import Ollama
 from .protocols.openai import OpenAI
+from .protocols.responses import Responses
 
 log = logging.getLogger("llmbus.gateway")
 
-PROTOCOLS: tuple[type[Protocol], ...] = (OpenAI, Anthropic, Ollama, Native)
+PROTOCOLS: tuple[type[Protocol], ...] = (OpenAI, Responses, Anthropic, Ollama, Native)
 
 
 def build_app(backend: Backend, config: GatewayConfig) -> web.Application:

@@ -4,6 +4,7 @@ takes (wire.messages.scheduler.Generate.format), and the fields' schemas for /op
     openai_format(f)      # response_format: text, json_object, json_schema {name, schema, strict}
     anthropic_format(f)   # output_config.format (or the older output_format): json_schema
     ollama_format(f)      # format: "json" or a JSON schema
+    responses_format(f)   # text.format (Responses API): text, json_object, json_schema {name, schema}
 
 A format we do not support is a 400 naming it, never ignored; whether a schema compiles is the
 scheduler's to say (bad_format, also a 400).
@@ -26,6 +27,11 @@ OPENAI_SCHEMA = {"type": "object", "required": ["type"], "properties": {
 ANTHROPIC_SCHEMA = {"type": "object", "required": ["type", "schema"], "properties": {
     "type": {"const": "json_schema"}, "schema": {"type": "object"}}}
 OUTPUT_CONFIG_SCHEMA = {"type": "object", "properties": {"format": ANTHROPIC_SCHEMA}}
+RESPONSES_TEXT_SCHEMA = {"type": "object", "properties": {"format": {
+    "type": "object", "required": ["type"], "properties": {
+        "type": {"enum": ["text", "json_object", "json_schema"]}, "name": {"type": "string"},
+        "description": {"type": "string"}, "schema": {"type": "object"},
+        "strict": {"type": ["boolean", "null"]}}}}}
 OLLAMA_SCHEMA = {"anyOf": [{"enum": ["", "json"]}, {"type": "object"}]}
 
 
@@ -86,3 +92,22 @@ def ollama_format(f: Fields) -> dict | None:
         raise BadRequest(f"format {fmt!r} is not supported; expected \"json\" or a JSON schema",
                          param="format")
     return _schema(fmt, "format")
+
+
+def responses_format(f: Fields) -> dict | None:
+    """`text.format` of the Responses API: {"type": "text"}, "json_object", or "json_schema"
+    with `name` and `schema` beside the type (not nested as in `response_format`)."""
+    if not f.has("text") or not f.obj("text").has("format"):
+        return None
+    fmt = f.obj("text").obj("format")
+    kind = fmt.str("type", required=True)
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return JSON_OBJECT
+    if kind == "json_schema":
+        if not fmt.has("schema"):
+            raise BadRequest("text.format.schema is required", param="text.format.schema")
+        return _schema(fmt.body["schema"], "text.format.schema")
+    raise BadRequest(f"text.format.type {kind!r} is not supported; expected text, json_object "
+                     f"or json_schema", param="text.format.type")

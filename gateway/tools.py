@@ -134,6 +134,37 @@ def openai_tools(f: Fields, choice_key: str = "tool_choice") -> Tools | None:
     raise BadRequest(f"{choice_key} must be none, auto, required or a function", param=choice_key)
 
 
+def responses_tools(f: Fields) -> Tools | None:
+    """The Responses API's `tools` (flat: {type: function, name, description, parameters,
+    strict}) and `tool_choice` (none, auto, required, or {type: function, name}). Other tool
+    types (web search, files, MCP...) are a 400 naming them: this server runs none."""
+    items = f.list("tools")
+    if not items:
+        return None
+    fns = []
+    for i, t in enumerate(items):
+        tf = Fields(t, prefix=f"tools[{i}].")
+        kind = tf.str("type", required=True)
+        if kind != "function":
+            raise BadRequest(f"tools[{i}].type is {kind!r}; only function tools are supported",
+                             param=f"tools[{i}].type")
+        fns.append(function(Fields({"function": {k: v for k, v in t.items() if k != "type"}},
+                                   prefix=f"tools[{i}]."), f"tools[{i}]"))
+    choice = f.body.get("tool_choice")
+    if choice is None or choice == "auto":
+        return Tools(fns)
+    if choice == "none":
+        return None
+    if choice == "required":
+        return Tools(fns, force="")
+    if isinstance(choice, dict):
+        cf = Fields(choice, prefix="tool_choice.")
+        if cf.str("type", required=True) == "function":
+            return _named(fns, cf.str("name", required=True), "tool_choice")
+    raise BadRequest("tool_choice must be none, auto, required or {type: function, name}",
+                     param="tool_choice")
+
+
 def anthropic_tools(f: Fields) -> Tools | None:
     """`tools` [{name, description, input_schema}] and `tool_choice` {type: auto|any|tool|none}."""
     items = f.list("tools")

@@ -43,6 +43,7 @@ class Job:
     logprobs: bool          # chat: report content logprobs; legacy: the `logprobs` count > 0
     n: int                  # choices per prompt
     tools: Tools | None = None
+    echoes: list[str] | None = None   # legacy `echo`: each choice's prompt text, sent first
 
 
 def finish_reason(res: Result) -> str:
@@ -134,7 +135,7 @@ CHAT = SAMPLING.extend(
     top_logprobs=Param.int(0, lo=0, hi=20), tools=Param.raw(TOOLS_SCHEMA),
     tool_choice=Param.raw(_TOOL_CHOICE))
 COMPLETIONS = SAMPLING.extend(prompt=Param.raw(_PROMPT, required=True), stop=Param.stops(),
-                              logprobs=Param.int(0, lo=0, hi=5))
+                              logprobs=Param.int(0, lo=0, hi=5), echo=Param.bool())
 
 
 class OpenAI(Protocol):
@@ -202,23 +203,36 @@ class OpenAI(Protocol):
         f = await self.body(request)
         v = COMPLETIONS.read(f)
         card = self.backend.model(v["model"])
-        gens, fmt = [], openai_format(f)
+        if v["echo"] and f.has("logprobs"):
+            # Echoed logprobs are the prompt tokens' own, which the pipeline does not compute
+            # (the last shard samples from the last position only): refused, not made up.
+            raise BadRequest("echo with logprobs is not supported: the prompt tokens' "
+                             "log-probabilities are not computed; ask echo or logprobs alone",
+                             param="echo")
+        gens, fmt, echoes = [], openai_format(f), []
         for prompt in _prompts(f):
             gens += sampling(v, {**prompt, "top_logprobs": v["logprobs"], "format": fmt})
+            echoes += [await self._prompt_text(prompt) if v["echo"] else ""] * v["n"]
         if len(gens) > MAX_N:
             raise BadRequest(f"{len(gens)} completions asked (prompts x n); at most {MAX_N}",
                              param="n")
         job = Job(gens, v["stream"], v["stream_options"].bool("include_usage"),
-                  f.has("logprobs"), v["n"])
+                  f.has("logprobs"), v["n"], echoes=echoes)
         if job.stream:
             return await self._stream(request, card, job, chat=False)
         results = await collect_all([self.backend.generate(g) for g in gens])
-        choices = [{"index": i, "text": r.text,
+        choices = [{"index": i, "text": echoes[i] + r.text,
                     "logprobs": self._legacy_logprobs(card, r, 0) if job.logprobs else None,
                     "finish_reason": finish_reason(r)} for i, r in enumerate(results)]
         return json_response({"id": _id("cmpl"), "object": "text_completion",
                               "created": int(time.time()), "model": card.id, "choices": choices,
                               "usage": _usage(results, job.n)})
+
+    async def _prompt_text(self, prompt: dict) -> str:
+        """A legacy prompt's text as `echo` returns it (token ids decoded by the tokenizer)."""
+        if "prompt" in prompt:
+            return prompt["prompt"]
+        return await self.backend.detokenize(prompt["prompt_ids"])
 
     # ------------------------------------------------------------------ streams
     async def _stream(self, request: web.Request, card: ModelCard, job: Job,
@@ -232,6 +246,9 @@ class OpenAI(Protocol):
             if chat:
                 for i in range(len(results)):
                     await resp.write(self._chunk(head, job, i, {"role": "assistant", "content": ""}))
+            for i, echo in enumerate(job.echoes or []):
+                if echo:
+                    await resp.write(self._legacy_chunk(head, job, i, echo, None, None))
             parsers = [job.tools.stream() if job.tools else None for _ in results]
             # Plain text chunks, the bulk of a stream, from a template encoded once per choice.
             texts = [SseTemplate(json.loads(self._chunk(head, job, i, {"content": ""})[6:]),

@@ -40,6 +40,8 @@ def bound(case) -> None:
         body.pop("max_completion_tokens", None)
         body["max_tokens"] = min(body.get("max_tokens") or MAX_TOKENS, MAX_TOKENS)
         body["n"] = min(body.get("n") or 1, 2)
+    elif path == "/v1/responses":
+        body["max_output_tokens"] = min(body.get("max_output_tokens") or MAX_TOKENS, MAX_TOKENS)
     elif path in ("/api/chat", "/api/generate"):
         options = body.get("options") if isinstance(body.get("options"), dict) else {}
         n = options.get("num_predict")
