@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import aiohttp
 import openai
@@ -123,6 +124,34 @@ def test_legacy_completions(oai, model, stack):
                                          max_tokens=3, temperature=0, stream=True))
     assert "".join(c.choices[0].text for c in chunks) == choice.text
     assert [c.choices[0].finish_reason for c in chunks][-1] == "length"
+
+
+def test_legacy_echo_returns_the_prompt_before_the_completion(oai, model, stack):
+    prompt = "The capital of France is"
+    plain = oai.completions.create(model=model, prompt=prompt, max_tokens=3, temperature=0)
+    r = oai.completions.create(model=model, prompt=prompt, max_tokens=3, temperature=0, echo=True)
+    assert r.choices[0].text == prompt + plain.choices[0].text
+    assert r.usage == plain.usage
+    # Token ids are echoed as their text; each prompt of a list gets its own.
+    ids = [504, 3575, 282]
+    by_ids = oai.completions.create(model=model, prompt=ids, max_tokens=1, temperature=0,
+                                    echo=True).choices[0].text
+    with urllib.request.urlopen(urllib.request.Request(
+            stack.http + "/detokenize", data=json.dumps({"tokens": ids}).encode(),
+            headers={"Content-Type": "application/json"})) as resp:
+        assert by_ids.startswith(json.loads(resp.read())["content"])
+    r = oai.completions.create(model=model, prompt=[prompt, "Paris is"], max_tokens=1,
+                               temperature=0, echo=True)
+    assert r.choices[0].text.startswith(prompt) and r.choices[1].text.startswith("Paris is")
+    lax = openai.OpenAI(base_url=stack.http + "/v1", api_key="unused", max_retries=0)
+    chunks = list(lax.completions.create(model=model, prompt=prompt, max_tokens=3,
+                                         temperature=0, echo=True, stream=True))
+    assert chunks[0].choices[0].text == prompt
+    assert "".join(c.choices[0].text for c in chunks) == prompt + plain.choices[0].text
+    # The prompt tokens' logprobs are not computed: echo with logprobs is refused, by name.
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.completions.create(model=model, prompt=prompt, max_tokens=1, echo=True, logprobs=1)
+    assert e.value.body["param"] == "echo"
 
 
 @pytest.mark.parametrize("field, value", [("temperature", "hot"), ("n", 0), ("top_logprobs", 40),
