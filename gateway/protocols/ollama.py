@@ -1,5 +1,5 @@
 """Ollama: /api/chat and /api/generate (NDJSON streams or one object), /api/tags, /api/show,
-/api/version, /api/ps, and `GET /`."""
+/api/version, /api/ps, /api/pull (into this machine's cache, as `llmbus pull`), and `GET /`."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from ..toolcalls import Text, ToolCall, parse
 from ..tools import Tools, openai_tools, past_calls
 from ..model import ModelCard
 from ..params import Body, Param
+from ..pulls import progress_lines, spec_of
 from ..stream import json_response, ndjson, open_stream
 from .base import Protocol, error_headers
 from .openai import TOOLS_SCHEMA
@@ -59,12 +60,15 @@ CHAT = _GENERATING.extend(
     messages=Param.list({"items": {"type": "object", "required": ["role"]}}, required=True),
     tools=Param.raw(TOOLS_SCHEMA))
 GENERATE = _GENERATING.extend(prompt=Param.str(""), system=Param.str(), raw=Param.bool())
+# Older clients name the model `name`; `insecure` is accepted (nothing here is fetched over
+# a registry that TLS would check: pip fetches the packages).
+PULL = Body(model=Param.str(), name=Param.str(), insecure=Param.bool(), stream=Param.bool(True))
 
 
 class Ollama(Protocol):
     name = "ollama"
     requests = {"/api/chat": CHAT.schema(), "/api/generate": GENERATE.schema(),
-                "/api/show": SHOW.schema()}
+                "/api/show": SHOW.schema(), "/api/pull": PULL.schema()}
     error_schema = {"type": "object", "required": ["error"],
                     "properties": {"error": {"type": "string"}}}
 
@@ -72,7 +76,8 @@ class Ollama(Protocol):
         return [("GET", "/", self.root), ("HEAD", "/", self.root),
                 ("POST", "/api/chat", self.chat), ("POST", "/api/generate", self.generate),
                 ("GET", "/api/tags", self.tags), ("POST", "/api/show", self.show),
-                ("GET", "/api/version", self.version), ("GET", "/api/ps", self.ps)]
+                ("GET", "/api/version", self.version), ("GET", "/api/ps", self.ps),
+                ("POST", "/api/pull", self.pull)]
 
     def error(self, err: GatewayError) -> web.Response:
         return json_response({"error": err.message}, err.status, error_headers(err))
@@ -122,6 +127,24 @@ class Ollama(Protocol):
                               "model_info": {"general.architecture": arch,
                                              f"{arch}.context_length": card.context_length},
                               "capabilities": ["completion", "tools"]})
+
+    async def pull(self, request: web.Request) -> web.StreamResponse:
+        """A model llmbus can pull, into this machine's cache: NDJSON progress lines (or the
+        last one alone with stream: false), "success" at the end."""
+        v = PULL.read(await self.body(request))
+        name = v["model"] or v["name"]
+        if not name:
+            raise BadRequest("model is required", param="model")
+        lines = progress_lines(spec_of(name))
+        if not v["stream"]:
+            async for line in lines:
+                last = line
+            return json_response(last)
+        resp = await open_stream(request, "application/x-ndjson")
+        async for line in lines:
+            await resp.write(ndjson(line))
+        await resp.write_eof()
+        return resp
 
     # ------------------------------------------------------------------ generation
     async def chat(self, request: web.Request) -> web.StreamResponse:

