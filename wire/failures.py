@@ -77,6 +77,9 @@ TEMPLATE_ERROR = _code("template_error", 400, False, "the chat template failed o
                        "messages")
 UNKNOWN_TEMPLATE = _code("unknown_template", 400, False, "no chat template of that name",
                          "messages")
+NO_CHAT_TEMPLATE = _code("no_chat_template", 400, False, "the model has no chat template (a base "
+                         "model): send plain text as a completion, or start it with a template "
+                         "(--chat-template)", "messages")
 TEXT_TOO_LONG = _code("text_too_long", 400, False, "a text over what one message carries",
                       "messages")
 BAD_FORMAT = _code("bad_format", 400, False, "the structured-output format (a JSON schema, a "

@@ -126,7 +126,7 @@ class Ollama(Protocol):
                               "details": entry["details"], "modified_at": entry["modified_at"],
                               "model_info": {"general.architecture": arch,
                                              f"{arch}.context_length": card.context_length},
-                              "capabilities": ["completion", "tools"]})
+                              "capabilities": [c for c in card.capabilities if c != "chat"]})
 
     async def pull(self, request: web.Request) -> web.StreamResponse:
         """A model llmbus can pull, into this machine's cache: NDJSON progress lines (or the
@@ -191,7 +191,12 @@ class Ollama(Protocol):
         if not prompt:
             return json_response({"model": card.id, "created_at": _now(), "response": "",
                                   "done": True, "done_reason": "load"})
-        if v["raw"]:
+        if v["raw"] or not card.chat:
+            # A base model has no template: its prompt goes as it is, as Ollama's does
+            # (where a system prompt would have no place).
+            if v["system"] and not v["raw"]:
+                raise BadRequest("system needs a chat template, which this model (a base model) "
+                                 "has none of: write it into the prompt", param="system")
             source = {"prompt": prompt}
         else:
             system = v["system"]

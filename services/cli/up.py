@@ -23,6 +23,7 @@ from pathlib import Path
 from bus.options import add_options, argv_of
 from services.scheduler.config import SchedulerServiceConfig
 from services.shard.config import ShardConfig, positive   # light: no numpy
+from services.tokenizer.cli import CHAT_TEMPLATE_HELP, chat_template
 
 SHARD_OPTIONS = ("codec", "num_pages", "device")
 SCHEDULER_OPTIONS = ("max_queue", "max_batch_tokens")
@@ -30,6 +31,7 @@ SCHEDULER_OPTIONS = ("max_queue", "max_batch_tokens")
 def add_parser(sub) -> None:
     p = sub.add_parser("up", help="run tokenizer, scheduler, shards and gateway here until Ctrl-C")
     p.add_argument("--model", type=Path, default=None, help="GGUF file (default: pulled)")
+    p.add_argument("--chat-template", default=None, metavar="NAME|FILE", help=CHAT_TEMPLATE_HELP)
     p.add_argument("--shards", type=int, default=2, help="shard processes to cut the model into")
     p.add_argument("--replicas", type=positive, default=1,
                    help="shard processes per range: each whole set is one more pipeline the "
@@ -124,6 +126,7 @@ async def _up(args) -> int:
     if not model.is_file():
         raise ValueError(f"no model file at {model}")
     meta = read_metadata(model)
+    template = chat_template(args.chat_template, model)
     arch = meta.get("general.architecture", "?")
     n_layers = int(meta.get(f"{arch}.block_count", 0))
     ranges = split_layers(n_layers, args.shards, head_cost_in_layers(meta))
@@ -149,7 +152,8 @@ async def _up(args) -> int:
     if key is not None:
         common += ["--key-file", str(args.key_file.resolve())]
     specs = {
-        "tokenizer-0": ["run", "tokenizer", "--model", str(model)],
+        "tokenizer-0": ["run", "tokenizer", "--model", str(model)]
+        + (["--chat-template", template] if template else []),
         **{_shard_name(a, r): ["run", "shard", "--model", str(model), "--layers", f"{a}:{b}",
                                *argv_of(ShardConfig, args, SHARD_OPTIONS), "--threads", str(threads)]
             for a, b in ranges for r in range(args.replicas)},

@@ -66,8 +66,8 @@ BUILTIN_TEMPLATES: dict[str, str] = {
     "chatml": CHATML, "llama3": LLAMA3, "mistral": MISTRAL, "gemma": GEMMA, "zephyr": ZEPHYR,
 }
 
-# For a GGUF without a template: the first built-in whose marker token is in the vocabulary;
-# ChatML when none is.
+# For a GGUF without a template (a base model, which has no default): the built-in to suggest,
+# the first whose marker token is in the vocabulary.
 DETECT_ORDER: tuple[tuple[str, str], ...] = (
     ("<|im_start|>", "chatml"),
     ("<|start_header_id|>", "llama3"),
@@ -75,4 +75,3 @@ DETECT_ORDER: tuple[tuple[str, str], ...] = (
     ("[INST]", "mistral"),
     ("<|user|>", "zephyr"),
 )
-FALLBACK = "chatml"

@@ -45,5 +45,19 @@ class UnknownTemplate(TokenizerError):
         self.available = available
 
 
+class NoChatTemplate(TokenizerError):
+    """A chat for a model whose GGUF has no chat template and that was given none: a base
+    model, which continues text rather than answering turns."""
+
+    def __init__(self, suggested: str | None = None):
+        hint = (f" (its vocabulary has the {suggested!r} template's turn markers: "
+                f"--chat-template {suggested})" if suggested else "")
+        super().__init__(
+            "this model has no chat template (a base model: it continues text, it does not "
+            "answer chats): send plain text to /v1/completions (Ollama: /api/generate), or start "
+            f"it with --chat-template NAME|FILE{hint}")
+        self.suggested = suggested
+
+
 class TemplateError(TokenizerError):
     """The chat template failed to render (a Jinja error or the template's raise_exception)."""

@@ -1,6 +1,7 @@
 """The tokenizer service: one model's Tokenizer behind the `tokenizer.*` messages.
 
 Bad input is answered with a typed `bus.error` (bad_messages, unknown_template, template_error,
+no_chat_template (a chat for a base model),
 bad_token_id, text_too_long, prompt_too_long, vocab_too_large) and the service keeps serving. Work on text runs
 in one worker thread so that requests keep being read while a long prompt is tokenized.
 """
@@ -22,8 +23,9 @@ from bus.service import Service, handles
 from services.tokenizer import errors
 from services.tokenizer.templates import reads_tools
 from services.tokenizer.tool_prompt import builtin_tool_chat, uses_tools
-from wire.failures import (BAD_MESSAGES, BAD_REQUEST, BAD_TOKEN_ID, LOADING, PROMPT_TOO_LONG, TEMPLATE_ERROR,
-                           TEXT_TOO_LONG, UNKNOWN_TEMPLATE, VOCAB_TOO_LARGE)
+from wire.failures import (BAD_MESSAGES, BAD_REQUEST, BAD_TOKEN_ID, LOADING, NO_CHAT_TEMPLATE,
+                           PROMPT_TOO_LONG, TEMPLATE_ERROR, TEXT_TOO_LONG, UNKNOWN_TEMPLATE,
+                           VOCAB_TOO_LARGE)
 from wire.limits import MAX_HEADER_BYTES
 from wire.messages.info import TokenizerInfo
 from wire.messages.tokenizer import (Decode, Encode, Ids, InfoRequest, Prompt, Render, Text,
@@ -40,6 +42,7 @@ _CODES: dict[type, str] = {
     errors.UnknownTemplate: UNKNOWN_TEMPLATE,
     errors.TemplateError: TEMPLATE_ERROR,
     errors.BadTokenId: BAD_TOKEN_ID,
+    errors.NoChatTemplate: NO_CHAT_TEMPLATE,
 }
 
 
@@ -47,6 +50,9 @@ _CODES: dict[type, str] = {
 class TokenizerConfig:
     model: Path
     max_text_bytes: int = MAX_TEXT_BYTES
+    # The chat template: a name (the GGUF's or a built-in: chatml, gemma...) or a Jinja file's
+    # path. None: the GGUF's own; a GGUF without one is a base model, which cannot chat.
+    chat_template: str | None = None
 
     def __post_init__(self):
         if not 0 < self.max_text_bytes <= MAX_HEADER_BYTES:
@@ -99,14 +105,20 @@ class TokenizerService(Service):
         tok = Tokenizer(vocab_from_metadata(meta))
         arch = meta.get("general.architecture", "")
         templates = tok.templates
+        chosen = self.tok_config.chat_template
+        if chosen in templates.names:
+            templates.use(chosen)
+        elif chosen is not None:      # a file (tokenizer/cli.py checked which it is)
+            templates.use(source=Path(chosen).read_text())
         self.model_id = model_identity(path)
         self._tables = {True: tok.token_bytes, False: token_bytes_table(tok.vocab, special=True)}
         self._info = ModelInfo(
             model=self.model_id, vocab_size=tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id,
             eot_ids=sorted(tok.eot_ids), special_ids=sorted(tok.special_ids),
             context_length=int(meta.get(f"{arch}.context_length", 0)),
-            templates=[templates.default_name]
+            templates=[n for n in templates.names if n == templates.default_name]
             + [n for n in templates.names if n != templates.default_name],
+            chat=templates.default_name is not None,
             name=str(meta.get("general.name") or path.stem), details=_details(path, meta, arch))
         self.tokenizer = tok
 

@@ -1,7 +1,10 @@
 """Render chat messages to a prompt with a Jinja chat template, in a sandbox, as HF does.
 
 Templates come from the GGUF (`tokenizer.chat_template`, and `tokenizer.chat_template.NAME`)
-or from the built-ins; the environment mirrors transformers' apply_chat_template (trim_blocks,
+or from the built-ins. A GGUF without a template is a base model: it has no default (a chat
+raises NoChatTemplate, naming the built-in its vocabulary suggests) unless one is chosen
+(`ChatTemplates.use`: `--chat-template NAME|FILE`).
+The Jinja environment mirrors transformers' apply_chat_template (trim_blocks,
 lstrip_blocks, loop controls, raise_exception, strftime_now, a non-ASCII-escaping tojson).
 """
 
@@ -17,12 +20,13 @@ import jinja2
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from services.tokenizer.builtin_templates import BUILTIN_TEMPLATES, DETECT_ORDER, FALLBACK
-from services.tokenizer.errors import TemplateError, UnknownTemplate
+from services.tokenizer.builtin_templates import BUILTIN_TEMPLATES, DETECT_ORDER
+from services.tokenizer.errors import NoChatTemplate, TemplateError, UnknownTemplate
 from services.tokenizer.messages import normalize_messages
 from services.tokenizer.tool_prompt import template_reads_tools
 
 GGUF_DEFAULT = "gguf"   # the name under which the GGUF's own template is chosen
+CHOSEN_FILE = "file"    # the name of a template read from a file (--chat-template FILE)
 
 
 class _RaisedByTemplate(Exception):
@@ -98,7 +102,8 @@ def render(source: str, messages: Any, *, add_generation_prompt: bool = True,
 
 
 class ChatTemplates:
-    """The templates a model can be rendered with, found by name, with a default choice."""
+    """The templates a model can be rendered with, found by name, with a default choice: the
+    GGUF's own, or the one chosen with `use`; none for a base model (no template in its GGUF)."""
 
     def __init__(self, gguf_default: str | None, gguf_named: Mapping[str, str],
                  vocab_tokens: set[str] | frozenset[str] = frozenset()):
@@ -108,22 +113,37 @@ class ChatTemplates:
         self._sources.update(gguf_named)
         for name, source in BUILTIN_TEMPLATES.items():
             self._sources.setdefault(name, source)
-        self.default_name = GGUF_DEFAULT if gguf_default else _detect(vocab_tokens)
+        self.default_name: str | None = GGUF_DEFAULT if gguf_default else None
+        # The built-in whose turn markers the vocabulary has, for the error a chat gets.
+        self.suggested = _detect(vocab_tokens)
 
     @property
     def names(self) -> list[str]:
         return list(self._sources)
 
+    def use(self, name: str | None = None, source: str | None = None) -> None:
+        """Make `name` (a template of the GGUF or a built-in) the default, or `source` (a
+        template's text, from a file) under the name "file"."""
+        if source is not None:
+            compile_template(source)          # a syntax error is said now, not per chat
+            self._sources[CHOSEN_FILE] = source
+            name = CHOSEN_FILE
+        if name not in self._sources:
+            raise UnknownTemplate(name, self.names)
+        self.default_name = name
+
     def source(self, name: str | None = None) -> str:
-        """Template text by name; None is the default (the GGUF's own, else detected, else ChatML)."""
+        """Template text by name; None is the default (NoChatTemplate for a base model)."""
         key = self.default_name if name is None else name
+        if key is None:
+            raise NoChatTemplate(self.suggested)
         if key not in self._sources:
             raise UnknownTemplate(key, self.names)
         return self._sources[key]
 
 
-def _detect(vocab_tokens: set[str] | frozenset[str]) -> str:
+def _detect(vocab_tokens: set[str] | frozenset[str]) -> str | None:
     for marker, name in DETECT_ORDER:
         if marker in vocab_tokens:
             return name
-    return FALLBACK
+    return None

@@ -55,7 +55,9 @@ def gemma() -> Path:
 
 def test_prompts_tokenize_as_llama_cpp_with_the_builtin_gemma_template(gemma):
     tok = Tokenizer.from_gguf(gemma)
-    assert tok.templates.default_name == "gemma"          # the GGUF has none: its family's
+    # The GGUF has none (a base model): no default, its family's suggested, chosen here.
+    assert tok.templates.default_name is None and tok.templates.suggested == "gemma"
+    tok.templates.use("gemma")
     for chat in REF["chats"]:
         # Our template writes BOS itself; llama.cpp's tokenizer adds it to the text it formatted.
         assert tok.render_chat(chat["messages"]) == tok.vocab.tokens[tok.bos_id] + chat["prompt"]
@@ -111,7 +113,8 @@ async def test_up_serves_llama_cpp_greedy_answers(gemma, tmp_path):
     asks += [(Generate(prompt=c["prompt"], temperature=0.0, max_tokens=len(_agreed(c))), c)
              for c in REF["completions"] if _agreed(c)]     # one opens on a close call: nothing to hold it to
     assert len(asks) >= 4
-    stack = Stack(tmp_path, "--model", str(gemma), "--shards", "2", ready_timeout=600)
+    stack = Stack(tmp_path, "--model", str(gemma), "--chat-template", "gemma", "--shards", "2",
+                  ready_timeout=600)
     try:
         for body, item in asks:
             res = await generate(stack.endpoint, body, idle_timeout=300)

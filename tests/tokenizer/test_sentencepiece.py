@@ -60,9 +60,9 @@ def test_round_trip_any_text(spm_gguf_session, text):
 
 def test_chat_prompt_gets_exactly_one_bos(spm_gguf):
     tok = Tokenizer.from_gguf(spm_gguf)
-    assert tok.templates.default_name == "chatml"  # no template in the file, no ChatML markers
+    assert tok.templates.default_name is None  # no template in the file: a base model
     msgs = [{"role": "user", "content": "hello"}]
-    ids = tok.encode_chat(msgs)  # ChatML writes no BOS: the GGUF's add_bos puts one
+    ids = tok.encode_chat(msgs, template="chatml")  # ChatML writes no BOS: the GGUF's add_bos puts one
     assert ids[0] == tok.bos_id and ids.count(tok.bos_id) == 1
     ids = tok.encode_chat(msgs, template="mistral")  # the template writes <s> itself
     assert ids[0] == tok.bos_id and ids.count(tok.bos_id) == 1

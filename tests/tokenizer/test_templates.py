@@ -3,7 +3,7 @@
 import pytest
 
 from services.tokenizer.builtin_templates import BUILTIN_TEMPLATES
-from services.tokenizer.errors import BadMessages, TemplateError, UnknownTemplate
+from services.tokenizer.errors import BadMessages, NoChatTemplate, TemplateError, UnknownTemplate
 from services.tokenizer.templates import GGUF_DEFAULT, ChatTemplates, render
 
 CHAT = [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"},
@@ -93,10 +93,32 @@ def test_gguf_template_is_the_default_and_named_ones_are_listed():
     ({"<start_of_turn>"}, "gemma"),
     ({"[INST]"}, "mistral"),
     ({"<|user|>"}, "zephyr"),
-    (set(), "chatml"),
+    (set(), None),
 ])
-def test_without_gguf_template_the_default_follows_the_vocabulary(specials, expected):
-    assert ChatTemplates(None, {}, frozenset(specials)).default_name == expected
+def test_without_gguf_template_there_is_no_default_and_the_vocabulary_suggests_one(specials,
+                                                                                   expected):
+    t = ChatTemplates(None, {}, frozenset(specials))
+    assert t.default_name is None and t.suggested == expected
+    with pytest.raises(NoChatTemplate) as e:
+        t.source()
+    assert "/v1/completions" in str(e.value) and "--chat-template NAME|FILE" in str(e.value)
+    if expected:
+        assert f"--chat-template {expected}" in str(e.value)
+
+
+def test_a_chosen_template_becomes_the_default_by_name_or_from_a_file():
+    t = ChatTemplates(None, {}, frozenset({"<start_of_turn>"}))
+    t.use("gemma")
+    assert t.default_name == "gemma" and t.source() == BUILTIN_TEMPLATES["gemma"]
+    t.use(source="{{ messages[0].content }}")
+    assert t.default_name == "file" and t.source() == "{{ messages[0].content }}"
+    with pytest.raises(UnknownTemplate):
+        t.use("nope")
+    with pytest.raises(TemplateError):
+        t.use(source="{% if %}")
+    g = ChatTemplates("GGUF", {})
+    g.use("chatml")               # a GGUF's own may be overridden too
+    assert g.source() == BUILTIN_TEMPLATES["chatml"]
 
 
 def test_unknown_template_name():

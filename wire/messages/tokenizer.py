@@ -27,10 +27,13 @@ class ModelInfo:
     eot_ids: list[int]      # ids that end a turn (EOS, EOT, <|im_end|>...), sorted
     special_ids: list[int]  # control tokens, sorted
     context_length: int     # GGUF "{arch}.context_length", 0 if absent
-    templates: list[str]    # chat templates by name, the default first
+    templates: list[str]    # chat templates by name, the default first (if there is one)
     name: str = ""          # what users call it: GGUF "general.name", or the file's stem
     # For model listings (Ollama's details): architecture, size_label, quantization, file_bytes.
     details: dict[str, str] = field(default_factory=dict)
+    # Whether the model can chat: False for a base model (its GGUF has no chat template and
+    # none was chosen), which answers chats with no_chat_template; completions it continues.
+    chat: bool = True
 
 
 @message("tokenizer.vocab")
