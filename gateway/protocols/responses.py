@@ -143,11 +143,12 @@ class Responses(OpenAI):
         return [("POST", "/v1/responses", self.create)]
 
     def stream_error(self, err: GatewayError) -> bytes:
-        # An `error` event ends the stream (the SDK raises it); it is numbered 0: the Protocol
-        # writes it without the stream's count.
-        body = {"type": "error", "code": err.kind, "message": err.message, "param": err.param,
-                "sequence_number": 0}
-        return sse(body, event="error")
+        # An error the stream's own handler did not number (_stream numbers those it meets).
+        return sse({**self._error_event(err), "sequence_number": 0}, event="error")
+
+    @staticmethod
+    def _error_event(err: GatewayError) -> dict:
+        return {"type": "error", "code": err.kind, "message": err.message, "param": err.param}
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         f = await self.body(request)
@@ -203,12 +204,18 @@ class Responses(OpenAI):
                         {"type": "response.in_progress", "response": head}])
             items = ResponseItems(parallel)
             parser = tools.stream() if tools else None
-            async for _, ev in replay:
-                if isinstance(ev, Tokens) and ev.text:
-                    await send(items.feed([Text(ev.text)] if parser is None
-                                          else parser.feed(ev.text)))
-                elif isinstance(ev, Done):
-                    break
+            try:
+                async for _, ev in replay:
+                    if isinstance(ev, Tokens) and ev.text:
+                        await send(items.feed([Text(ev.text)] if parser is None
+                                              else parser.feed(ev.text)))
+                    elif isinstance(ev, Done):
+                        break
+            except GatewayError as e:
+                # The stream's last event, numbered in turn (the SDK yields it as an error event).
+                await send([self._error_event(e)])
+                await resp.write_eof()
+                return resp
             await send(items.feed(parser.finish() if parser else []) + items.finish())
             end = _ended(head, items, r)
             await send([{"type": f"response.{end['status']}", "response": end}])

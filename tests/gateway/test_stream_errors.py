@@ -90,6 +90,19 @@ async def test_ollama_ends_with_an_error_line(lone_stack):
     assert all(json.loads(ln)["done"] is False for ln in lines[:-1])
 
 
+async def test_responses_end_with_an_error_event_numbered_in_turn(lone_stack):
+    model = await _model(lone_stack)
+    lines = await stream_until_stopped(lone_stack, "/v1/responses", {
+        "model": model, "input": STORY, "stream": True, "max_output_tokens": 2000,
+        "temperature": 0})
+    assert lines[-2] == b"event: error\n"
+    body = json.loads(lines[-1][len(b"data: "):])
+    numbers = [json.loads(ln[len(b"data: "):])["sequence_number"] for ln in lines
+               if ln.startswith(b"data: ")]
+    assert body["type"] == "error" and body["code"] == "unavailable"
+    assert "gateway is stopping" in body["message"] and numbers == list(range(len(numbers)))
+
+
 async def _model(stack) -> str:
     await wait_for(lambda: healthy(stack), timeout=60, every=0.25)   # the gateway is back
     async with aiohttp.ClientSession() as s:
