@@ -139,7 +139,11 @@ def responses_tools(f: Fields) -> Tools | None:
     strict}) and `tool_choice` (none, auto, required, or {type: function, name}). Other tool
     types (web search, files, MCP...) are a 400 naming them: this server runs none."""
     items = f.list("tools")
+    choice = f.body.get("tool_choice")
     if not items:
+        if choice not in (None, "none", "auto"):
+            raise BadRequest("tool_choice asks for a call, but no tools are given",
+                             param="tool_choice")
         return None
     fns = []
     for i, t in enumerate(items):
@@ -148,9 +152,17 @@ def responses_tools(f: Fields) -> Tools | None:
         if kind != "function":
             raise BadRequest(f"tools[{i}].type is {kind!r}; only function tools are supported",
                              param=f"tools[{i}].type")
-        fns.append(function(Fields({"function": {k: v for k, v in t.items() if k != "type"}},
-                                   prefix=f"tools[{i}]."), f"tools[{i}]"))
-    choice = f.body.get("tool_choice")
+        fn: dict[str, Any] = {"name": tf.str("name", required=True)}
+        if not fn["name"]:
+            raise BadRequest(f"tools[{i}].name must not be empty", param=f"tools[{i}].name")
+        if tf.has("description"):
+            fn["description"] = tf.str("description")
+        params = t.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise BadRequest(f"tools[{i}].parameters must be a JSON schema object",
+                             param=f"tools[{i}].parameters")
+        fn["parameters"] = params or {"type": "object"}
+        fns.append({"type": "function", "function": fn})
     if choice is None or choice == "auto":
         return Tools(fns)
     if choice == "none":

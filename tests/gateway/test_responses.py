@@ -116,6 +116,9 @@ def test_text_format_json_schema_parses(oai, model):
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"input": [{"type": "input_image", "image_url": "x"}]}, "input[0].type"),
     ({"temperature": 3}, "temperature"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [{"type": "function", "parameters": PARAMS}]}, "tools[0].name"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
 ])
 def test_what_the_server_cannot_honour_is_refused_by_name(oai, model, extra, param):
