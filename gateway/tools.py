@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import uuid
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,20 +99,31 @@ def call_id(prefix: str = "call_") -> str:
 
 
 def function(f: Fields, param: str) -> dict[str, Any]:
-    """One OpenAI/Ollama-style function definition, checked."""
-    fn = f.obj("function")
+    """One OpenAI/Ollama-style function definition ({function: {name, ...}}), checked."""
+    return _definition(f.obj("function"), f"{param}.function", "parameters", None)
+
+
+def _flat_function(tool: Any, i: int, schema_key: str) -> dict[str, Any]:
+    """A tool declared flat ({name, description, SCHEMA_KEY}: Anthropic's input_schema, the
+    Responses API's parameters) as an OpenAI-style function definition, checked."""
+    return _definition(Fields(tool, prefix=f"tools[{i}]."), f"tools[{i}]", schema_key,
+                       {"type": "object"})
+
+
+def _definition(fn: Fields, where: str, schema_key: str, default: dict | None) -> dict[str, Any]:
     name = fn.str("name", required=True)
     if not name:
-        raise BadRequest(f"{param}.function.name must not be empty", param=f"{param}.function.name")
+        raise BadRequest(f"{where}.name must not be empty", param=f"{where}.name")
     out: dict[str, Any] = {"name": name}
     if fn.has("description"):
         out["description"] = fn.str("description")
-    params = fn.body.get("parameters")
-    if params is not None:
-        if not isinstance(params, dict):
-            raise BadRequest(f"{param}.function.parameters must be a JSON schema object",
-                             param=f"{param}.function.parameters")
-        out["parameters"] = params
+    schema = fn.body.get(schema_key)
+    if schema is not None and not isinstance(schema, dict):
+        raise BadRequest(f"{where}.{schema_key} must be a JSON schema object",
+                         param=f"{where}.{schema_key}")
+    schema = default if schema is None else schema
+    if schema is not None:
+        out["parameters"] = schema
     return {"type": "function", "function": out}
 
 
@@ -121,17 +133,8 @@ def openai_tools(f: Fields, choice_key: str = "tool_choice") -> Tools | None:
     if not items:
         return None
     fns = [function(Fields(t, prefix=f"tools[{i}]."), f"tools[{i}]") for i, t in enumerate(items)]
-    choice = f.body.get(choice_key)
-    if choice is None or choice == "auto":
-        return Tools(fns)
-    if choice == "none":
-        return None
-    if choice == "required":
-        return Tools(fns, force="")
-    if isinstance(choice, dict):
-        name = Fields(choice, prefix=f"{choice_key}.").obj("function").str("name", required=True)
-        return _named(fns, name, choice_key)
-    raise BadRequest(f"{choice_key} must be none, auto, required or a function", param=choice_key)
+    return _chosen(fns, f.body.get(choice_key), choice_key,
+                   lambda c: c.obj("function").str("name", required=True))
 
 
 def responses_tools(f: Fields) -> Tools | None:
@@ -147,34 +150,18 @@ def responses_tools(f: Fields) -> Tools | None:
         return None
     fns = []
     for i, t in enumerate(items):
-        tf = Fields(t, prefix=f"tools[{i}].")
-        kind = tf.str("type", required=True)
+        kind = Fields(t, prefix=f"tools[{i}].").str("type", required=True)
         if kind != "function":
             raise BadRequest(f"tools[{i}].type is {kind!r}; only function tools are supported",
                              param=f"tools[{i}].type")
-        fn: dict[str, Any] = {"name": tf.str("name", required=True)}
-        if not fn["name"]:
-            raise BadRequest(f"tools[{i}].name must not be empty", param=f"tools[{i}].name")
-        if tf.has("description"):
-            fn["description"] = tf.str("description")
-        params = t.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise BadRequest(f"tools[{i}].parameters must be a JSON schema object",
-                             param=f"tools[{i}].parameters")
-        fn["parameters"] = params or {"type": "object"}
-        fns.append({"type": "function", "function": fn})
-    if choice is None or choice == "auto":
-        return Tools(fns)
-    if choice == "none":
-        return None
-    if choice == "required":
-        return Tools(fns, force="")
-    if isinstance(choice, dict):
-        cf = Fields(choice, prefix="tool_choice.")
-        if cf.str("type", required=True) == "function":
-            return _named(fns, cf.str("name", required=True), "tool_choice")
-    raise BadRequest("tool_choice must be none, auto, required or {type: function, name}",
-                     param="tool_choice")
+        fns.append(_flat_function(t, i, "parameters"))
+
+    def name(c: Fields) -> str:
+        if c.str("type", required=True) != "function":
+            raise BadRequest("tool_choice.type must be function (only function tools are "
+                             "supported)", param="tool_choice.type")
+        return c.str("name", required=True)
+    return _chosen(fns, choice, "tool_choice", name)
 
 
 def anthropic_tools(f: Fields) -> Tools | None:
@@ -182,18 +169,7 @@ def anthropic_tools(f: Fields) -> Tools | None:
     items = f.list("tools")
     if not items:
         return None
-    fns = []
-    for i, t in enumerate(items):
-        tf = Fields(t, prefix=f"tools[{i}].")
-        fn = {"name": tf.str("name", required=True)}
-        if tf.has("description"):
-            fn["description"] = tf.str("description")
-        schema = t.get("input_schema")
-        if schema is not None and not isinstance(schema, dict):
-            raise BadRequest(f"tools[{i}].input_schema must be an object",
-                             param=f"tools[{i}].input_schema")
-        fn["parameters"] = schema or {"type": "object"}
-        fns.append({"type": "function", "function": fn})
+    fns = [_flat_function(t, i, "input_schema") for i, t in enumerate(items)]
     choice = f.obj("tool_choice")
     kind = choice.str("type", "auto")
     if kind == "auto":
@@ -206,6 +182,21 @@ def anthropic_tools(f: Fields) -> Tools | None:
         return _named(fns, choice.str("name", required=True), "tool_choice")
     raise BadRequest(f"tool_choice.type is {kind!r}; expected auto, any, tool or none",
                      param="tool_choice.type")
+
+
+def _chosen(fns: list[dict], choice: Any, param: str,
+            name_of: Callable[[Fields], str]) -> Tools | None:
+    """OpenAI's tool_choice (none, auto, required, or an object naming a function, read by
+    `name_of`) over the declared functions."""
+    if choice is None or choice == "auto":
+        return Tools(fns)
+    if choice == "none":
+        return None
+    if choice == "required":
+        return Tools(fns, force="")
+    if isinstance(choice, dict):
+        return _named(fns, name_of(Fields(choice, prefix=f"{param}.")), param)
+    raise BadRequest(f"{param} must be none, auto, required or a function", param=param)
 
 
 def _named(fns: list[dict], name: str, param: str) -> Tools:
