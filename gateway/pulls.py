@@ -32,22 +32,35 @@ def spec_of(name: str) -> ModelSpec:
                    f"can pull (it pulls {', '.join(sorted(MODELS))})", param="model")
 
 
+class _Relay:
+    """The pull's progress (update/finish, in the worker thread) as (done, total) on a queue
+    of the loop, at most every PROGRESS_EVERY_S."""
+
+    def __init__(self, total: int, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue):
+        self.total, self.loop, self.queue, self.last = total, loop, queue, float("-inf")
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            self._post(done, max(done, self.total))
+
+    def finish(self, done: int) -> None:
+        self._post(done, done)
+
+    def _post(self, done: int, total: int) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (done, total))
+
+
 async def progress_lines(spec: ModelSpec) -> AsyncIterator[dict[str, Any]]:
     """The pull's status lines, ending with "success"; a failed pull raises UpstreamFailed."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
-    last = [0.0]
     digest = "sha256:" + spec.sha256
     status = "pulling " + spec.sha256[:12]
-
-    def heard(done: int, total: int) -> None:       # in the worker thread
-        now = time.monotonic()
-        if now - last[0] >= PROGRESS_EVERY_S or done >= total:
-            last[0] = now
-            loop.call_soon_threadsafe(queue.put_nowait, (done, total))
-
     yield {"status": "pulling manifest"}
-    work = loop.run_in_executor(None, lambda: pull(spec, progress=heard))
+    relay = _Relay(spec.size, loop, queue)
+    work = loop.run_in_executor(None, lambda: pull(spec, progress=relay))
     work.add_done_callback(lambda _: queue.put_nowait(None))
     told = False
     while (got := await queue.get()) is not None:
@@ -63,4 +76,3 @@ async def progress_lines(spec: ModelSpec) -> AsyncIterator[dict[str, Any]]:
     yield {"status": "verifying sha256 digest"}
     yield {"status": "writing manifest"}
     yield {"status": "success"}
-

