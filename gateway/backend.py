@@ -19,8 +19,9 @@ from bus.errors import BusError, ClientClosed, RemoteError, code_of
 from bus.peers import Peers
 from services.tokenizer.client import fetch_model
 from wire.failures import (DUPLICATE_REQUEST, LOADING, NOT_FOUND, PEER_DEAD, PEER_RESTARTED,
-                           TIMEOUT)
-from wire.messages.scheduler import CancelRequest, Done, Generate, Started, StatsRequest, Tokens
+                           SCHEDULER_STOPPED, STARTING, TIMEOUT)
+from wire.messages.scheduler import (CancelRequest, Done, Embed, Embeddings, Generate, Started,
+                                     StatsRequest, Tokens)
 from wire.messages.tokenizer import Decode, Encode, Render
 
 from . import health
@@ -35,6 +36,9 @@ log = logging.getLogger("llmbus.gateway")
 CALL_TIMEOUT = 30.0
 # A tokenizer call that failed so is asked again (of the tokenizer that serves next).
 TOKENIZER_LOST = frozenset({PEER_DEAD, PEER_RESTARTED, NOT_FOUND, TIMEOUT, LOADING})
+# An embedding request that failed so is sent again (to the scheduler that serves next).
+SCHEDULER_LOST = frozenset({PEER_DEAD, PEER_RESTARTED, NOT_FOUND, SCHEDULER_STOPPED, STARTING})
+EMBED_TIMEOUT = 600.0      # the scheduler's answer to a batch of inputs, however many
 REFUSED_PAUSE_S = 0.25   # before asking a scheduler that refused a continuation (no hint) again
 
 
@@ -193,6 +197,29 @@ class Backend:
         """Let the cancels still in flight reach the scheduler (they time out in 5 s)."""
         await asyncio.gather(*self._cancels, return_exceptions=True)
 
+    # ------------------------------------------------------------------ embeddings
+    async def embed(self, request: Embed) -> Embeddings:
+        """The scheduler's vectors for `request`. Nothing of it streams, so a scheduler lost
+        under it (or stopping) is asked again from the start, of the one that serves next, up to
+        carry_s."""
+        card = self.model()
+        request = _with_id(request, request.request_id or "gw-" + uuid.uuid4().hex)
+        give_up = time.monotonic() + self.carry_s
+        why = "no scheduler is ready"
+        while True:
+            if self.stopping:
+                raise self._stopping_error()
+            if (sched := self.directory.pick("scheduler", card.identity)) is not None:
+                try:
+                    return await self.peers.call(sched.name, request, timeout=EMBED_TIMEOUT)
+                except BusError as e:
+                    if code_of(e) not in SCHEDULER_LOST or time.monotonic() >= give_up:
+                        raise from_bus(e) from None
+                    why = f"{sched.name} did not answer: {e}"
+            if time.monotonic() >= give_up:
+                raise Unavailable(f"{why} (waited {self.carry_s:g} s)", retry_after=1.0)
+            await asyncio.sleep(0.05)
+
     # ------------------------------------------------------------------ tokenizer calls
     async def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         reply = await self._tokenizer_call(Encode(text=text, add_special=add_special,
@@ -253,5 +280,5 @@ class Backend:
         return view
 
 
-def _with_id(request: Generate, request_id: str) -> Generate:
+def _with_id(request, request_id: str):
     return dataclasses.replace(request, request_id=request_id)

@@ -82,6 +82,11 @@ TEXT_TOO_LONG = _code("text_too_long", 400, False, "a text over what one message
 BAD_FORMAT = _code("bad_format", 400, False, "the structured-output format (a JSON schema, a "
                    "grammar) is not one we support, or does not compile", "response_format")
 BAD_TOKEN_ID = _code("bad_token_id", 400, False, "a token id not in the vocabulary", "tokens")
+BAD_EMBED_INPUT = _code("bad_embedding_input", 400, False, "an embedding input is empty, not "
+                        "text or token ids, or longer than the context (without truncation)",
+                        "input")
+BAD_DIMENSIONS = _code("bad_dimensions", 400, False, "dimensions is more than the model's "
+                       "embedding width", "dimensions")
 
 # ---- the cluster cannot serve (now or for good)
 QUEUE_FULL = _code("queue_full", 429, True, "the waiting queue is full: retry after the hint")
@@ -108,6 +113,8 @@ KV_MISSING = _code("kv_missing", 503, True, "a batch goes on from positions the 
 RANGE_MISMATCH = _code("range_mismatch", 503, True, "the shard holds other layers than the "
                        "batch expects")
 BAD_BATCH = _code("bad_batch", 500, False, "the batch does not fit its own layout")
+POOLING_UNSUPPORTED = _code("pooling_unsupported", 500, False, "the last shard cannot pool "
+                            "hidden states for embeddings (its runner has no pooling)")
 BAD_LOGITS = _code("bad_logits", 500, False, "the logits of a row cannot be sampled")
 UNREACHABLE = _code("unreachable", 503, True, "the last shard cannot send its answer to the "
                     "scheduler")

@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from kernels.matmul import embed
+from kernels.norm import rms_norm
 from kernels.rope import rope_tables
 from kernels.sampling import sample
 from kernels.xp import to_numpy
@@ -61,6 +62,32 @@ class ShardModel:
     def forward(self, batch: ForwardBatch, on_device: bool = False) -> np.ndarray:
         """Run the batch; returns logits (S_sample, vocab) float32 on the last shard (on xp with
         on_device, else on the host), else hidden (T, D) float32."""
+        return self._forward(batch, on_device)
+
+    def forward_pooled(self, batch: ForwardBatch, pool_rows, pool_kinds,
+                       on_device: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The last shard's forward that also pools: logits as `forward` gives them, and per
+        sequence of `pool_rows` its rows after the final norm pooled by its kind ("sum", "last",
+        "first"), float32 (len(pool_rows), D) on the host: what an embedding is made of."""
+        if not self.last:
+            raise ValueError("only the last shard pools: it holds the final norm")
+        pooled: list[np.ndarray] = []
+        logits = self._forward(batch, on_device, lambda h: pooled.append(
+            self._pool(batch, h, pool_rows, pool_kinds)))
+        return logits, pooled[0]
+
+    def _pool(self, batch: ForwardBatch, h, pool_rows, pool_kinds) -> np.ndarray:
+        c, xp = self.config, self.xp
+        cu = batch.cu_lens()
+        out = np.empty((len(pool_rows), c.d_model), np.float32)
+        for i, (s, kind) in enumerate(zip(pool_rows, pool_kinds)):
+            lo, hi = int(cu[s]), int(cu[s + 1])
+            rows = h[lo:hi] if kind == "sum" else h[lo:lo + 1] if kind == "first" else h[hi - 1:hi]
+            normed = to_numpy(rms_norm(xp, rows, self.output_norm, c.norm_eps))
+            out[i] = normed.sum(axis=0, dtype=np.float64)   # one row for last and first
+        return out
+
+    def _forward(self, batch: ForwardBatch, on_device: bool, pool=None):
         c, xp = self.config, self.xp
         fast = getattr(self.runner, "decode_plan", None)        # decode steps checked and planned in C
         plan = None if fast is None else fast(batch, self.first, c.vocab_size, c.d_model)
@@ -86,8 +113,13 @@ class ShardModel:
             self.kv.mark_written(batch)
         if not self.last:
             return self.runner.hidden_out(h)
+        if pool is not None:
+            pool(h)
         every_row = batch.want_logits is None and batch.num_tokens == batch.num_seqs   # decodes: no gather
         rows = h if every_row else h[xp.asarray(batch.logit_rows())]
+        if rows.shape[0] == 0:   # embeddings only: nothing samples
+            return xp.zeros((0, c.vocab_size), np.float32) if on_device else \
+                np.zeros((0, c.vocab_size), np.float32)
         logits = self.runner.head(rows, self.output_norm, self.output, c.norm_eps)   # (S_sample, V)
         if c.final_softcap:
             cap = logits.dtype.type(c.final_softcap)

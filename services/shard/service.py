@@ -30,7 +30,8 @@ from bus.config import ServiceConfig
 from bus.errors import BusError, ServiceError, code_of
 from bus.service import Service, handles
 from wire.failures import (BAD_BATCH, BAD_RANGE, DEADLINE_EXCEEDED, KV_MISSING, LOADING, NOT_STAGED,
-                           PINNED, RANGE_MISMATCH, STALE_ROUTE, SUPERSEDED, UNREACHABLE)
+                           PINNED, POOLING_UNSUPPORTED, RANGE_MISMATCH, STALE_ROUTE, SUPERSEDED,
+                           UNREACHABLE)
 from wire.messages.info import ShardInfo
 from wire.messages.placement import (FootprintReply, FootprintRequest, Place, Placed, Switch,
                                      Switched)
@@ -58,6 +59,10 @@ def array_module(device: str):
     """numpy for "cpu"; cupy for "cuda", or ArrayModuleUnavailable naming why there is none."""
     from kernels.xp import get_xp
     return get_xp("cupy" if device == "cuda" else "numpy")
+
+
+class PoolingUnsupported(Exception):
+    """The last shard's model cannot pool hidden states (embeddings)."""
 
 
 @dataclass
@@ -403,6 +408,8 @@ class ShardService(Service):
             raise self._refuse(KV_MISSING, e) from None
         except (BadBatch, BadSamplerInput, BadMask) as e:
             raise ServiceError(BAD_BATCH, str(e)) from None
+        except PoolingUnsupported as e:
+            raise ServiceError(POOLING_UNSUPPORTED, str(e)) from None
 
     def _follow_owner(self, f: Forward) -> None:
         """The KV follows one scheduler process's page tables (services.shard.kv_owner): a
@@ -449,7 +456,14 @@ class ShardService(Service):
         from kernels.token_masks import apply_token_masks
         from services.shard.sampling_step import sample_rows, split_histories
 
-        logits = model.forward(batch, on_device=True)     # a GPU's stay there: sampled there
+        pooled = None
+        if f.pool_rows:   # embeddings: their rows' final hidden states, pooled
+            if not hasattr(model, "forward_pooled"):
+                raise PoolingUnsupported(f"{type(model).__name__} does not pool hidden states: "
+                                         f"embeddings need a CPU last shard")
+            logits, pooled = model.forward_pooled(batch, f.pool_rows, f.pool_kinds, on_device=True)
+        else:
+            logits = model.forward(batch, on_device=True)     # a GPU's stay there: sampled there
         n = logits.shape[0]
         if len(f.sampling) != n:
             raise BadBatch(f"{n} sequences sample but {len(f.sampling)} sampling entries were sent")
@@ -465,7 +479,8 @@ class ShardService(Service):
             top_ids=wire.Tensor(res.top_ids) if want_top else None,
             top_logprobs=wire.Tensor(res.top_logprobs) if want_top else None,
             logits=wire.Tensor(to_numpy(logits), "fp32") if f.return_logits else None,
-            errors=res.errors if res.failed else [])
+            errors=res.errors if res.failed else [],
+            pooled=wire.Tensor(pooled) if pooled is not None else None)
 
 
 def _timed(fn, *args):

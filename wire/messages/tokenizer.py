@@ -31,6 +31,10 @@ class ModelInfo:
     name: str = ""          # what users call it: GGUF "general.name", or the file's stem
     # For model listings (Ollama's details): architecture, size_label, quantization, file_bytes.
     details: dict[str, str] = field(default_factory=dict)
+    # How an embedding pools its tokens: GGUF "{arch}.pooling_type" as "mean", "cls" or "last";
+    # "mean" where the GGUF names none (or one we do not pool by: none, rank).
+    pooling: str = "mean"
+    embedding_length: int = 0   # GGUF "{arch}.embedding_length": an embedding's width (0: unknown)
 
 
 @message("tokenizer.vocab")

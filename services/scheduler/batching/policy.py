@@ -24,6 +24,19 @@ from .stop_rules import Finish, StopState
 from .throughput import Throughput
 
 
+def pool_of_chunk(pooling: str, start: int, last: bool) -> str:
+    """What the last shard pools of an embedding's chunk: every chunk's sum for a mean, the last
+    chunk's last row, the first chunk's first row (cls); "" for generation, or a chunk whose
+    rows its pooling does not read."""
+    if pooling == "mean":
+        return "sum"
+    if pooling == "last":
+        return "last" if last else ""
+    if pooling == "cls":
+        return "first" if start == 0 else ""
+    return ""
+
+
 class Scheduler:
     """Admission, priorities, continuous batching, KV pages and stop rules of every request."""
 
@@ -185,7 +198,11 @@ class Scheduler:
             seq.solo, seq.retries = False, 0
             seq.num_computed = chunk.start + len(chunk.token_ids)
             self.kv.register_full_pages(seq)
-            if chunk.sample:
+            if seq.request.pooling and seq.num_computed == len(seq.tokens):
+                finish = Finish("stop")   # an embedding: its pooled states came with this batch
+                self._finish(seq, finish)
+                outputs.append(Output(rid, None, "", finish))
+            elif chunk.sample:
                 seq.refilling = False    # its whole history is back on the shards
                 s = samples[rid]
                 seq.tokens.append(s.token_id)
@@ -364,7 +381,8 @@ class Scheduler:
 
     def _admit(self, seq: Sequence, draft: Draft, preempted: set[str],
                cap: int | None = None) -> bool:
-        hit = self.kv.match_prefix(seq)
+        # An embedding pools every one of its tokens' hidden states: none may come from the cache.
+        hit = 0 if seq.request.pooling else self.kv.match_prefix(seq)
         n = self._fit(seq, min(seq.remaining, draft.budget, draft.budget if cap is None else cap),
                       draft, preempted)
         if n == 0:
@@ -430,9 +448,12 @@ class Scheduler:
         chunks = {}
         for rid, (seq, n) in draft.parts.items():
             start = seq.num_computed
+            last = start + n == len(seq.tokens)
+            pooling = seq.request.pooling
             chunks[rid] = SeqChunk(rid, tuple(seq.tokens[start:start + n]), start, seq.num_cached,
-                                   tuple(seq.pages), start + n == len(seq.tokens),
-                                   seq.request.seed, seq.num_generated)
+                                   tuple(seq.pages), last and not pooling,
+                                   seq.request.seed, seq.num_generated,
+                                   pool_of_chunk(pooling, start, last))
             seq.busy_batch = batch_id
             if seq.first_scheduled_at is None:   # queue time: from admission to its first batch
                 seq.first_scheduled_at = self.clock()
