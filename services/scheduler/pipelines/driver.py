@@ -313,6 +313,9 @@ class Driver:
             outputs = self.policy.complete(batch.batch_id, samples, failures)
         except UnknownBatch:
             return
+        if pooling:   # how often embeddings share a batch with sampling rows (generation)
+            self.counters["pooled_rows"] += len(pooling)
+            self.counters["batches_pooled_and_sampled"] += n > 0
         for row, chunk in enumerate(pooling):   # applied: the embedding's part is in
             stream = self.requests.get(chunk.request_id)
             if stream is not None and stream.pooled is not None:
