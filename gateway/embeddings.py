@@ -12,20 +12,22 @@ import numpy as np
 from .errors import BadRequest
 
 MAX_INPUTS = 2048            # OpenAI's limit on inputs per request
+MAX_ID = 2 ** 31 - 1         # token ids travel as int32
 
+_ID = {"type": "integer", "minimum": 0, "maximum": MAX_ID}
 # What `input` may be, for /openapi.json: OpenAI takes token ids too, Ollama text only.
 TEXTS_SCHEMA = {"anyOf": [{"type": "string", "minLength": 1},
                           {"type": "array", "minItems": 1, "maxItems": MAX_INPUTS,
                            "items": {"type": "string", "minLength": 1}}]}
 INPUT_SCHEMA = {"anyOf": [*TEXTS_SCHEMA["anyOf"],
-                          {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+                          {"type": "array", "minItems": 1, "items": _ID},
                           {"type": "array", "minItems": 1, "maxItems": MAX_INPUTS,
                            "items": {"type": "array", "minItems": 1,
-                                     "items": {"type": "integer", "minimum": 0}}}]}
+                                     "items": _ID}}]}
 
 
 def _ids(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_ID
 
 
 def read_input(value: Any, param: str = "input",
@@ -51,7 +53,7 @@ def read_input(value: Any, param: str = "input",
         for i, ids in enumerate(value):
             if not ids or not all(_ids(t) for t in ids):
                 raise BadRequest(f"{param}[{i}] must be a non-empty list of token ids (integers "
-                                 f">= 0)", param=f"{param}[{i}]")
+                                 f"in 0..{MAX_ID})", param=f"{param}[{i}]")
         return [], [list(v) for v in value]
     raise BadRequest(f"{param} must be {what}; its items are of mixed or other types", param=param)
 
