@@ -13,7 +13,6 @@ from typing import Callable
 import numpy as np
 
 from kernels.matmul import embed
-from kernels.norm import rms_norm
 from kernels.rope import rope_tables
 from kernels.sampling import sample
 from kernels.xp import to_numpy
@@ -21,6 +20,7 @@ from services.modelstore.gguf_config import ModelConfig
 from services.modelstore.weights import ShardWeights, check_range
 from services.shard.batch import ForwardBatch, validate
 from services.shard.kv_cache import PagedKVCache
+from services.shard.pooling import pool_rows as pool_rows_of
 from services.shard.runner import choose_runner
 
 Trace = Callable[[str, object], None]
@@ -72,20 +72,10 @@ class ShardModel:
         if not self.last:
             raise ValueError("only the last shard pools: it holds the final norm")
         pooled: list[np.ndarray] = []
-        logits = self._forward(batch, on_device, lambda h: pooled.append(
-            self._pool(batch, h, pool_rows, pool_kinds)))
+        logits = self._forward(batch, on_device, lambda h: pooled.append(pool_rows_of(
+            self.xp, h, batch.cu_lens(), pool_rows, pool_kinds, self.output_norm,
+            self.config.norm_eps)))
         return logits, pooled[0]
-
-    def _pool(self, batch: ForwardBatch, h, pool_rows, pool_kinds) -> np.ndarray:
-        c, xp = self.config, self.xp
-        cu = batch.cu_lens()
-        out = np.empty((len(pool_rows), c.d_model), np.float32)
-        for i, (s, kind) in enumerate(zip(pool_rows, pool_kinds)):
-            lo, hi = int(cu[s]), int(cu[s + 1])
-            rows = h[lo:hi] if kind == "sum" else h[lo:lo + 1] if kind == "first" else h[hi - 1:hi]
-            normed = to_numpy(rms_norm(xp, rows, self.output_norm, c.norm_eps))
-            out[i] = normed.sum(axis=0, dtype=np.float64)   # one row for last and first
-        return out
 
     def _forward(self, batch: ForwardBatch, on_device: bool, pool=None):
         c, xp = self.config, self.xp

@@ -469,6 +469,11 @@ class ShardService(Service):
             raise BadBatch(f"{n} sequences sample but {len(f.sampling)} sampling entries were sent")
         if f.mask_rows:   # rows a grammar constrains: only the tokens it allows can be drawn
             logits = apply_token_masks(logits, f.mask_rows, f.masks.array())
+        if n == 0:   # embeddings only: nothing to sample
+            return ForwardResult(batch_id=f.batch_id, key=f.reply_to.key,
+                                 tokens=wire.Tensor(np.zeros(0, np.int32)),
+                                 logprobs=wire.Tensor(np.zeros(0, np.float32)),
+                                 pooled=wire.Tensor(pooled) if pooled is not None else None)
         hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
         res = sample_rows(logits, f.sampling, f.steps, split_histories(hist, f.history_lens, n),
                           sampler=model.sampler)
