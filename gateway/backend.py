@@ -14,6 +14,9 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
+
+import wire
 from bus.directory import Directory
 from bus.errors import BusError, ClientClosed, RemoteError, code_of
 from bus.peers import Peers
@@ -26,6 +29,7 @@ from wire.messages.tokenizer import Decode, Encode, Render
 
 from . import health
 from .carry import Carry
+from .embeddings import parts
 from .errors import NotFound, Unavailable, from_bus
 from .metrics import Metrics
 from .model import ModelCard
@@ -199,11 +203,27 @@ class Backend:
 
     # ------------------------------------------------------------------ embeddings
     async def embed(self, request: Embed) -> Embeddings:
-        """The scheduler's vectors for `request`. Nothing of it streams, so a scheduler lost
-        under it (or stopping) is asked again from the start, of the one that serves next, up to
-        carry_s."""
+        """The scheduler's vectors for `request`, its inputs sent in parts that each fit one
+        message header (gateway.embeddings.parts), all at once."""
+        rid = request.request_id or "gw-" + uuid.uuid4().hex
+        bodies = [dataclasses.replace(request, request_id=f"{rid}.{i}", **part)
+                  for i, part in enumerate(parts(request.inputs, request.input_ids))]
+        tasks = [asyncio.ensure_future(self._embed(b)) for b in bodies]
+        try:
+            got = await asyncio.gather(*tasks)
+        finally:   # one part refused or failed (or the client left): the others end now
+            for t in tasks:
+                t.cancel()
+        if len(got) == 1:
+            return got[0]
+        return Embeddings(request_id=rid, pooling=got[0].pooling,
+                          vectors=wire.Tensor(np.concatenate([g.vectors.array() for g in got])),
+                          prompt_tokens=[n for g in got for n in g.prompt_tokens])
+
+    async def _embed(self, request: Embed) -> Embeddings:
+        """Nothing of an embedding streams, so a scheduler lost under it (or stopping) is asked
+        again from the start, of the one that serves next, up to carry_s."""
         card = self.model()
-        request = _with_id(request, request.request_id or "gw-" + uuid.uuid4().hex)
         give_up = time.monotonic() + self.carry_s
         why = "no scheduler is ready"
         while True:
@@ -280,5 +300,5 @@ class Backend:
         return view
 
 
-def _with_id(request, request_id: str):
+def _with_id(request: Generate, request_id: str) -> Generate:
     return dataclasses.replace(request, request_id=request_id)

@@ -13,6 +13,9 @@ from .errors import BadRequest
 
 MAX_INPUTS = 2048            # OpenAI's limit on inputs per request
 MAX_ID = 2 ** 31 - 1         # token ids travel as int32
+# The inputs of one scheduler.embed: a request's inputs are sent in parts of about this much
+# text (or ids at 5 bytes each), each well inside a message header (wire.limits, 1 MiB).
+PART_BYTES = 256 << 10
 
 _ID = {"type": "integer", "minimum": 0, "maximum": MAX_ID}
 # What `input` may be, for /openapi.json: OpenAI takes token ids too, Ollama text only.
@@ -56,6 +59,26 @@ def read_input(value: Any, param: str = "input",
                                  f"in 0..{MAX_ID})", param=f"{param}[{i}]")
         return [], [list(v) for v in value]
     raise BadRequest(f"{param} must be {what}; its items are of mixed or other types", param=param)
+
+
+def parts(texts: list[str], ids: list[list[int]],
+          budget: int = PART_BYTES) -> list[dict[str, list]]:
+    """The inputs cut into consecutive parts of at most `budget` bytes each (an input larger
+    than that is a part of its own: the tokenizer's and the context's limits speak for it), as
+    the `inputs` or `input_ids` of one scheduler.embed each, in order."""
+    items = texts or ids
+    key = "inputs" if texts else "input_ids"
+    sizes = [len(t.encode("utf-8", "surrogatepass")) for t in texts] if texts else \
+        [5 * len(i) for i in ids]
+    out, part, used = [], [], 0
+    for item, size in zip(items, sizes):
+        if part and used + size > budget:
+            out.append({key: part})
+            part, used = [], 0
+        part.append(item)
+        used += size
+    out.append({key: part})
+    return out
 
 
 def as_floats(vector: np.ndarray) -> list[float]:

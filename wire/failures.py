@@ -113,8 +113,6 @@ KV_MISSING = _code("kv_missing", 503, True, "a batch goes on from positions the 
 RANGE_MISMATCH = _code("range_mismatch", 503, True, "the shard holds other layers than the "
                        "batch expects")
 BAD_BATCH = _code("bad_batch", 500, False, "the batch does not fit its own layout")
-POOLING_UNSUPPORTED = _code("pooling_unsupported", 500, False, "the last shard cannot pool "
-                            "hidden states for embeddings (its runner has no pooling)")
 BAD_LOGITS = _code("bad_logits", 500, False, "the logits of a row cannot be sampled")
 UNREACHABLE = _code("unreachable", 503, True, "the last shard cannot send its answer to the "
                     "scheduler")

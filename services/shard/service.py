@@ -30,8 +30,7 @@ from bus.config import ServiceConfig
 from bus.errors import BusError, ServiceError, code_of
 from bus.service import Service, handles
 from wire.failures import (BAD_BATCH, BAD_RANGE, DEADLINE_EXCEEDED, KV_MISSING, LOADING, NOT_STAGED,
-                           PINNED, POOLING_UNSUPPORTED, RANGE_MISMATCH, STALE_ROUTE, SUPERSEDED,
-                           UNREACHABLE)
+                           PINNED, RANGE_MISMATCH, STALE_ROUTE, SUPERSEDED, UNREACHABLE)
 from wire.messages.info import ShardInfo
 from wire.messages.placement import (FootprintReply, FootprintRequest, Place, Placed, Switch,
                                      Switched)
@@ -59,10 +58,6 @@ def array_module(device: str):
     """numpy for "cpu"; cupy for "cuda", or ArrayModuleUnavailable naming why there is none."""
     from kernels.xp import get_xp
     return get_xp("cupy" if device == "cuda" else "numpy")
-
-
-class PoolingUnsupported(Exception):
-    """The last shard's model cannot pool hidden states (embeddings)."""
 
 
 @dataclass
@@ -408,8 +403,6 @@ class ShardService(Service):
             raise self._refuse(KV_MISSING, e) from None
         except (BadBatch, BadSamplerInput, BadMask) as e:
             raise ServiceError(BAD_BATCH, str(e)) from None
-        except PoolingUnsupported as e:
-            raise ServiceError(POOLING_UNSUPPORTED, str(e)) from None
 
     def _follow_owner(self, f: Forward) -> None:
         """The KV follows one scheduler process's page tables (services.shard.kv_owner): a
@@ -458,9 +451,6 @@ class ShardService(Service):
 
         pooled = None
         if f.pool_rows:   # embeddings: their rows' final hidden states, pooled
-            if not hasattr(model, "forward_pooled"):
-                raise PoolingUnsupported(f"{type(model).__name__} does not pool hidden states: "
-                                         f"embeddings need a CPU last shard")
             logits, pooled = model.forward_pooled(batch, f.pool_rows, f.pool_kinds, on_device=True)
         else:
             logits = model.forward(batch, on_device=True)     # a GPU's stay there: sampled there
