@@ -8,14 +8,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bus.errors import ServiceError
+import wire
+from bus.errors import PeerRestarted, ServiceError
 from services.scheduler.batching import BadTokenIds, PromptTooLong, Request, Scheduler
 from services.scheduler.batching.policy import pool_of_chunk
 from services.scheduler.pipelines.pooling import (BadPooling, Pooled, embedding_inputs,
                                                   finish_vector)
+from services.scheduler.pipelines.streams import RequestStream
 from wire.failures import BAD_EMBED_INPUT
+from wire.messages.sampling import SamplingParams
 
 from .harness import req, run_to_end, samples_for, small
+from .test_driver import answer, rig, rows  # noqa: F401 (rig: a fixture)
 
 
 def embedding(rid, n, pooling="mean", first=1) -> Request:
@@ -104,3 +108,42 @@ def test_dimensions_cut_then_normalize_and_inputs_are_checked():
         with pytest.raises(ServiceError) as info:
             embedding_inputs(inputs, 8, truncate=False)
         assert info.value.code == BAD_EMBED_INPUT and why in str(info.value)
+
+
+# ---- through the driver, with a fake pipeline whose last shard pools (tests/scheduler/test_driver)
+
+def feature(token: int, position: int) -> np.ndarray:
+    """The fake last shard's normed hidden state of a row: a function of token and position."""
+    return np.array([token, position, token * position % 7, 1.0], np.float32)
+
+
+def pooling_answer(body):
+    parts = []
+    for s, kind in zip(body.pool_rows, body.pool_kinds):
+        tokens, positions = rows(body)[s]
+        feats = [feature(int(t), int(p)) for t, p in zip(tokens, positions)]
+        parts.append(np.sum(feats, axis=0) if kind == "sum" else feats[-1] if kind == "last"
+                     else feats[0])
+    return answer(body, pooled=wire.Tensor(np.array(parts, np.float32).reshape(len(parts), 4)))
+
+
+async def test_the_driver_puts_an_embedding_together_across_chunks_and_a_restart(rig):
+    r = rig()
+
+    def restart(body):
+        r.pipe.epochs[1] += 1          # shard-1 comes back with a new epoch and no KV
+        raise PeerRestarted("shard-1 restarted")
+
+    r.pipe.script = [pooling_answer] * 2 + [restart] + [pooling_answer] * 50
+    r.submit("chat", n=5, max_tokens=6)
+    prompt = tuple(range(3, 33))       # 30 tokens: chunks of at most 16, beside the chat
+    r.policy.submit(Request("emb", prompt, 1, pooling="mean"))
+    r.requests["emb"] = RequestStream("emb", 30, SamplingParams(), pooled=Pooled("mean", 30))
+    r.driver.wake.set()
+    await r.run_until_all_finish()
+    assert r.finish("emb").reason == "stop" and r.finish("chat").reason == "length"
+    want = np.mean([feature(t, p) for p, t in enumerate(prompt)], axis=0)
+    np.testing.assert_allclose(r.requests["emb"].pooled.vector(), want, rtol=1e-6)
+    assert r.driver.counters["recoveries"] == 1
+    assert r.driver.counters["batches_pooled_and_sampled"] >= 1
+    r.assert_nothing_left()

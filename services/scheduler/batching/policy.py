@@ -328,6 +328,11 @@ class Scheduler:
     def is_tracked(self, request_id: str) -> bool:
         return request_id in self._seqs
 
+    def holds(self, request_id: str, batch_id: int) -> bool:
+        """Whether the batch in flight still carries this request's chunk (a request reset or
+        ended meanwhile runs its chunk again, or not at all: what the batch brings is stale)."""
+        return self._holds(request_id, batch_id)
+
     def history(self, request_id: str) -> list[int]:
         """Every token the sequence has seen, prompt then generated: what penalties count."""
         return list(self._seqs[request_id].tokens)

@@ -309,6 +309,7 @@ class Driver:
             if k and top_ids is not None:
                 tops[chunk.request_id] = ([int(t) for t in top_ids[row, :k]],
                                           [float(x) for x in top_lps[row, :k]])
+        held = {c.request_id for c in pooling if self.policy.holds(c.request_id, batch.batch_id)}
         try:
             outputs = self.policy.complete(batch.batch_id, samples, failures)
         except UnknownBatch:
@@ -318,7 +319,7 @@ class Driver:
             self.counters["batches_pooled_and_sampled"] += n > 0
         for row, chunk in enumerate(pooling):   # applied: the embedding's part is in
             stream = self.requests.get(chunk.request_id)
-            if stream is not None and stream.pooled is not None:
+            if chunk.request_id in held and stream is not None and stream.pooled is not None:
                 stream.pooled.add(chunk.start, len(chunk.token_ids), pooled[row])
         self._failed, self.backoff = None, self._first_backoff
         self._unserved_since = None
