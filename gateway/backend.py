@@ -14,17 +14,22 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
+
+import wire
 from bus.directory import Directory
 from bus.errors import BusError, ClientClosed, RemoteError, code_of
 from bus.peers import Peers
 from services.tokenizer.client import fetch_model
 from wire.failures import (DUPLICATE_REQUEST, LOADING, NOT_FOUND, PEER_DEAD, PEER_RESTARTED,
-                           TIMEOUT)
-from wire.messages.scheduler import CancelRequest, Done, Generate, Started, StatsRequest, Tokens
+                           SCHEDULER_STOPPED, STARTING, TIMEOUT)
+from wire.messages.scheduler import (CancelRequest, Done, Embed, Embeddings, Generate, Started,
+                                     StatsRequest, Tokens)
 from wire.messages.tokenizer import Decode, Encode, Render
 
 from . import health
 from .carry import Carry
+from .embeddings import parts
 from .errors import NotFound, Unavailable, from_bus
 from .metrics import Metrics
 from .model import ModelCard
@@ -35,6 +40,9 @@ log = logging.getLogger("llmbus.gateway")
 CALL_TIMEOUT = 30.0
 # A tokenizer call that failed so is asked again (of the tokenizer that serves next).
 TOKENIZER_LOST = frozenset({PEER_DEAD, PEER_RESTARTED, NOT_FOUND, TIMEOUT, LOADING})
+# An embedding request that failed so is sent again (to the scheduler that serves next).
+SCHEDULER_LOST = frozenset({PEER_DEAD, PEER_RESTARTED, NOT_FOUND, SCHEDULER_STOPPED, STARTING})
+EMBED_TIMEOUT = 600.0      # the scheduler's answer to a batch of inputs, however many
 REFUSED_PAUSE_S = 0.25   # before asking a scheduler that refused a continuation (no hint) again
 
 
@@ -192,6 +200,45 @@ class Backend:
     async def close(self) -> None:
         """Let the cancels still in flight reach the scheduler (they time out in 5 s)."""
         await asyncio.gather(*self._cancels, return_exceptions=True)
+
+    # ------------------------------------------------------------------ embeddings
+    async def embed(self, request: Embed) -> Embeddings:
+        """The scheduler's vectors for `request`, its inputs sent in parts that each fit one
+        message header (gateway.embeddings.parts), all at once."""
+        rid = request.request_id or "gw-" + uuid.uuid4().hex
+        bodies = [dataclasses.replace(request, request_id=f"{rid}.{i}", **part)
+                  for i, part in enumerate(parts(request.inputs, request.input_ids))]
+        tasks = [asyncio.ensure_future(self._embed(b)) for b in bodies]
+        try:
+            got = await asyncio.gather(*tasks)
+        finally:   # one part refused or failed (or the client left): the others end now
+            for t in tasks:
+                t.cancel()
+        if len(got) == 1:
+            return got[0]
+        return Embeddings(request_id=rid, pooling=got[0].pooling,
+                          vectors=wire.Tensor(np.concatenate([g.vectors.array() for g in got])),
+                          prompt_tokens=[n for g in got for n in g.prompt_tokens])
+
+    async def _embed(self, request: Embed) -> Embeddings:
+        """Nothing of an embedding streams, so a scheduler lost under it (or stopping) is asked
+        again from the start, of the one that serves next, up to carry_s."""
+        card = self.model()
+        give_up = time.monotonic() + self.carry_s
+        why = "no scheduler is ready"
+        while True:
+            if self.stopping:
+                raise self._stopping_error()
+            if (sched := self.directory.pick("scheduler", card.identity)) is not None:
+                try:
+                    return await self.peers.call(sched.name, request, timeout=EMBED_TIMEOUT)
+                except BusError as e:
+                    if code_of(e) not in SCHEDULER_LOST or time.monotonic() >= give_up:
+                        raise from_bus(e) from None
+                    why = f"{sched.name} did not answer: {e}"
+            if time.monotonic() >= give_up:
+                raise Unavailable(f"{why} (waited {self.carry_s:g} s)", retry_after=1.0)
+            await asyncio.sleep(0.05)
 
     # ------------------------------------------------------------------ tokenizer calls
     async def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:

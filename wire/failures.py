@@ -85,6 +85,11 @@ TEXT_TOO_LONG = _code("text_too_long", 400, False, "a text over what one message
 BAD_FORMAT = _code("bad_format", 400, False, "the structured-output format (a JSON schema, a "
                    "grammar) is not one we support, or does not compile", "response_format")
 BAD_TOKEN_ID = _code("bad_token_id", 400, False, "a token id not in the vocabulary", "tokens")
+BAD_EMBED_INPUT = _code("bad_embedding_input", 400, False, "an embedding input is empty, not "
+                        "text or token ids, or longer than the context (without truncation)",
+                        "input")
+BAD_DIMENSIONS = _code("bad_dimensions", 400, False, "dimensions is more than the model's "
+                       "embedding width", "dimensions")
 
 # ---- the cluster cannot serve (now or for good)
 QUEUE_FULL = _code("queue_full", 429, True, "the waiting queue is full: retry after the hint")

@@ -9,8 +9,9 @@ from datetime import datetime, timezone
 
 from aiohttp import web
 
-from wire.messages.scheduler import Generate, Tokens
+from wire.messages.scheduler import Embed, Generate, Tokens
 
+from ..embeddings import TEXTS_SCHEMA, as_floats, read_input
 from ..errors import BadRequest, GatewayError, NotFound
 from ..fields import Fields, text_of
 from ..formats import OLLAMA_SCHEMA, ollama_format
@@ -63,18 +64,26 @@ GENERATE = _GENERATING.extend(prompt=Param.str(""), system=Param.str(), raw=Para
 # Older clients name the model `name`; `insecure` is accepted (nothing here is fetched over
 # a registry that TLS would check: pip fetches the packages).
 PULL = Body(model=Param.str(), name=Param.str(), insecure=Param.bool(), stream=Param.bool(True))
+# /api/embed: normalized vectors, an input past the context cut to it unless truncate is false;
+# /api/embeddings (the older call): one prompt, its vector as pooled, not normalized.
+EMBED = SHOW.extend(input=Param.raw(TEXTS_SCHEMA, required=True), truncate=Param.bool(True),
+                    dimensions=Param.int(lo=1), options=Param.obj(), keep_alive=Param.raw({}))
+EMBEDDINGS = SHOW.extend(prompt=Param.str(required=True), options=Param.obj(),
+                         keep_alive=Param.raw({}))
 
 
 class Ollama(Protocol):
     name = "ollama"
     requests = {"/api/chat": CHAT.schema(), "/api/generate": GENERATE.schema(),
-                "/api/show": SHOW.schema(), "/api/pull": PULL.schema()}
+                "/api/show": SHOW.schema(), "/api/pull": PULL.schema(),
+                "/api/embed": EMBED.schema(), "/api/embeddings": EMBEDDINGS.schema()}
     error_schema = {"type": "object", "required": ["error"],
                     "properties": {"error": {"type": "string"}}}
 
     def routes(self):
         return [("GET", "/", self.root), ("HEAD", "/", self.root),
                 ("POST", "/api/chat", self.chat), ("POST", "/api/generate", self.generate),
+                ("POST", "/api/embed", self.embed), ("POST", "/api/embeddings", self.embeddings),
                 ("GET", "/api/tags", self.tags), ("POST", "/api/show", self.show),
                 ("GET", "/api/version", self.version), ("GET", "/api/ps", self.ps),
                 ("POST", "/api/pull", self.pull)]
@@ -145,6 +154,26 @@ class Ollama(Protocol):
             await resp.write(ndjson(line))
         await resp.write_eof()
         return resp
+
+    # ------------------------------------------------------------------ embeddings
+    async def embed(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        v = EMBED.read(await self.body(request))
+        card = self._card(v["model"])
+        texts, _ = read_input(v["input"], token_ids=False)
+        got = await self.backend.embed(Embed(inputs=texts, truncate=v["truncate"],
+                                             dimensions=v["dimensions"]))
+        return json_response({"model": v["model"],
+                              "embeddings": [as_floats(x) for x in got.vectors.array()],
+                              "total_duration": int((time.perf_counter() - started) * 1e9),
+                              "load_duration": 0, "prompt_eval_count": sum(got.prompt_tokens)})
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        v = EMBEDDINGS.read(await self.body(request))
+        self._card(v["model"])
+        texts, _ = read_input(v["prompt"], param="prompt", token_ids=False)
+        got = await self.backend.embed(Embed(inputs=texts, normalize=False, truncate=True))
+        return json_response({"embedding": as_floats(got.vectors.array()[0])})
 
     # ------------------------------------------------------------------ generation
     async def chat(self, request: web.Request) -> web.StreamResponse:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from wire.messages.scheduler import Done, Generate, Tokens
+from wire.messages.scheduler import Done, Embed, Generate, Tokens
 
+from ..embeddings import INPUT_SCHEMA, as_base64, as_floats, read_input
 from ..errors import BadRequest, GatewayError
 from ..fields import Fields, text_of
 from ..formats import OPENAI_SCHEMA, openai_format
@@ -137,16 +138,24 @@ CHAT = SAMPLING.extend(
 COMPLETIONS = SAMPLING.extend(prompt=Param.raw(_PROMPT, required=True), stop=Param.stops(),
                               logprobs=Param.int(0, lo=0, hi=5), echo=Param.bool())
 
+# dimensions: the first n components, normalized again (Matryoshka); more than the model's width
+# is a 400 (bad_dimensions).
+EMBEDDINGS = Body(model=Param.str(required=True), input=Param.raw(INPUT_SCHEMA, required=True),
+                  encoding_format=Param.str("float", schema={"enum": ["float", "base64"]}),
+                  dimensions=Param.int(lo=1), user=Param.str())
+
 
 class OpenAI(Protocol):
     name = "openai"
-    requests = {"/v1/chat/completions": CHAT.schema(), "/v1/completions": COMPLETIONS.schema()}
+    requests = {"/v1/chat/completions": CHAT.schema(), "/v1/completions": COMPLETIONS.schema(),
+                "/v1/embeddings": EMBEDDINGS.schema()}
     error_schema = {"type": "object", "required": ["error"], "properties": {"error": {
         "type": "object", "required": ["message", "type", "param", "code"]}}}
 
     def routes(self):
         return [("POST", "/v1/chat/completions", self.chat),
                 ("POST", "/v1/completions", self.completions),
+                ("POST", "/v1/embeddings", self.embeddings),
                 ("GET", "/v1/models", self.models),
                 ("GET", "/v1/models/{id}", self.model)]
 
@@ -199,6 +208,23 @@ class OpenAI(Protocol):
         return json_response({"id": _id("chatcmpl"), "object": "chat.completion",
                               "created": int(time.time()), "model": card.id, "choices": choices,
                               "usage": _usage(results, job.n)})
+
+    # ------------------------------------------------------------------ embeddings
+    async def embeddings(self, request: web.Request) -> web.Response:
+        v = EMBEDDINGS.read(await self.body(request))
+        card = self.backend.model(v["model"])
+        if v["encoding_format"] not in ("float", "base64"):
+            raise BadRequest(f"encoding_format is {v['encoding_format']!r}; expected float or "
+                             f"base64", param="encoding_format")
+        texts, ids = read_input(v["input"])
+        got = await self.backend.embed(Embed(inputs=texts, input_ids=ids,
+                                             dimensions=v["dimensions"]))
+        encode = as_base64 if v["encoding_format"] == "base64" else as_floats
+        tokens = sum(got.prompt_tokens)
+        return json_response({"object": "list", "model": card.id, "data": [
+            {"object": "embedding", "index": i, "embedding": encode(vec)}
+            for i, vec in enumerate(got.vectors.array())],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     # ------------------------------------------------------------------ legacy completions
     async def completions(self, request: web.Request) -> web.StreamResponse:

@@ -16,16 +16,20 @@ import logging
 import time
 import uuid
 
+import numpy as np
+
 from bus.config import ServiceConfig
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError, ServiceError, ServiceNotFound
 from bus.service import Service, handles, streams
 from services.tokenizer.client import fetch_model
-from wire.failures import (BAD_FORMAT, DUPLICATE_REQUEST, LOADING, QUEUE_FULL, RANGE_FAILED, SCHEDULER_STOPPED,
-                           STARTING, TOKENIZER_UNAVAILABLE, UNREACHABLE)
+import wire
+from wire.failures import (BAD_DIMENSIONS, BAD_FORMAT, BAD_REPLY, DUPLICATE_REQUEST, INTERNAL, LOADING,
+                           QUEUE_FULL, RANGE_FAILED, SCHEDULER_STOPPED, STARTING,
+                           TOKENIZER_UNAVAILABLE, UNREACHABLE)
 from wire.messages.bus import Event
 from wire.messages.info import SchedulerInfo
-from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Generate, Started, Stats,
-                                     StatsRequest, Tokens)
+from wire.messages.scheduler import (CancelRequest, Cancelled, Done, Embed, Embeddings, Generate,
+                                     Started, Stats, StatsRequest, Tokens)
 from wire.messages.sampling import SamplingParams
 from wire.messages.bus import Probe
 from wire.messages.shard import Forward, ForwardResult
@@ -44,6 +48,7 @@ from .pipelines.chains import Stage, assign_pipelines, assignment_key, explain_m
 from .pipelines.driver import Driver
 from .pipelines.failed_ranges import FAILED_TOPIC, FailedRanges
 from .pipelines.hops import HopStats
+from .pipelines.pooling import BadPooling, Pooled, embedding_inputs, finish_vector
 from .pipelines.reach import Reach
 from .pipelines.replicas import Pipeline, Pipelines
 from .pipelines.streams import RequestStream, StreamEvent
@@ -282,15 +287,7 @@ class SchedulerService(AnswerInbox, Service):
     @streams(Generate)
     async def generate(self, msg):
         req: Generate = msg.body
-        if (why := self.failed_ranges.why(self.directory.live(), self.model)) is not None:
-            raise ServiceError(RANGE_FAILED, why)
-        if self.placer is not None and self.placer.refused and find_gap(self._shards(), self.model):
-            # The shards left cannot hold the model: nothing serves its missing layers until
-            # a host joins, so a new request is told so now rather than after the budget.
-            raise ServiceError(RANGE_FAILED, self._describe_gap())
-        if self.pipelines is None:
-            raise ServiceError(STARTING, "the scheduler is still finding its pipeline",
-                               retry_after=1.0)
+        self._check_serving()
         arrived = asyncio.get_running_loop().time()
         rid = req.request_id or uuid.uuid4().hex
         if rid in self.requests:
@@ -379,14 +376,18 @@ class SchedulerService(AnswerInbox, Service):
             raise ServiceError(BAD_FORMAT, f"format: {e}") from None
 
     async def _prompt_ids(self, req: Generate) -> list[int]:
-        """The prompt's token ids. A tokenizer that dies or restarts under the call (or is
-        between processes) is waited for, up to `tokenizer_wait_s`: its restart is no error of
-        the client's request."""
+        """The prompt's token ids."""
         if req.prompt_ids is not None:
             return list(req.prompt_ids)
-        body = (Render(messages=req.messages, template=req.template, tools=req.tools,
-                       assistant_prefix=req.assistant_prefix) if req.messages is not None
-                else Encode(text=req.prompt, parse_special=False, add_special=True))
+        return await self._tokenize(
+            Render(messages=req.messages, template=req.template, tools=req.tools,
+                   assistant_prefix=req.assistant_prefix) if req.messages is not None
+            else Encode(text=req.prompt, parse_special=False, add_special=True))
+
+    async def _tokenize(self, body: Render | Encode) -> list[int]:
+        """A tokenizer's ids for `body`. A tokenizer that dies or restarts under the call (or is
+        between processes) is waited for, up to `tokenizer_wait_s`: its restart is no error of
+        the client's request."""
         loop = asyncio.get_running_loop()
         give_up, why = loop.time() + self.sched.tokenizer_wait_s, "no tokenizer of this model is live"
         while True:
@@ -405,6 +406,73 @@ class SchedulerService(AnswerInbox, Service):
                 raise ServiceError(TOKENIZER_UNAVAILABLE, f"{why} (waited "
                                    f"{self.sched.tokenizer_wait_s:g} s)", retry_after=1.0)
             await asyncio.sleep(0.05)
+
+    @handles(Embed)
+    async def embed(self, msg) -> Embeddings:
+        """Each input a prefill of its own through the pipelines, beside generation; the last
+        shard pools its final hidden states (pipelines/pooling.py puts the chunks together)."""
+        req: Embed = msg.body
+        self._check_serving()
+        arrived = asyncio.get_running_loop().time()
+        rid = req.request_id or uuid.uuid4().hex
+        pooling, width = self._tok_info.pooling, self._tok_info.embedding_length
+        if req.dimensions is not None and width and req.dimensions > width:
+            raise ServiceError(BAD_DIMENSIONS, f"dimensions {req.dimensions} is more than the "
+                                                f"model's {width}")
+        inputs = ([list(ids) for ids in req.input_ids] if req.input_ids else
+                  [await self._tokenize(Encode(text=t, parse_special=False, add_special=True))
+                   for t in req.inputs])
+        prompts = embedding_inputs(inputs, self.pipelines.context_length, req.truncate)
+        deadline = (None if req.deadline_s is None else
+                    max(req.deadline_s - (asyncio.get_running_loop().time() - arrived), 1e-3))
+        streams = [RequestStream(f"{rid}/{i}", len(p), SamplingParams(),
+                                 pooled=Pooled(pooling, len(p))) for i, p in enumerate(prompts)]
+        if any(s.request_id in self.requests for s in streams):
+            raise ServiceError(DUPLICATE_REQUEST, f"request {rid!r} is already running")
+        try:
+            for stream, prompt in zip(streams, prompts):
+                self.pipelines.submit(Request(stream.request_id, tuple(prompt), 1, req.priority,
+                                              (), 0, deadline, (), pooling=pooling))
+                self.requests[stream.request_id] = stream
+            vectors = []
+            for i, stream in enumerate(streams):
+                while (finish := (await stream.events.get()).output.finish) is None:
+                    pass
+                if finish.reason != "stop":
+                    raise ServiceError(finish.code or INTERNAL, f"input {i}: {finish.reason}"
+                                       + (f": {finish.detail}" if finish.detail else ""))
+                vectors.append(finish_vector(stream.pooled.vector(), req.dimensions,
+                                             req.normalize))
+        except QueueFull as e:
+            raise ServiceError(QUEUE_FULL, str(e), retry_after=round(e.retry_after, 1)) from None
+        except BadRequest as e:
+            raise ServiceError(e.reason, e.detail) from None
+        except BadPooling as e:
+            raise ServiceError(BAD_REPLY, f"the pipeline's pooled states: {e}") from None
+        finally:
+            for stream in streams:   # a failed or refused input ends the others now
+                if (pipeline := self.pipelines.pipeline_of(stream.request_id)) is not None:
+                    pipeline.policy.cancel(stream.request_id)
+                    pipeline.driver.wake.set()
+                self.requests.pop(stream.request_id, None)
+        if req.dimensions is not None and req.dimensions > len(vectors[0]):
+            raise ServiceError(BAD_DIMENSIONS, f"dimensions {req.dimensions} is more than the "
+                                                f"model's {len(vectors[0])}")
+        self.counters["embeddings"] += len(vectors)
+        return Embeddings(request_id=rid, vectors=wire.Tensor(np.stack(vectors)),
+                          prompt_tokens=[len(p) for p in prompts], pooling=pooling)
+
+    def _check_serving(self) -> None:
+        """Refuse a new request the pipelines cannot serve now (or ever)."""
+        if (why := self.failed_ranges.why(self.directory.live(), self.model)) is not None:
+            raise ServiceError(RANGE_FAILED, why)
+        if self.placer is not None and self.placer.refused and find_gap(self._shards(), self.model):
+            # The shards left cannot hold the model: nothing serves its missing layers until
+            # a host joins, so a new request is told so now rather than after the budget.
+            raise ServiceError(RANGE_FAILED, self._describe_gap())
+        if self.pipelines is None:
+            raise ServiceError(STARTING, "the scheduler is still finding its pipeline",
+                               retry_after=1.0)
 
     @handles(CancelRequest)
     async def cancel(self, msg) -> Cancelled:

@@ -92,7 +92,7 @@ class GpuLayers:
                 ops.add_rms_norm(dev, h, o, self.w.layers[i + 1].attn_norm, x, c.norm_eps)
             else:
                 ops.add_rows(dev, h, o)
-        if self.last:
+        if self.last and head_rows:   # none: a batch of embeddings only
             self.head(ws, f["head_rows"][:head_rows], ws.logits[:head_rows])
 
     def _attention_block(self, i: int, layer, ws: Workspace, f: dict, rows: int, scratch) -> None:

@@ -23,6 +23,7 @@ from services.shard.gpu_layers import GpuLayers, Workspace
 from services.shard.gpu_plan import Layout, padding, pages_needed, stage
 from services.shard.gpu_weights import upload_weights
 from services.shard.kv_cache import KVConfig, PagedKVCache
+from services.shard.pooling import pool_rows as pool_rows_of
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 F32 = np.float32
@@ -58,6 +59,9 @@ class GpuShardModel:
             top = BUCKETS[-1]
             self.decode_ws = Workspace(dev, config, top, top, self.width, top if self.last else 0)
         self._eager_ws: Workspace | None = None
+        self._ws: Workspace | None = None                      # the last forward's
+        # The final norm's weights on the host: embeddings pool the rows there (forward_pooled).
+        self._output_norm = np.asarray(weights.output_norm, F32) if self.last else None
         self._hidden = np.zeros((top, config.d_model), F32)    # host side of a graphed step's input
         self.graphs: dict[int, object] = {}
         self.sampler = DeviceSampler(dev)
@@ -106,6 +110,7 @@ class GpuShardModel:
             else:
                 self.layers.run(ws, layout, t, n_logits, eager=True)
             self.kv.mark_written(batch)
+            self._ws = ws
             if not self.last:
                 return dev.download(ws.h[:t])
             logits = ws.logits[:n_logits]
@@ -113,6 +118,17 @@ class GpuShardModel:
                 return dev.download(logits)
             dev.synchronize()               # finished: any stream may read them now
             return logits
+
+    def forward_pooled(self, batch: ForwardBatch, pool_rows, pool_kinds, on_device: bool = False):
+        """`forward`, and the rows of `pool_rows` pooled as ShardModel.forward_pooled pools them:
+        the step's final hidden states come to the host (T x D floats: a prompt chunk's worth)
+        and are normed and pooled there."""
+        if not self.last:
+            raise ValueError("only the last shard pools: it holds the final norm")
+        logits = self.forward(batch, on_device)
+        h = self.dev.download(self._ws.h[:batch.num_tokens])
+        return logits, pool_rows_of(np, h, batch.cu_lens(), pool_rows, pool_kinds,
+                                    self._output_norm, self.config.norm_eps)
 
     def _upload_hidden(self, ws: Workspace, hidden: np.ndarray, rows: int) -> None:
         t = hidden.shape[0]

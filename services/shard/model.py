@@ -20,6 +20,7 @@ from services.modelstore.gguf_config import ModelConfig
 from services.modelstore.weights import ShardWeights, check_range
 from services.shard.batch import ForwardBatch, validate
 from services.shard.kv_cache import PagedKVCache
+from services.shard.pooling import pool_rows as pool_rows_of
 from services.shard.runner import choose_runner
 
 Trace = Callable[[str, object], None]
@@ -61,6 +62,22 @@ class ShardModel:
     def forward(self, batch: ForwardBatch, on_device: bool = False) -> np.ndarray:
         """Run the batch; returns logits (S_sample, vocab) float32 on the last shard (on xp with
         on_device, else on the host), else hidden (T, D) float32."""
+        return self._forward(batch, on_device)
+
+    def forward_pooled(self, batch: ForwardBatch, pool_rows, pool_kinds,
+                       on_device: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The last shard's forward that also pools: logits as `forward` gives them, and per
+        sequence of `pool_rows` its rows after the final norm pooled by its kind ("sum", "last",
+        "first"), float32 (len(pool_rows), D) on the host: what an embedding is made of."""
+        if not self.last:
+            raise ValueError("only the last shard pools: it holds the final norm")
+        pooled: list[np.ndarray] = []
+        logits = self._forward(batch, on_device, lambda h: pooled.append(pool_rows_of(
+            self.xp, h, batch.cu_lens(), pool_rows, pool_kinds, self.output_norm,
+            self.config.norm_eps)))
+        return logits, pooled[0]
+
+    def _forward(self, batch: ForwardBatch, on_device: bool, pool=None):
         c, xp = self.config, self.xp
         fast = getattr(self.runner, "decode_plan", None)        # decode steps checked and planned in C
         plan = None if fast is None else fast(batch, self.first, c.vocab_size, c.d_model)
@@ -86,8 +103,13 @@ class ShardModel:
             self.kv.mark_written(batch)
         if not self.last:
             return self.runner.hidden_out(h)
+        if pool is not None:
+            pool(h)
         every_row = batch.want_logits is None and batch.num_tokens == batch.num_seqs   # decodes: no gather
         rows = h if every_row else h[xp.asarray(batch.logit_rows())]
+        if rows.shape[0] == 0:   # embeddings only: nothing samples
+            return xp.zeros((0, c.vocab_size), np.float32) if on_device else \
+                np.zeros((0, c.vocab_size), np.float32)
         logits = self.runner.head(rows, self.output_norm, self.output, c.norm_eps)   # (S_sample, V)
         if c.final_softcap:
             cap = logits.dtype.type(c.final_softcap)

@@ -449,12 +449,21 @@ class ShardService(Service):
         from kernels.token_masks import apply_token_masks
         from services.shard.sampling_step import sample_rows, split_histories
 
-        logits = model.forward(batch, on_device=True)     # a GPU's stay there: sampled there
+        pooled = None
+        if f.pool_rows:   # embeddings: their rows' final hidden states, pooled
+            logits, pooled = model.forward_pooled(batch, f.pool_rows, f.pool_kinds, on_device=True)
+        else:
+            logits = model.forward(batch, on_device=True)     # a GPU's stay there: sampled there
         n = logits.shape[0]
         if len(f.sampling) != n:
             raise BadBatch(f"{n} sequences sample but {len(f.sampling)} sampling entries were sent")
         if f.mask_rows:   # rows a grammar constrains: only the tokens it allows can be drawn
             logits = apply_token_masks(logits, f.mask_rows, f.masks.array())
+        if n == 0:   # embeddings only: nothing to sample
+            return ForwardResult(batch_id=f.batch_id, key=f.reply_to.key,
+                                 tokens=wire.Tensor(np.zeros(0, np.int32)),
+                                 logprobs=wire.Tensor(np.zeros(0, np.float32)),
+                                 pooled=wire.Tensor(pooled) if pooled is not None else None)
         hist = f.history.array() if f.history is not None else np.zeros(0, np.int32)
         res = sample_rows(logits, f.sampling, f.steps, split_histories(hist, f.history_lens, n),
                           sampler=model.sampler)
@@ -465,7 +474,8 @@ class ShardService(Service):
             top_ids=wire.Tensor(res.top_ids) if want_top else None,
             top_logprobs=wire.Tensor(res.top_logprobs) if want_top else None,
             logits=wire.Tensor(to_numpy(logits), "fp32") if f.return_logits else None,
-            errors=res.errors if res.failed else [])
+            errors=res.errors if res.failed else [],
+            pooled=wire.Tensor(pooled) if pooled is not None else None)
 
 
 def _timed(fn, *args):

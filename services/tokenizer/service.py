@@ -64,6 +64,16 @@ def openai_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**m, "role": "system"} if m.get("role") == "developer" else m for m in messages]
 
 
+# GGUF "{arch}.pooling_type" (llama.cpp's llama_pooling_type) as the pooling embeddings use.
+POOLING_TYPES = {1: "mean", 2: "cls", 3: "last"}
+
+
+def pooling_of(meta: dict, arch: str) -> str:
+    """The model's pooling type for embeddings: mean where the GGUF names none (a causal chat
+    model) or one we do not pool by (none: per token; rank: a classifier's)."""
+    return POOLING_TYPES.get(int(meta.get(f"{arch}.pooling_type", 1) or 1), "mean")
+
+
 def _details(path: Path, meta: dict, arch: str) -> dict[str, str]:
     """What model listings show about the file (Ollama's /api/tags details)."""
     from gguf import LlamaFileType
@@ -119,7 +129,9 @@ class TokenizerService(Service):
             templates=[n for n in templates.names if n == templates.default_name]
             + [n for n in templates.names if n != templates.default_name],
             chat=templates.default_name is not None,
-            name=str(meta.get("general.name") or path.stem), details=_details(path, meta, arch))
+            name=str(meta.get("general.name") or path.stem), details=_details(path, meta, arch),
+            pooling=pooling_of(meta, arch),
+            embedding_length=int(meta.get(f"{arch}.embedding_length", 0) or 0))
         self.tokenizer = tok
 
     async def on_stop(self) -> None:

@@ -11,6 +11,7 @@ from dataclasses import field
 from typing import Any
 
 from ..schema import message
+from ..tensor import Tensor
 from .sampling import SamplingParams
 
 @message("scheduler.generate")
@@ -86,6 +87,37 @@ class Done:
     stop_string: str | None = None
     detail: str = ""
     code: str = ""
+
+
+@message("scheduler.embed")
+class Embed:
+    """Embeddings of texts (or token ids): each input runs through the pipeline as a prefill of
+    its own, batched beside generation, and the last shard pools its final hidden states by the
+    model's pooling type. Answered by one `Embeddings` (or a typed `bus.error`: a bad input is
+    bad_embedding_input, naming which)."""
+    inputs: list[str] = field(default_factory=list)           # texts, tokenized with BOS as the GGUF asks
+    input_ids: list[list[int]] = field(default_factory=list)  # or token ids, used as they are
+    normalize: bool = True          # L2-normalized (after `dimensions` cuts the vector)
+    dimensions: int | None = None   # keep the first n components (Matryoshka); None: all
+    truncate: bool = False          # an input past the context is cut to it (else refused)
+    priority: str = "normal"
+    request_id: str = ""            # "": the scheduler names it; input i runs as "{id}/{i}"
+    deadline_s: float | None = None
+
+    def check(self):
+        if bool(self.inputs) == bool(self.input_ids):
+            raise ValueError("give exactly one of inputs and input_ids, not empty")
+        if self.dimensions is not None and self.dimensions < 1:
+            raise ValueError(f"dimensions must be >= 1, got {self.dimensions}")
+
+
+@message("scheduler.embeddings")
+class Embeddings:
+    """One vector per input, in order: float32 (inputs, dimensions)."""
+    request_id: str
+    vectors: Tensor
+    prompt_tokens: list[int]        # tokens of each input (after truncation)
+    pooling: str                    # mean, cls or last
 
 
 @message("scheduler.cancel")

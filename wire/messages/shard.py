@@ -16,6 +16,9 @@ from ..tensor import Tensor
 from .sampling import SamplingParams
 
 
+POOL_KINDS = ("sum", "last", "first")   # how a shard pools a sequence's rows of one batch
+
+
 @record
 class RouteStage:
     """One shard of a batch's route: the process (name) and the run of it (epoch) that holds the KV."""
@@ -74,6 +77,12 @@ class Forward:
     # stage hands them on untouched. Unconstrained rows carry nothing.
     mask_rows: list[int] = field(default_factory=list)
     masks: Tensor | None = None
+    # Sequences (indices into query_lens, ascending) whose pooled hidden states the last shard
+    # returns (embeddings), and how each pools its rows of this batch, after the model's final
+    # norm: "sum" (a mean's share: the scheduler adds the chunks and divides), "last" or "first".
+    # They need not sample (want_logits False); every stage hands them on untouched.
+    pool_rows: list[int] = field(default_factory=list)
+    pool_kinds: list[str] = field(default_factory=list)
 
     def check(self):
         if self.batch_id < 0 or self.first_layer < 0:
@@ -91,6 +100,11 @@ class Forward:
                 self.mask_rows or any(not 0 <= r < len(self.sampling) for r in self.mask_rows):
             raise ValueError(f"mask_rows {self.mask_rows[:8]} must be distinct sampling rows in "
                              f"order, given exactly when masks are")
+        if len(self.pool_kinds) != len(self.pool_rows) or sorted(set(self.pool_rows)) != \
+                self.pool_rows or any(not 0 <= r < len(self.query_lens) for r in self.pool_rows) \
+                or any(k not in POOL_KINDS for k in self.pool_kinds):
+            raise ValueError(f"pool_rows {self.pool_rows[:8]} must be distinct sequences in order, "
+                             f"each with a pool kind of {POOL_KINDS}")
 
 
 @message("shard.handed_on")
@@ -114,6 +128,7 @@ class ForwardResult:
     logits: Tensor | None = None       # float32 (S_sample, V), only when return_logits
     errors: list[str] = field(default_factory=list)  # per row, "" when it sampled; []: none failed
     hops: list[Hop] = field(default_factory=list)    # every stage's, in route order
+    pooled: Tensor | None = None       # float32 (len(Forward.pool_rows), D), when it asked
 
 
 @message("shard.failed")

@@ -34,6 +34,10 @@ class ModelInfo:
     # Whether the model can chat: False for a base model (its GGUF has no chat template and
     # none was chosen), which answers chats with no_chat_template; completions it continues.
     chat: bool = True
+    # How an embedding pools its tokens: GGUF "{arch}.pooling_type" as "mean", "cls" or "last";
+    # "mean" where the GGUF names none (or one we do not pool by: none, rank).
+    pooling: str = "mean"
+    embedding_length: int = 0   # GGUF "{arch}.embedding_length": an embedding's width (0: unknown)
 
 
 @message("tokenizer.vocab")

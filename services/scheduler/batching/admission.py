@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .config import SchedulerConfig
-from .errors import (BadDeadline, BadMaxTokens, BadRequestId, BadSampling, BadSeed, BadStopStrings, BadTokenIds,
+from .errors import (BadDeadline, BadRequest, BadMaxTokens, BadRequestId, BadSampling, BadSeed, BadStopStrings, BadTokenIds,
                      EmptyPrompt, PromptTooLong, UnknownPriority)
 from .sequence import PRIORITIES, Request
 from .stop_rules import Finish
@@ -48,6 +48,8 @@ def validate(request: Request, config: SchedulerConfig) -> Admission:
                            f"{MAX_REQUEST_ID_CHARS}")
     if len(prompt) == 0:
         raise EmptyPrompt("the prompt has no tokens")
+    if request.pooling:
+        return _validate_embedding(request, config)
     if len(prompt) >= config.context_length:  # before the per-id checks: a list may hold 10^6
         raise PromptTooLong(len(prompt), config.context_length)
     limit = config.vocab_size
@@ -75,6 +77,31 @@ def validate(request: Request, config: SchedulerConfig) -> Admission:
                          f"max_tokens {mt} clamped to {room}: prompt {len(prompt)} + max_tokens "
                          f"must fit the context of {config.context_length}")
     return Admission(request.request_id, mt)
+
+
+POOLINGS = ("mean", "cls", "last")
+
+
+def _validate_embedding(request: Request, config: SchedulerConfig) -> Admission:
+    """An embedding generates nothing: its input may fill the whole context."""
+    prompt = request.prompt
+    if request.pooling not in POOLINGS:
+        raise BadRequest(f"pooling {request.pooling!r} is not one of {POOLINGS}")
+    if len(prompt) > config.context_length:
+        raise PromptTooLong(len(prompt), config.context_length)
+    limit = config.vocab_size
+    for t in prompt:
+        if not _is_int(t) or t < 0 or (limit is not None and t >= limit):
+            raise BadTokenIds(f"token id {t!r} is not in [0, {limit or 'vocab'})")
+    if request.generated:
+        raise BadTokenIds("an embedding has no generated tokens to continue from")
+    if request.priority not in PRIORITIES:
+        raise UnknownPriority(f"priority {request.priority!r} is not one of {sorted(PRIORITIES)}")
+    d = request.deadline_s
+    if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))
+                          or not 0 < d <= MAX_DEADLINE_S):
+        raise BadDeadline(f"deadline_s {d!r} must be a number of seconds in (0, {MAX_DEADLINE_S:g}]")
+    return Admission(request.request_id, 0)
 
 
 def _check_generated(request: Request, config: SchedulerConfig) -> None:

@@ -25,6 +25,9 @@ class SeqChunk:
     sample: bool                  # last chunk of the sequence: sample the next token
     seed: int
     step: int                     # tokens generated so far: with the seed, fixes the sampler's draw
+    # An embedding's chunk: what the last shard pools of its rows ("sum", "last", "first": see
+    # wire.messages.shard.Forward.pool_kinds), "" when this chunk has nothing to give its pooling.
+    pool: str = ""
 
 
 @dataclass(frozen=True)

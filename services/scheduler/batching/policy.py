@@ -24,6 +24,19 @@ from .stop_rules import Finish, StopState
 from .throughput import Throughput
 
 
+def pool_of_chunk(pooling: str, start: int, last: bool) -> str:
+    """What the last shard pools of an embedding's chunk: every chunk's sum for a mean, the last
+    chunk's last row, the first chunk's first row (cls); "" for generation, or a chunk whose
+    rows its pooling does not read."""
+    if pooling == "mean":
+        return "sum"
+    if pooling == "last":
+        return "last" if last else ""
+    if pooling == "cls":
+        return "first" if start == 0 else ""
+    return ""
+
+
 class Scheduler:
     """Admission, priorities, continuous batching, KV pages and stop rules of every request."""
 
@@ -185,7 +198,11 @@ class Scheduler:
             seq.solo, seq.retries = False, 0
             seq.num_computed = chunk.start + len(chunk.token_ids)
             self.kv.register_full_pages(seq)
-            if chunk.sample:
+            if seq.request.pooling and seq.num_computed == len(seq.tokens):
+                finish = Finish("stop")   # an embedding: its pooled states came with this batch
+                self._finish(seq, finish)
+                outputs.append(Output(rid, None, "", finish))
+            elif chunk.sample:
                 seq.refilling = False    # its whole history is back on the shards
                 s = samples[rid]
                 seq.tokens.append(s.token_id)
@@ -311,6 +328,11 @@ class Scheduler:
     def is_tracked(self, request_id: str) -> bool:
         return request_id in self._seqs
 
+    def holds(self, request_id: str, batch_id: int) -> bool:
+        """Whether the batch in flight still carries this request's chunk (a request reset or
+        ended meanwhile runs its chunk again, or not at all: what the batch brings is stale)."""
+        return self._holds(request_id, batch_id)
+
     def history(self, request_id: str) -> list[int]:
         """Every token the sequence has seen, prompt then generated: what penalties count."""
         return list(self._seqs[request_id].tokens)
@@ -364,7 +386,8 @@ class Scheduler:
 
     def _admit(self, seq: Sequence, draft: Draft, preempted: set[str],
                cap: int | None = None) -> bool:
-        hit = self.kv.match_prefix(seq)
+        # An embedding pools every one of its tokens' hidden states: none may come from the cache.
+        hit = 0 if seq.request.pooling else self.kv.match_prefix(seq)
         n = self._fit(seq, min(seq.remaining, draft.budget, draft.budget if cap is None else cap),
                       draft, preempted)
         if n == 0:
@@ -430,9 +453,12 @@ class Scheduler:
         chunks = {}
         for rid, (seq, n) in draft.parts.items():
             start = seq.num_computed
+            last = start + n == len(seq.tokens)
+            pooling = seq.request.pooling
             chunks[rid] = SeqChunk(rid, tuple(seq.tokens[start:start + n]), start, seq.num_cached,
-                                   tuple(seq.pages), start + n == len(seq.tokens),
-                                   seq.request.seed, seq.num_generated)
+                                   tuple(seq.pages), last and not pooling,
+                                   seq.request.seed, seq.num_generated,
+                                   pool_of_chunk(pooling, start, last))
             seq.busy_batch = batch_id
             if seq.first_scheduled_at is None:   # queue time: from admission to its first batch
                 seq.first_scheduled_at = self.clock()

@@ -23,6 +23,9 @@ class Request:
     # is gone. They count as generated (the sampler's step, max_tokens, penalties) and their text
     # is not sent again.
     generated: tuple[int, ...] = ()
+    # An embedding: "mean", "cls" or "last" (how its final hidden states are pooled). It is a
+    # prefill and nothing else: no token is sampled, and it ends once its last chunk is computed.
+    pooling: str = ""
 
 
 class Status(Enum):

@@ -28,6 +28,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+import numpy as np
+
 from bus.errors import BusError, PeerRestarted, RemoteError, code_of
 from wire.failures import GRAMMAR_FAILED, INTERNAL, KV_MISSING, PEER_RESTARTED, UNSERVED, failure
 from wire.messages.shard import ForwardResult
@@ -278,6 +280,12 @@ class Driver:
                     or top_lps.shape != top_ids.shape)):
             raise BadReply(f"{n} sampled rows expected, got tokens {tokens.dtype}{tokens.shape}, "
                            f"logprobs {logprobs.dtype}{logprobs.shape}, {len(errors)} errors")
+        pooling = [c for c in batch.chunks if c.pool]
+        pooled = reply.pooled.array() if reply.pooled is not None else None
+        if pooling and (pooled is None or pooled.ndim != 2 or pooled.shape[0] != len(pooling)
+                        or pooled.dtype != np.float32 or not np.isfinite(pooled).all()):
+            raise BadReply(f"{len(pooling)} pooled rows expected, got "
+                           f"{None if pooled is None else (pooled.dtype, pooled.shape)}")
         # Where a batch's time goes: compute per shard against the whole round trip.
         self.timing["batch_ms"] += seconds * 1e3
         compute = {h.shard: h.compute_ms for h in reply.hops}
@@ -301,10 +309,18 @@ class Driver:
             if k and top_ids is not None:
                 tops[chunk.request_id] = ([int(t) for t in top_ids[row, :k]],
                                           [float(x) for x in top_lps[row, :k]])
+        held = {c.request_id for c in pooling if self.policy.holds(c.request_id, batch.batch_id)}
         try:
             outputs = self.policy.complete(batch.batch_id, samples, failures)
         except UnknownBatch:
             return
+        if pooling:   # how often embeddings share a batch with sampling rows (generation)
+            self.counters["pooled_rows"] += len(pooling)
+            self.counters["batches_pooled_and_sampled"] += n > 0
+        for row, chunk in enumerate(pooling):   # applied: the embedding's part is in
+            stream = self.requests.get(chunk.request_id)
+            if chunk.request_id in held and stream is not None and stream.pooled is not None:
+                stream.pooled.add(chunk.start, len(chunk.token_ids), pooled[row])
         self._failed, self.backoff = None, self._first_backoff
         self._unserved_since = None
         if self._kv_sig is None:

@@ -28,6 +28,7 @@ def to_forward(batch: MicroBatch, sampling: Mapping[str, SamplingParams],
     penalized = any(hist)
     masks = masks or {}
     mask_rows = [row for row, c in enumerate(samplers) if c.request_id in masks]
+    pool_rows = [row for row, c in enumerate(chunks) if c.pool]
     return Forward(
         batch_id=batch.batch_id, first_layer=0,
         positions=[p for c in chunks for p in range(c.start, c.start + len(c.token_ids))],
@@ -44,4 +45,5 @@ def to_forward(batch: MicroBatch, sampling: Mapping[str, SamplingParams],
         route=[RouteStage(s.name, s.epoch) for s in chain], hop=0,
         mask_rows=mask_rows,
         masks=wire.Tensor(np.stack([masks[samplers[r].request_id] for r in mask_rows]))
-        if mask_rows else None)
+        if mask_rows else None,
+        pool_rows=pool_rows, pool_kinds=[chunks[r].pool for r in pool_rows])

@@ -23,13 +23,15 @@ class RequestStream:
     """Events of one request on their way to its caller, and how its tokens are sampled."""
 
     def __init__(self, request_id: str, prompt_tokens: int, sampling: SamplingParams,
-                 completed: int = 0, constraint=None):
+                 completed: int = 0, constraint=None, pooled=None):
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens
         self.sampling = sampling
         # The request's grammar (grammar.matcher.Constraint), None for free text: the driver
         # asks it for the mask of each token the request samples.
         self.constraint = constraint
+        # An embedding's parts as they come back (pooling.Pooled), None for generation.
+        self.pooled = pooled
         self.events: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self.completion_tokens = completed   # a continuation's tokens count as generated
         self.finished = False
