@@ -1,5 +1,5 @@
 """Ollama: /api/chat and /api/generate (NDJSON streams or one object), /api/tags, /api/show,
-/api/version, /api/ps, and `GET /`."""
+/api/version, /api/ps. (`GET /`, "Ollama is running" unless a browser asks: protocols/web.py.)"""
 
 from __future__ import annotations
 
@@ -69,8 +69,7 @@ class Ollama(Protocol):
                     "properties": {"error": {"type": "string"}}}
 
     def routes(self):
-        return [("GET", "/", self.root), ("HEAD", "/", self.root),
-                ("POST", "/api/chat", self.chat), ("POST", "/api/generate", self.generate),
+        return [("POST", "/api/chat", self.chat), ("POST", "/api/generate", self.generate),
                 ("GET", "/api/tags", self.tags), ("POST", "/api/show", self.show),
                 ("GET", "/api/version", self.version), ("GET", "/api/ps", self.ps)]
 
@@ -89,9 +88,6 @@ class Ollama(Protocol):
         return card
 
     # ------------------------------------------------------------------ small endpoints
-    async def root(self, request: web.Request) -> web.Response:
-        return web.Response(text="Ollama is running")
-
     async def version(self, request: web.Request) -> web.Response:
         return json_response({"version": API_VERSION})
 
