@@ -171,6 +171,39 @@ def test_the_token_view_colours_each_token_by_its_logprob(stack, page):
     shot(page, "chat.png")
 
 
+def test_regenerate_replaces_the_answer_and_the_conversation_outlives_a_reload(stack, page):
+    first = last_answer(page).locator(".body").inner_text()
+    last_answer(page).locator(".regen").click()
+    page.wait_for_selector("#stop:enabled")
+    page.wait_for_selector("#stop:disabled", timeout=120_000)
+    assert page.locator("#messages .msg.assistant").count() == 1
+    assert last_answer(page).locator(".body").inner_text() == first      # greedy: the same text
+    page.reload()
+    assert page.locator("#messages .msg").count() == 2
+    assert page.locator("#conversations li.current .conv").inner_text().startswith("Write a short poem")
+
+
+def test_model_text_is_rendered_as_text_never_as_markup(page):
+    html = page.evaluate(r"""async () => {
+        const src = [...document.scripts].find(s => s.src.endsWith('/main.js')).src;
+        const { render } = await import(src.replace('main.js', 'markdown.js'));
+        const div = document.createElement('div');
+        div.append(render('# Title <img src=x onerror="window.pwned=1">\n\n' +
+            '**bold** and [link](javascript:window.pwned=2) and [ok](https://example.org)\n\n' +
+            '```html\n<script>window.pwned=3</script>\n```\n- <b>item</b>'));
+        document.body.append(div);
+        const out = {html: div.innerHTML, imgs: div.querySelectorAll('img, script, b').length,
+                     links: [...div.querySelectorAll('a')].map(a => a.href),
+                     code: div.querySelector('pre code').textContent, pwned: window.pwned || 0};
+        div.remove();
+        return out;
+    }""")
+    assert html["imgs"] == 0 and html["pwned"] == 0, html
+    assert html["links"] == ["https://example.org/"]
+    assert html["code"] == "<script>window.pwned=3</script>"
+    assert "<strong>bold</strong>" in html["html"] and "&lt;img" in html["html"]
+
+
 def test_stop_cancels_the_request_and_the_scheduler_frees_its_pages(stack, page):
     before = settle(stack)
     set_setting(page, "max_tokens", "400")
@@ -191,8 +224,9 @@ def test_stop_cancels_the_request_and_the_scheduler_frees_its_pages(stack, page)
 def test_killing_a_shard_turns_its_bar_red_then_green_after_the_respawn(stack, page):
     page.click("#tab-cluster")
     bars = page.locator("#layer-map .bar")
-    page.wait_for_function("document.querySelectorAll('#layer-map .bar[data-status=up]').length == 2",
-                           timeout=30_000)
+    # (Functions, never strings: the page's Content-Security-Policy forbids eval.)
+    page.wait_for_function("() => document.querySelectorAll('#layer-map .bar[data-status=up]')"
+                           ".length == 2", timeout=30_000)
     assert bars.count() == 2
     victim = bars.last.get_attribute("data-shard")
     (entry,) = [s for s in cluster(stack)["services"] if s["name"] == victim]
