@@ -59,6 +59,10 @@ export class Cluster {
 
   layerMap(snap) {
     const bars = snap.layer_map || [];
+    if (!bars.length) {
+      this.el.layers.replaceChildren(h("p", { class: "empty" }, "no shard holds a layer yet"));
+      return;
+    }
     const n = snap.n_layers || Math.max(1, ...bars.map((b) => b.layers[1]));
     const lanes = Math.max(1, ...bars.map((b) => (b.lane || 0) + 1));
     const rows = [];

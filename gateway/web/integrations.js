@@ -14,7 +14,7 @@ export function showIntegrations(model) {
 client = OpenAI(base_url="${base}/v1", api_key="${key}")
 r = client.chat.completions.create(
     model="${m}", messages=[{"role": "user", "content": "Hello!"}])
-print(r.choices[0].message.content)`, `export OPENAI_BASE_URL=${base}/v1   # for tools that read the environment`],
+print(r.choices[0].message.content)`, `export OPENAI_BASE_URL=${base}/v1`],
     ["Anthropic (Python)", "pip install anthropic", `from anthropic import Anthropic
 
 client = Anthropic(base_url="${base}", api_key="${key}")
@@ -33,13 +33,17 @@ print(r.message.content)`, `export OLLAMA_HOST=${base}`],
     ["curl", "streamed, as server-sent events", `curl ${base}/v1/chat/completions \\
   -H "Content-Type: application/json"${auth} \\
   -d '{"model": "${m}", "stream": true,
-       "messages": [{"role": "user", "content": "Hello!"}]}'`, `curl ${base}/v1/cluster   # the cluster, as this page shows it`],
+       "messages": [{"role": "user", "content": "Hello!"}]}'`, `curl ${base}/v1/cluster`],
   ];
   $("#integrations-list").replaceChildren(...cards.map(([title, note, code, extra]) => {
-    const text = `${code}\n${extra.startsWith("export") || extra.startsWith("curl") ? extra : ""}`.trim();
-    const button = h("button", { class: "copy small", type: "button", onclick: () => copy(text, button) }, "copy");
-    return h("section", { class: "card" }, h("div", { class: "code-head" }, h("h3", {}, title), button),
-      h("p", { class: "note" }, note), h("pre", {}, h("code", {}, text)),
-      extra.startsWith("export") || extra.startsWith("curl") ? "" : h("p", { class: "note" }, extra));
+    const shell = /^(export|curl) /.test(extra);
+    return h("section", { class: "card", "data-client": title },
+      h("div", { class: "code-head" }, h("h3", {}, title)), h("p", { class: "note" }, note),
+      snippet(code), shell ? snippet(extra) : h("p", { class: "note" }, extra));
   }));
+}
+
+function snippet(text) {
+  const button = h("button", { class: "copy small", type: "button", onclick: () => copy(text, button) }, "copy");
+  return h("div", { class: "snippet" }, button, h("pre", {}, h("code", {}, text)));
 }

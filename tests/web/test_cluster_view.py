@@ -3,30 +3,20 @@ watchers' status and the scheduler's stats: pure, no processes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gateway.cluster import DOWN, FAILED, STALLED, UP, hops, remember, snapshot, status_of
 from wire.messages.health import HealthStatusReply, Watched
-from wire.messages.info import info_of
+
+from ..gateway.test_policy import Entry as DirectoryEntry
 
 
 @dataclass
-class Entry:
-    name: str
-    kind: str
-    state: str = "ready"
-    info: dict = field(default_factory=dict)
-    instance: str = "0"
-    epoch: int = 1
-    load: float = 0.0
-    last_seen: float = 0.0
-    rpc_endpoint: str = "tcp://127.0.0.1:1"
+class Entry(DirectoryEntry):
+    """A directory entry with where it runs."""
     machine: str = "m1"
     host: str = "127.0.0.1"
     pid: int = 100
-
-    def __post_init__(self):
-        self.info = info_of(self.kind, self.info)
 
 
 def shard(name, a, b, n=30):

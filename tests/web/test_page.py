@@ -112,7 +112,12 @@ def test_the_page_is_for_browsers_and_ollama_clients_still_get_the_text(stack, p
         assert r.read() == b"Ollama is running"
     assert page.title() == "llmbus"
     page.wait_for_selector("#model option", state="attached", timeout=30_000)
-    assert page.eval_on_selector("#model", "s => s.value")
+    model = page.eval_on_selector("#model", "s => s.value")
+    assert model
+    page.click("#tab-integrations")
+    openai = page.locator('[data-client="OpenAI (Python)"]').inner_text()
+    assert f'base_url="{stack.http}/v1"' in openai and f'model="{model}"' in openai
+    page.click("#tab-chat")
 
 
 def test_the_page_loads_within_300_ms(stack, page):
