@@ -211,8 +211,7 @@ def test_model_text_is_rendered_as_text_never_as_markup(page):
 
 def test_stop_cancels_the_request_and_the_scheduler_frees_its_pages(stack, page):
     before = settle(stack)
-    set_setting(page, "max_tokens", "400")
-    set_setting(page, "temperature", "0.8")
+    set_setting(page, "max_tokens", "400")      # greedy (as before): a long story, every run
     page.fill("#prompt", "Tell me a very long story about a dragon and a knight.")
     page.press("#prompt", "Enter")
     answer = last_answer(page)
