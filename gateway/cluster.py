@@ -71,12 +71,26 @@ def snapshot(entries: Iterable, now: float, watchers: Sequence[HealthStatusReply
             "name": name, "kind": kind, "state": "absent", "watch": w,
             "status": status_of(None, w["state"]), "machine": w["machine"], "host": "",
             "pid": w["pid"], "heartbeat_age_s": None, "info": info_map(info)})
-    view["hosts"] = _hosts(view["services"], watchers)
+    # The gateway answering this is a service too: listed under its host (from its watcher),
+    # apart from `services`, which are its peers on the bus.
+    view["self"] = _self(me, watch.get(me))
+    view["hosts"] = _hosts(view["services"] + ([view["self"]] if view["self"] else []), watchers)
     view["layer_map"] = _layer_map(view["services"])
     view["n_layers"] = max((s["info"].get("n_layers", 0) for s in view["services"]), default=0)
     view["hops"] = hops(stats)
     view["requests"] = {k: stats[k] for k in REQUEST_STATS if k in stats}
     return view
+
+
+def _self(me: str, w: dict | None) -> dict | None:
+    """This gateway as a service row (up, since it answers; its watcher's state and restarts),
+    where a watcher runs it and so names its machine."""
+    if not me or w is None:
+        return None
+    return {"name": me, "kind": "gateway", "state": "ready", "watch": w,
+            "status": status_of("ready", w["state"]),
+            "machine": w["machine"], "host": "", "pid": w["pid"],
+            "heartbeat_age_s": 0.0, "info": {}}
 
 
 def _hosts(services: list[dict], watchers: Sequence[HealthStatusReply]) -> list[dict]:

@@ -95,7 +95,8 @@ export class Cluster {
   }
 
   hostList(snap) {
-    const byName = Object.fromEntries((snap.services || []).map((s) => [s.name, s]));
+    const byName = Object.fromEntries([...(snap.services || []), ...(snap.self ? [snap.self] : [])]
+      .map((s) => [s.name, s]));
     this.el.hosts.replaceChildren(...(snap.hosts || []).map((host) => h("section", { class: "host" },
       h("h3", {}, host.addresses.join(", ") || host.machine,
         h("small", {}, ` machine ${host.machine.slice(0, 12)}${host.watcher ? ` · watched by ${host.watcher}` : ""}`)),

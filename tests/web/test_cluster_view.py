@@ -71,13 +71,16 @@ def test_replicas_of_a_range_go_to_lanes_side_by_side():
     assert {x["shard"]: x["lane"] for x in view["layer_map"]} == {"a0": 0, "a1": 0, "b0": 1, "b1": 1}
 
 
-def test_hosts_group_services_by_machine_and_leave_the_gateway_itself_out():
+def test_hosts_group_services_by_machine_and_list_the_gateway_itself_apart_from_its_peers():
     entries = [shard("s0", 0, 30), Entry("tok", "tokenizer", machine="m2", host="10.0.0.2")]
-    w = watcher(("s0", "up", 0), ("gateway-0", "up", 0), ("tok", "up", 0))
+    w = watcher(("s0", "up", 0), ("gateway-0", "up", 2), ("tok", "up", 0))
     view = snapshot(entries, 0.0, [w], {}, remember({}, entries, [w]), me="gateway-0")
     assert [(h["machine"], h["services"], h["watcher"]) for h in view["hosts"]] == [
-        ("m1", ["s0"], "health-m1"), ("m2", ["tok"], "")]
+        ("m1", ["s0", "gateway-0"], "health-m1"), ("m2", ["tok"], "")]
     assert all(s["name"] != "gateway-0" for s in view["services"])
+    me = view["self"]
+    assert (me["name"], me["kind"], me["status"], me["watch"]["restarts"]) == \
+        ("gateway-0", "gateway", UP, 2)
 
 
 def test_hops_and_requests_come_from_the_schedulers_stats():
