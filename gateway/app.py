@@ -19,10 +19,11 @@ from .protocols.native import Native
 from .protocols.ollama import Ollama
 from .protocols.openai import OpenAI
 from .protocols.responses import Responses
+from .protocols.web import Web
 
 log = logging.getLogger("llmbus.gateway")
 
-PROTOCOLS: tuple[type[Protocol], ...] = (OpenAI, Responses, Anthropic, Ollama, Native)
+PROTOCOLS: tuple[type[Protocol], ...] = (OpenAI, Responses, Anthropic, Ollama, Native, Web)
 
 
 def build_app(backend: Backend, config: GatewayConfig) -> web.Application:
@@ -48,7 +49,7 @@ def _wrap(proto: Protocol, handler: Handler, api_key: str | None, metrics) -> Ha
 
     async def answer(request: web.Request) -> web.StreamResponse:
         try:
-            if request.path not in auth.OPEN_PATHS:
+            if not auth.is_open(request.path):
                 auth.check(api_key, request.headers)   # headers only: the body is not read yet
             return await handler(request)
         except GatewayError as e:

@@ -8,8 +8,14 @@ from pathlib import Path
 
 from .errors import Unauthorized
 
-# Paths a load balancer or a person probes without a key.
+# Paths a load balancer or a person probes without a key, and the web page's files (the page
+# asks for the key, and sends it with its API calls).
 OPEN_PATHS = frozenset({"/", "/health"})
+OPEN_PREFIXES = ("/ui/",)
+
+
+def is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
 def load_key(key_file: Path | None, env: dict) -> str | None:

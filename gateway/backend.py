@@ -31,6 +31,7 @@ from . import health
 from .carry import Carry
 from .embeddings import parts
 from .errors import NotFound, Unavailable, from_bus
+from .feed import ClusterFeed
 from .metrics import Metrics
 from .model import ModelCard
 from .tools import Tools
@@ -57,6 +58,7 @@ class Backend:
         self.metrics = metrics
         self.card: ModelCard | None = None
         self._cancels: set[asyncio.Task] = set()    # scheduler.cancel calls still in flight
+        self.feed = ClusterFeed(directory, peers, self.scheduler_stats, self._serving)
 
     # ------------------------------------------------------------------ the model
     async def watch_model(self) -> None:
@@ -189,7 +191,7 @@ class Backend:
     def stop(self) -> None:
         """The gateway is stopping: every stream in flight ends now, with an error naming why
         (in the stream, when its 200 went out), instead of a connection cut."""
-        self.stopping = True
+        self.stopping = self.feed.stopping = True
         self.peers.fail_all(ClientClosed("the gateway is stopping"))
 
     @staticmethod
@@ -292,12 +294,14 @@ class Backend:
         card = self.card
         return health.missing(self.directory.live(), card.identity if card else None)
 
-    def cluster(self) -> dict[str, Any]:
-        view = health.cluster_view(self.directory.live(), time.monotonic())
+    async def cluster(self) -> dict[str, Any]:
+        """The cluster now (gateway.cluster); `feed.changes()` is its live form."""
+        return await self.feed.snapshot()
+
+    def _serving(self) -> dict[str, Any]:
         card = self.card
-        view["model"] = None if card is None else {"id": card.id, "identity": card.identity}
-        view["missing"] = self.missing()
-        return view
+        return {"model": None if card is None else {"id": card.id, "identity": card.identity},
+                "missing": self.missing(), "gateway": self.directory.me}
 
 
 def _with_id(request: Generate, request_id: str) -> Generate:

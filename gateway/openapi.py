@@ -60,8 +60,8 @@ def document(protocols: list[Protocol], version: str, models: list[str]) -> dict
 # One server-sent event as generic tools read it (OpenAI sends data only; Anthropic names events).
 _SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
     "event": {"type": "string"}, "data": {"type": "string"}}}
-# Answered in plain text: Ollama's "Ollama is running", and Prometheus' exposition format.
-_TEXT_PATHS = {"/", "/metrics"}
+# Answered in plain text: Prometheus' exposition format.
+_TEXT_PATHS = {"/metrics"}
 
 
 def _ok(proto: Protocol, path: str) -> dict:
@@ -71,6 +71,7 @@ def _ok(proto: Protocol, path: str) -> dict:
         content[kind] = {"schema": _SSE_EVENT if kind == "text/event-stream" else {"type": "object"}}
     if path in _TEXT_PATHS:
         content = {"text/plain": {"schema": {"type": "string"}}}
+    content = proto.answers.get(path, content)
     return {"description": "the answer", "content": content}
 
 

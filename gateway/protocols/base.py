@@ -21,6 +21,8 @@ class Protocol:
     # JSON schemas for /openapi.json: request bodies by path, and this protocol's error body.
     requests: dict[str, dict] = {}
     error_schema: dict = {"type": "object"}
+    # A 200's content by path where it is not JSON (or not only): {media type: {"schema": ...}}.
+    answers: dict[str, dict] = {}
 
     def __init__(self, backend: Backend, config: GatewayConfig):
         self.backend = backend

@@ -1,5 +1,5 @@
-"""llmbus's own endpoints: /health, /v1/cluster, and /tokenize, /detokenize as llama.cpp's
-server has them. Errors: {"error": {"code", "message", "type", "param"}} (llama.cpp's shape)."""
+"""llmbus's own endpoints: /health, /v1/cluster (JSON, or live as server-sent events for a client
+that accepts `text/event-stream`), and /tokenize, /detokenize as llama.cpp's server has them. Errors: {"error": {"code", "message", "type", "param"}} (llama.cpp's shape)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ..errors import BadRequest, GatewayError
 from ..metrics import CONTENT_TYPE
 from ..params import Body, Param
 from .. import openapi
-from ..stream import json_response, sse
+from ..stream import json_response, open_stream, sse
 from .base import Protocol, error_headers
 
 
@@ -21,11 +21,16 @@ DETOKENIZE = Body(tokens=Param.list({"items": {"type": "integer", "minimum": 0}}
                   model=Param.str())
 
 
+ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["code", "message", "type"]}}}
+
+
 class Native(Protocol):
     name = "native"
     requests = {"/tokenize": TOKENIZE.schema(), "/detokenize": DETOKENIZE.schema()}
-    error_schema = {"type": "object", "required": ["error"], "properties": {"error": {
-        "type": "object", "required": ["code", "message", "type"]}}}
+    answers = {"/v1/cluster": {"application/json": {"schema": {"type": "object"}},
+                               "text/event-stream": {"schema": {"type": "string"}}}}
+    error_schema = ERROR_SCHEMA
 
     def routes(self):
         return [("GET", "/health", self.health),
@@ -36,14 +41,10 @@ class Native(Protocol):
                 ("POST", "/detokenize", self.detokenize)]
 
     def error(self, err: GatewayError) -> web.Response:
-        return json_response(self._body(err), err.status, error_headers(err))
+        return json_response(error_body(err), err.status, error_headers(err))
 
     def stream_error(self, err: GatewayError) -> bytes:
-        return sse(self._body(err))
-
-    def _body(self, err: GatewayError) -> dict:
-        return {"error": {"code": err.status, "message": err.message, "type": err.kind,
-                          "param": err.param}}
+        return sse(error_body(err))
 
     async def health(self, request: web.Request) -> web.Response:
         missing = self.backend.missing()
@@ -62,8 +63,15 @@ class Native(Protocol):
         metrics.scheduler_stats(await self.backend.scheduler_stats())
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
-    async def cluster(self, request: web.Request) -> web.Response:
-        return json_response(self.backend.cluster())
+    async def cluster(self, request: web.Request) -> web.StreamResponse:
+        if "text/event-stream" not in request.headers.get("Accept", ""):
+            return json_response(await self.backend.cluster())
+        # Live: an event at once, then on each change (a client that leaves cancels this).
+        resp = await open_stream(request, "text/event-stream")
+        async for snap in self.backend.feed.changes():
+            await resp.write(sse(snap, event="cluster"))
+        await resp.write_eof()
+        return resp
 
     async def tokenize(self, request: web.Request) -> web.Response:
         v = TOKENIZE.read(await self.body(request))
@@ -83,6 +91,11 @@ class Native(Protocol):
         if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
             raise BadRequest("tokens must be a list of token ids (integers >= 0)", param="tokens")
         return json_response({"content": await self.backend.detokenize(ids)})
+
+
+def error_body(err: GatewayError) -> dict:
+    return {"error": {"code": err.status, "message": err.message, "type": err.kind,
+                      "param": err.param}}
 
 
 def _version() -> str:

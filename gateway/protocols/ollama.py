@@ -1,5 +1,6 @@
 """Ollama: /api/chat and /api/generate (NDJSON streams or one object), /api/tags, /api/show,
-/api/version, /api/ps, /api/pull (into this machine's cache, as `llmbus pull`), and `GET /`."""
+/api/version, /api/ps, /api/pull (into this machine's cache, as `llmbus pull`). (`GET /`,
+"Ollama is running" unless a browser asks: protocols/web.py.)"""
 
 from __future__ import annotations
 
@@ -81,8 +82,7 @@ class Ollama(Protocol):
                     "properties": {"error": {"type": "string"}}}
 
     def routes(self):
-        return [("GET", "/", self.root), ("HEAD", "/", self.root),
-                ("POST", "/api/chat", self.chat), ("POST", "/api/generate", self.generate),
+        return [("POST", "/api/chat", self.chat), ("POST", "/api/generate", self.generate),
                 ("POST", "/api/embed", self.embed), ("POST", "/api/embeddings", self.embeddings),
                 ("GET", "/api/tags", self.tags), ("POST", "/api/show", self.show),
                 ("GET", "/api/version", self.version), ("GET", "/api/ps", self.ps),
@@ -103,9 +103,6 @@ class Ollama(Protocol):
         return card
 
     # ------------------------------------------------------------------ small endpoints
-    async def root(self, request: web.Request) -> web.Response:
-        return web.Response(text="Ollama is running")
-
     async def version(self, request: web.Request) -> web.Response:
         return json_response({"version": API_VERSION})
 
