@@ -107,34 +107,37 @@ def root_array(a: np.ndarray) -> np.ndarray:
 
 
 # Rows dequantized from read-only buffers (weights: NumpyDevice.constant), kept while the buffer lives,
-# by address: a view of the same rows made again (a recorded graph's replay) finds them.
+# by address and dtype: a view of the same rows made again (a recorded graph's replay) finds them.
+# qmatmul keeps them in float64, the dtype it sums in (exact: float32 values widened), so that a
+# replay does not widen every weight of the model again for each token.
 _KEPT: dict[tuple, tuple[weakref.ref, np.ndarray]] = {}
 
 
-def _weight(kind: str, w: np.ndarray, n_rows: int, k: int) -> np.ndarray:
-    """W (n_rows, k) of the blocks at w, float32 values; derived once for a buffer nothing can write."""
+def _weight(kind: str, w: np.ndarray, n_rows: int, k: int, dtype=F32) -> np.ndarray:
+    """W (n_rows, k) of the blocks at w, float32 values in `dtype`; derived once for a buffer nothing
+    can write."""
     rb = row_bytes(kind, k)
     rows = _flat(w, n_rows * rb).reshape(n_rows, rb)
     if w.flags.writeable:
-        return dequant_rows(kind, rows, k)
+        return dequant_rows(kind, rows, k).astype(dtype, copy=False)
     root = root_array(w)
-    key = (w.__array_interface__["data"][0], kind, n_rows, k)
+    key = (w.__array_interface__["data"][0], kind, n_rows, k, np.dtype(dtype).str)
     kept = _KEPT.get(key)
     if kept is not None and kept[0]() is root:
         return kept[1]
-    out = dequant_rows(kind, rows, k)
+    out = dequant_rows(kind, rows, k).astype(dtype, copy=False)
     _KEPT[key] = (weakref.ref(root, lambda _, key=key: _KEPT.pop(key, None)), out)
     return out
 
 
 def qmatmul(kind: str, w, n_rows, k, x, ldx, t_rows, out, ldo, col0) -> None:
     """out[t, col0 + n] = sum_k x[t, k] * W[n, k] over t < t_rows, n < n_rows."""
-    wm = _weight(kind, w, n_rows, k)
+    wm = _weight(kind, w, n_rows, k, np.float64)
     xm = _flat(x, t_rows * ldx).reshape(t_rows, ldx)[:, :k]
     om = _flat(out, t_rows * ldo).reshape(t_rows, ldo)
     # In float64, rounded once: a float32 BLAS sums a row in an order that depends on how many rows
     # come with it, and a float16 KV cache turns that last bit into a different key now and then.
-    om[:, col0:col0 + n_rows] = (xm.astype(np.float64) @ wm.T.astype(np.float64)).astype(F32)
+    om[:, col0:col0 + n_rows] = (xm.astype(np.float64) @ wm.T).astype(F32)
 
 
 def qmatvec(kind: str, w, n_rows, k, x, out, ldo, col0) -> None:

@@ -5,6 +5,10 @@
 #ifndef LB_SIMDE_AVX512_H
 #define LB_SIMDE_AVX512_H
 
+/* Compiled at -O1, not setup.py's -O3: this build is checked for its bits, which no optimization
+ * level changes (-ffp-contract=off, no fast-math), never timed; at -O3 GCC spends a minute of a CI
+ * run inlining and scheduling SIMDe's 512-bit intrinsics, at -O1 a third of that. */
+#pragma GCC optimize("O1")
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 #include <simde/x86/f16c.h>
