@@ -15,11 +15,11 @@ from typing import Any
 
 import jinja2
 from jinja2.ext import Extension
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from services.tokenizer.builtin_templates import BUILTIN_TEMPLATES, DETECT_ORDER, FALLBACK
-from services.tokenizer.errors import TemplateError, UnknownTemplate
+from services.tokenizer.errors import TemplateError, TemplateOverLimit, UnknownTemplate
 from services.tokenizer.messages import normalize_messages
+from services.tokenizer.template_limits import BoundedSandbox, render_bounded
 from services.tokenizer.tool_prompt import template_reads_tools
 
 GGUF_DEFAULT = "gguf"   # the name under which the GGUF's own template is chosen
@@ -55,8 +55,8 @@ class _GenerationTag(Extension):
         return jinja2.nodes.Scope(body, lineno=lineno)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+def _environment() -> BoundedSandbox:
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[jinja2.ext.loopcontrols, _GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
@@ -90,7 +90,9 @@ def render(source: str, messages: Any, *, add_generation_prompt: bool = True,
     context.update(messages=normalize_messages(messages), add_generation_prompt=add_generation_prompt,
                    bos_token=bos_token, eos_token=eos_token)
     try:
-        return template.render(**context)
+        return render_bounded(template.generate(**context))
+    except TemplateOverLimit:
+        raise
     except _RaisedByTemplate as e:
         raise TemplateError(f"chat template refused the messages: {e}") from e
     except (jinja2.TemplateError, TypeError, KeyError, IndexError, ValueError) as e:
@@ -106,9 +108,23 @@ class ChatTemplates:
         if gguf_default:
             self._sources[GGUF_DEFAULT] = gguf_default
         self._sources.update(gguf_named)
+        self._from_gguf = list(self._sources)
         for name, source in BUILTIN_TEMPLATES.items():
             self._sources.setdefault(name, source)
         self.default_name = GGUF_DEFAULT if gguf_default else _detect(vocab_tokens)
+
+    def check_limits(self) -> None:
+        """Render a small chat with each of the model's own templates: one that runs past the
+        time or size limits is hostile or broken, and fails the load (TemplateOverLimit naming
+        it). A template that only refuses this chat (raise_exception) is left to requests."""
+        for name in self._from_gguf:
+            try:
+                render(self._sources[name], _SAMPLE_CHAT)
+            except TemplateOverLimit as e:
+                raise TemplateOverLimit(f"the model's chat template {name!r} is refused: "
+                                        f"{e}") from None
+            except TemplateError:
+                pass
 
     @property
     def names(self) -> list[str]:
@@ -120,6 +136,11 @@ class ChatTemplates:
         if key not in self._sources:
             raise UnknownTemplate(key, self.names)
         return self._sources[key]
+
+
+_SAMPLE_CHAT = [{"role": "system", "content": "You are helpful."},
+                {"role": "user", "content": "Hello?"}, {"role": "assistant", "content": "Hi."},
+                {"role": "user", "content": "What is 2 + 2?"}]
 
 
 def _detect(vocab_tokens: set[str] | frozenset[str]) -> str:
