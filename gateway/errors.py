@@ -44,8 +44,18 @@ class RequestTimeout(GatewayError):
     status, kind = 408, "timeout"
 
 
+class Forbidden(GatewayError):
+    """A request from a web page of another site, or for a host name this gateway is not."""
+    status, kind = 403, "forbidden"
+
+
 class BodyTooLarge(GatewayError):
     status, kind = 413, "too_large"
+
+
+class UnsupportedMediaType(GatewayError):
+    """A body that is not declared as JSON."""
+    status, kind = 415, "unsupported_media_type"
 
 
 class Overloaded(GatewayError):
@@ -69,8 +79,9 @@ class UpstreamTimeout(GatewayError):
 
 
 # The class of each HTTP status a failure code may carry (wire.failures).
-_BY_STATUS: dict[int, type[GatewayError]] = {400: BadRequest, 429: Overloaded, 503: Unavailable,
-                                             504: UpstreamTimeout, 500: UpstreamFailed}
+_BY_STATUS: dict[int, type[GatewayError]] = {400: BadRequest, 413: BodyTooLarge, 429: Overloaded,
+                                             503: Unavailable, 504: UpstreamTimeout,
+                                             500: UpstreamFailed}
 
 
 def of_code(code: str, message: str, retry_after: float | None = None) -> GatewayError:
