@@ -5,7 +5,7 @@ entry in wire.failures, never from its text."""
 from __future__ import annotations
 
 from bus.errors import BusError, RemoteError, code_of
-from wire.failures import QUEUE_FULL, failure
+from wire.failures import QUEUE_FULL, REQUEST_TOO_LARGE, failure
 
 
 class GatewayError(Exception):
@@ -105,4 +105,7 @@ def from_bus(e: BusError) -> GatewayError:
             return of_code(e.code, f"the cluster is busy ({e.message})", e.retry_after)
         return of_code(e.code, f"{e.code}: {e.message}", e.retry_after)
     code = code_of(e)
+    if code == REQUEST_TOO_LARGE:
+        return of_code(code, f"the request is too large to pass on to the cluster (send a "
+                             f"shorter prompt, or fewer and shorter stop strings): {e}")
     return of_code(code, f"the cluster did not answer: {e}" if failure(code).retry else str(e))
