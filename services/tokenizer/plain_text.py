@@ -29,6 +29,29 @@ class Markers:
         return cls(f"\ue000{nonce}\ue001", f"\ue002{nonce}\ue003")
 
 
+class SpecialTexts:
+    """Finds the text of a special token in a string, in time linear in the string whatever it
+    holds (a regex of thousands of alternatives takes a minute over 500 KB of '<')."""
+
+    def __init__(self, texts):
+        self.texts = frozenset(t for t in texts if t)
+        self.first = frozenset(t[0] for t in self.texts)
+        self.lengths: dict[str, tuple[int, ...]] = {}     # first two characters -> lengths
+        for t in self.texts:
+            self.lengths[t[:2]] = tuple(sorted({*self.lengths.get(t[:2], ()), len(t)}))
+
+    def found_in(self, text: str) -> bool:
+        for c in self.first:
+            pos = text.find(c)
+            while pos != -1:
+                for key in (text[pos:pos + 2], c):
+                    for n in self.lengths.get(key, ()):
+                        if text[pos:pos + n] in self.texts:
+                            return True
+                pos = text.find(c, pos + 1)
+        return False
+
+
 def mark(messages: list[dict[str, Any]], m: Markers) -> list[dict[str, Any]]:
     """Copies of `messages` (contents already strings) with each non-empty content marked."""
     return [{**msg, "content": f"{m.open}{msg['content']}{m.close}"}

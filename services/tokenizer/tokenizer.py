@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from services.tokenizer.bpe import build_tokenizer
+from services.tokenizer.bpe import SPECIAL_TYPES, build_tokenizer
 from services.tokenizer import plain_text
 from services.tokenizer.errors import BadTokenId, TokenizerError
 from services.tokenizer.messages import normalize_messages
@@ -40,6 +40,9 @@ class Tokenizer:
         self.special_ids: frozenset[int] = frozenset(
             i for i, k in enumerate(vocab.token_types) if k == TokenType.CONTROL)
         self._bytes_with_special = token_bytes_table(vocab, special=True)
+        # What the HF tokenizer matches as special when asked to (bpe.SPECIAL_TYPES).
+        self._special_texts = plain_text.SpecialTexts(
+            t for t, k in zip(vocab.tokens, vocab.token_types) if k in SPECIAL_TYPES)
         # What llama.cpp's token_to_piece gives: control tokens read as b"".
         self.token_bytes: list[bytes] = [b"" if i in self.special_ids else b
                                          for i, b in enumerate(self._bytes_with_special)]
@@ -174,13 +177,7 @@ class Tokenizer:
 
     def _holds_special(self, texts: list[str]) -> bool:
         """Whether any of `texts` holds the text of a special token."""
-        texts = [t for t in texts if t]
-        if not texts or not self.special_ids:
-            return False
-        with self._lock:
-            self._hf.encode_special_tokens = False
-            found = self._hf.encode_batch(texts, add_special_tokens=False)
-        return any(i in self.special_ids for enc in found for i in enc.ids)
+        return any(self._special_texts.found_in(t) for t in texts if t)
 
     def _text(self, token_id: int | None) -> str:
         return "" if token_id is None else self.vocab.tokens[token_id]
