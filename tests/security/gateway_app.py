@@ -18,17 +18,24 @@ from gateway.metrics import Metrics
 
 
 @contextlib.asynccontextmanager
+async def backend_of_nobody():
+    """A real Backend over a directory that has found nobody."""
+    ctx = zmq.asyncio.Context()
+    directory = Directory(ctx, BusConfig(mdns=False))
+    try:
+        yield Backend(directory, Peers(ctx, directory, "gw-test"), 30.0, Metrics(), carry_s=0.0)
+    finally:
+        ctx.destroy(linger=0)
+
+
+@contextlib.asynccontextmanager
 async def gateway_client(config: GatewayConfig | None = None, **kw):
     """(client, directory): an HTTP client of a gateway app built from `config` (or kw)."""
     config = config or GatewayConfig(**kw)
-    ctx = zmq.asyncio.Context()
-    directory = Directory(ctx, BusConfig(mdns=False))
-    peers = Peers(ctx, directory, "gw-test")
-    backend = Backend(directory, peers, 30.0, Metrics(), carry_s=0.0)
-    client = TestClient(TestServer(build_app(backend, config), host=config.host))
-    await client.start_server()
-    try:
-        yield client, directory
-    finally:
-        await client.close()
-        ctx.destroy(linger=0)
+    async with backend_of_nobody() as backend:
+        client = TestClient(TestServer(build_app(backend, config), host=config.host))
+        await client.start_server()
+        try:
+            yield client, backend.directory
+        finally:
+            await client.close()
