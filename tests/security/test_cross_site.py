@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import GatewayConfig
-from gateway.crosssite import Sites, body_refusal, host_name
 
 from .gateway_app import gateway_client
 
@@ -76,6 +75,7 @@ async def test_allowed_host_lets_a_name_in():
 
 def test_a_wildcard_bind_answers_on_this_machines_names_and_addresses():
     import socket
+    from gateway.crosssite import Sites, host_name
     sites = Sites.of("0.0.0.0")
     assert sites.host_refusal(f"{socket.gethostname()}:8080") is None
     assert sites.host_refusal("10.1.2.3:8080") is None       # an address cannot be rebound
@@ -127,4 +127,5 @@ def test_settings_are_options_of_the_gateway():
 
 
 def test_body_refusal_names_the_fix():
+    from gateway.crosssite import body_refusal
     assert "application/json" in body_refusal("text/plain", None)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from services.tokenizer.errors import TemplateError, TemplateOverLimit
+from services.tokenizer.errors import TemplateError
 from services.tokenizer.templates import render
 from services.tokenizer.tokenizer import Tokenizer
 from tests.tokenizer.conftest import tiny_bpe_kv, write_gguf
@@ -30,7 +30,7 @@ def test_a_hostile_template_fails_the_load_within_5_s(tmp_path, name):
     path = write_gguf(tmp_path / "hostile.gguf",
                       {**tiny_bpe_kv(), "add_chat_template": HOSTILE[name]})
     started = time.monotonic()
-    with pytest.raises(TemplateOverLimit, match="chat template 'gguf' is refused"):
+    with pytest.raises(TemplateError, match="chat template 'gguf' is refused"):
         Tokenizer.from_gguf(path)
     assert time.monotonic() - started < 5.0
 

@@ -13,13 +13,12 @@ from aiohttp import web
 
 from gateway.app import build_app
 from gateway.config import GatewayConfig
-from gateway.connections import CappedSite
-from gateway.lograte import RateLimitedLog
 
 from .gateway_app import gateway_client
 
 
 def test_a_repeated_failure_is_logged_once_per_interval_with_a_count(caplog):
+    from gateway.lograte import RateLimitedLog
     now = [0.0]
     limited = RateLimitedLog(logging.getLogger("test.flood"), interval_s=60.0,
                              clock=lambda: now[0])
@@ -40,6 +39,7 @@ def test_a_repeated_failure_is_logged_once_per_interval_with_a_count(caplog):
 
 
 def test_a_recursion_traceback_is_short(caplog):
+    from gateway.lograte import RateLimitedLog
     limited = RateLimitedLog(logging.getLogger("test.deep"))
 
     def deep(n):
@@ -67,6 +67,7 @@ async def test_a_deeply_nested_body_is_a_400_that_logs_nothing(caplog):
 
 
 async def test_connections_past_the_cap_get_503_and_are_closed():
+    from gateway.connections import CappedSite
     from .gateway_app import backend_of_nobody
     async with backend_of_nobody() as backend:
         runner = web.AppRunner(build_app(backend, GatewayConfig(port=0, max_connections=2)))

@@ -34,5 +34,5 @@ def test_an_unwritable_cache_serves_with_one_warning(tmp_path, caplog):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_warnings():
-    weight_cache._warned.clear()
+def _fresh_warnings(monkeypatch):
+    monkeypatch.setattr(weight_cache, "_warned", set(), raising=False)
