@@ -74,8 +74,8 @@ def parse(raw: bytes) -> Any:
     except (UnicodeDecodeError, ValueError) as e:
         raise BadRequest(f"the body is not valid JSON: {e}") from None
     except RecursionError:
-        raise BadRequest(f"the body nests arrays and objects deeper than {MAX_NESTING} "
-                         f"levels") from None
+        raise BadRequest(f"the body nests arrays and objects too deeply (deeper than "
+                         f"{MAX_NESTING} levels)") from None
     _check_nesting(value)
     return value
 
