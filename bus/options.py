@@ -52,7 +52,7 @@ def add_options(parser: argparse.ArgumentParser | Any, cls: type,
         repeated = isinstance(default, tuple)
         parse = o["parse"] or (str if repeated or default is None else type(default))
         if repeated:
-            shown = ", ".join(default) or "none"
+            shown = ", ".join(default) or None
         parser.add_argument(flag_of(f, o), dest=f.name, default=None, type=parse,
                             action="append" if repeated else "store",
                             metavar=o["metavar"], choices=o["choices"],

@@ -21,11 +21,11 @@ class GatewayConfig:
     stream_idle_timeout: float = 300.0  # a stream that stays silent this long has failed
     allowed_hosts: tuple[str, ...] = option((), "a host name requests may be for, besides the "
                                             "bound address (and loopback names or, for a "
-                                            "wildcard bind, this machine's names); repeatable; "
-                                            "* for any", flag="--allowed-host", metavar="NAME")
+                                            "wildcard bind, this machine's names); repeatable, "
+                                            "none by default; * for any", flag="--allowed-host", metavar="NAME")
     cors_origins: tuple[str, ...] = option((), "the origin of a web page of another site that "
                                            "may call the API (CORS, preflight included); "
-                                           "repeatable", flag="--cors-origin", metavar="URL")
+                                           "repeatable, none by default", flag="--cors-origin", metavar="URL")
     max_connections: int = option(512, "HTTP connections open at once; past it a new one is "
                                   "answered 503 and closed")
     carry_s: float = option(60.0, "seconds a request whose scheduler (or tokenizer) was lost "
