@@ -39,6 +39,7 @@ _CODES: dict[type, str] = {
     errors.BadMessages: BAD_MESSAGES,
     errors.UnknownTemplate: UNKNOWN_TEMPLATE,
     errors.TemplateError: TEMPLATE_ERROR,
+    errors.TemplateOverLimit: TEMPLATE_ERROR,
     errors.BadTokenId: BAD_TOKEN_ID,
 }
 

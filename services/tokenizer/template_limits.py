@@ -5,8 +5,11 @@ asking for gigabytes ('a' * 10**10).
 - Size: `*`, `**` and `+` are checked before they run (a result over MAX_CHARS items, an
   exponent past MAX_EXPONENT), as are the widths given to str methods (ljust, center...), and
   the output is counted as it is rendered.
-- Time: while a template's own code runs, a trace function checks the deadline on every line
-  (only frames of template code are traced: the cost is on the template, not on Python).
+- Time: while a template's own code runs, a trace function counts its lines and checks the
+  thread's CPU time every CHECK_EVERY of them (only frames of template code are traced: the
+  cost is on the template, not on Python). A chat gets RENDER_CPU_S and PER_MESSAGE_CPU_S per
+  message (a real template takes microseconds a message); CPU time, so a loaded machine does
+  not fail a long chat, with a wall-time backstop.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from services.tokenizer.errors import TemplateOverLimit
 
 MAX_CHARS = 4 << 20         # of one value a template builds, and of its output
 MAX_EXPONENT = 4096
-RENDER_TIMEOUT_S = 2.0
+RENDER_CPU_S = 2.0           # a chat's render: this, and PER_MESSAGE_CPU_S per message, of CPU
+PER_MESSAGE_CPU_S = 1e-3
+WALL_PER_CPU = 10.0          # wall time allowed per second of CPU (a loaded machine)
+CHECK_EVERY = 64             # template lines between two looks at the clocks
 _TEMPLATE_FILE = "<template>"  # the file name jinja2 compiles templates under
 _WIDTH_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs"})
 
@@ -58,14 +64,21 @@ def _check_size(n: int, what: str) -> None:
                                 f"{MAX_CHARS}")
 
 
-def render_bounded(chunks: Iterator[str], timeout_s: float = RENDER_TIMEOUT_S) -> str:
-    """The text of a template's `generate()`, within the time and output limits."""
-    deadline = time.monotonic() + timeout_s
+def render_bounded(chunks: Iterator[str], cpu_s: float = RENDER_CPU_S,
+                   wall_s: float | None = None) -> str:
+    """The text of a template's `generate()`, within the output limit and `cpu_s` seconds of
+    this thread's CPU time (a loaded machine does not make a long chat fail), and `wall_s`
+    seconds of wall time at most (default: WALL_PER_CPU times `cpu_s`)."""
+    started_cpu, started = time.thread_time(), time.monotonic()
+    wall_s = WALL_PER_CPU * cpu_s if wall_s is None else wall_s
+    lines = 0
 
     def on_line(frame, event, arg):
-        if event == "line" and time.monotonic() > deadline:
-            raise TemplateOverLimit(f"the chat template ran past its time limit of "
-                                    f"{timeout_s:g} s")
+        nonlocal lines
+        lines += 1
+        if event == "line" and lines % CHECK_EVERY == 0 and (
+                time.thread_time() - started_cpu > cpu_s or time.monotonic() - started > wall_s):
+            raise TemplateOverLimit(f"the chat template ran past its time limit of {cpu_s:g} s")
         return on_line
 
     def on_call(frame, event, arg):
@@ -84,6 +97,3 @@ def render_bounded(chunks: Iterator[str], timeout_s: float = RENDER_TIMEOUT_S) -
         return "".join(out)
     finally:
         sys.settrace(before)
-
-
-

@@ -19,7 +19,13 @@ from jinja2.ext import Extension
 from services.tokenizer.builtin_templates import BUILTIN_TEMPLATES, DETECT_ORDER, FALLBACK
 from services.tokenizer.errors import TemplateError, TemplateOverLimit, UnknownTemplate
 from services.tokenizer.messages import normalize_messages
-from services.tokenizer.template_limits import BoundedSandbox, render_bounded
+from services.tokenizer.template_limits import (PER_MESSAGE_CPU_S, RENDER_CPU_S,
+                                                BoundedSandbox, render_bounded)
+
+# What a model's own template gets for a small chat at load (a real one takes a millisecond):
+# past it the template is hostile or broken, and the load fails within LOAD_CHECK_WALL_S.
+LOAD_CHECK_CPU_S = 1.0
+LOAD_CHECK_WALL_S = 3.0
 from services.tokenizer.tool_prompt import template_reads_tools
 
 GGUF_DEFAULT = "gguf"   # the name under which the GGUF's own template is chosen
@@ -83,14 +89,18 @@ def reads_tools(source: str) -> bool:
 
 
 def render(source: str, messages: Any, *, add_generation_prompt: bool = True,
-           bos_token: str = "", eos_token: str = "", **extra: Any) -> str:
-    """The prompt text for `messages` (checked by normalize_messages) under template `source`."""
+           bos_token: str = "", eos_token: str = "", _limits: tuple[float, float | None] | None = None,
+           **extra: Any) -> str:
+    """The prompt text for `messages` (checked by normalize_messages) under template `source`,
+    within the time and size limits (template_limits)."""
     template = compile_template(source)
     context = dict(extra)
-    context.update(messages=normalize_messages(messages), add_generation_prompt=add_generation_prompt,
+    messages = normalize_messages(messages)
+    context.update(messages=messages, add_generation_prompt=add_generation_prompt,
                    bos_token=bos_token, eos_token=eos_token)
+    cpu_s, wall_s = _limits or (RENDER_CPU_S + PER_MESSAGE_CPU_S * len(messages), None)
     try:
-        return render_bounded(template.generate(**context))
+        return render_bounded(template.generate(**context), cpu_s, wall_s)
     except TemplateOverLimit:
         raise
     except _RaisedByTemplate as e:
@@ -119,7 +129,8 @@ class ChatTemplates:
         it). A template that only refuses this chat (raise_exception) is left to requests."""
         for name in self._from_gguf:
             try:
-                render(self._sources[name], _SAMPLE_CHAT)
+                render(self._sources[name], _SAMPLE_CHAT,
+                       _limits=(LOAD_CHECK_CPU_S, LOAD_CHECK_WALL_S))
             except TemplateOverLimit as e:
                 raise TemplateOverLimit(f"the model's chat template {name!r} is refused: "
                                         f"{e}") from None
