@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from wire.failures import NOT_FOUND, PEER_DEAD, PEER_RESTARTED, TIMEOUT, UPSTREAM_FAILED
+from wire.failures import (NOT_FOUND, PEER_DEAD, PEER_RESTARTED, REQUEST_TOO_LARGE, TIMEOUT,
+                           UPSTREAM_FAILED)
 
 
 class BusError(Exception):
@@ -68,4 +69,4 @@ def code_of(e: BusError) -> str:
 
 
 _CODES = {ServiceNotFound: NOT_FOUND, CallTimeout: TIMEOUT, PeerDead: PEER_DEAD,
-          PeerRestarted: PEER_RESTARTED}
+          PeerRestarted: PEER_RESTARTED, MessageTooLarge: REQUEST_TOO_LARGE}

@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import socket
+
+# machine-id(5): the id "should be considered confidential" and must not be shown on a network;
+# an application uses a hash of it under its own key (as sd_id128_get_machine_app_specific does).
+_APP_KEY = b"llmbus machine id"
 
 
 @functools.cache
 def machine_id() -> str:
-    """/etc/machine-id (stable across renames and shared by every process of the machine), or
-    the host name where there is none."""
+    """This machine's identity as llmbus shows it (heartbeats, /v1/cluster, busctl): a hash of
+    /etc/machine-id (stable across renames and shared by every process of the machine), or of
+    the host name where there is none. The raw id never leaves the machine."""
+    return hashed(_raw_machine_id())
+
+
+def hashed(raw: str) -> str:
+    return hmac.new(_APP_KEY, raw.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _raw_machine_id() -> str:
     for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
         try:
             with open(path) as f:

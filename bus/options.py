@@ -9,6 +9,7 @@ default and help are declared once, on its field:
     add_options(parser, Config)          # --max-queue (default: 256), --pace-ms (default: 120)
     Config(**options_of(Config, args))   # the values given, in the field's own unit
 
+A field whose default is a tuple is a repeatable option (`--cors-origin A --cors-origin B`).
 Fields without `option` are no options (settings a service sets itself). Reading a dataclass's
 fields imports nothing: a command's parser is built before numpy loads.
 """
@@ -48,8 +49,12 @@ def add_options(parser: argparse.ArgumentParser | Any, cls: type,
     for f, o in _options(cls, only):
         default = f.default
         shown = round(default * o["per"], 9) if o["per"] != 1 else default
-        parse = o["parse"] or (type(default) if default is not None else str)
+        repeated = isinstance(default, tuple)
+        parse = o["parse"] or (str if repeated or default is None else type(default))
+        if repeated:
+            shown = ", ".join(default) or None
         parser.add_argument(flag_of(f, o), dest=f.name, default=None, type=parse,
+                            action="append" if repeated else "store",
                             metavar=o["metavar"], choices=o["choices"],
                             help=o["help"] if shown in ("", None) or "default" in o["help"]
                             else f"{o['help']} (default: {_text(shown)})")
@@ -61,7 +66,9 @@ def options_of(cls: type, args: argparse.Namespace) -> dict[str, Any]:
     out = {}
     for f, o in _options(cls):
         value = getattr(args, f.name, None)
-        if value is not None:
+        if isinstance(value, list):
+            out[f.name] = tuple(value)
+        elif value is not None:
             out[f.name] = value / o["per"] if o["per"] != 1 else value
     return out
 
@@ -78,6 +85,6 @@ def argv_of(cls: type, args: argparse.Namespace, only: Sequence[str] | None = No
     out = []
     for f, o in _options(cls, only):
         value = getattr(args, f.name, None)
-        if value is not None:
-            out += [flag_of(f, o), str(value)]
+        for v in value if isinstance(value, list) else [] if value is None else [value]:
+            out += [flag_of(f, o), str(v)]
     return out

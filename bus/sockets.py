@@ -3,7 +3,9 @@
 Every socket's limits are chosen here, by what it carries:
 
 - CONTROL: heartbeats, events, handshakes and most RPC (tokenizer, scheduler, busctl). No frame
-  is larger than a message header may be (wire.limits.MAX_HEADER_BYTES, 1 MiB).
+  we send is larger than a message header may be (wire.limits.MAX_HEADER_BYTES, 1 MiB); frames
+  up to ANSWERED_FRAME_BYTES are still read, so that a caller of its own making (no wire.encode
+  check) sending a header too large is answered `bad_frame` naming its call, not left waiting.
 - ACTIVATIONS: a shard's request socket and the clients that call shards. A frame holds a
   batch's activations (512 tokens x 32768 hidden x fp32 = 64 MiB) or the logits of its sampled
   rows (64 rows x 262144 vocab x fp32 = 64 MiB), and few messages are queued per peer.
@@ -36,6 +38,7 @@ class SocketLimits:
     max_msg_size: int = MAX_HEADER_BYTES  # per frame, in zmq terms; frames are checked again on decode
     reconnect_ivl_ms: int = 100
     reconnect_ivl_max_ms: int = 2000
+    read_frame_bytes: int = 0      # zmq's MAXMSGSIZE, when it reads more than it sends (0: same)
 
     def __post_init__(self):
         if not MAX_HEADER_BYTES <= self.max_msg_size <= MAX_TENSOR_BYTES:
@@ -45,7 +48,8 @@ class SocketLimits:
             raise ValueError("high-water marks must be at least 1")
 
 
-CONTROL = SocketLimits()
+ANSWERED_FRAME_BYTES = 4 * MAX_HEADER_BYTES
+CONTROL = SocketLimits(read_frame_bytes=ANSWERED_FRAME_BYTES)
 ACTIVATIONS = SocketLimits(sndhwm=64, rcvhwm=64, max_msg_size=64 << 20)
 # A directory's SUB socket stays connected to every peer's PUB address. A peer restarted on the
 # same port (`llmbus up` fixes them) is heard once the SUB reconnects, so it retries every
@@ -68,7 +72,7 @@ def _apply(sock: zmq.Socket, limits: SocketLimits) -> None:
     sock.setsockopt(zmq.SNDHWM, limits.sndhwm)
     sock.setsockopt(zmq.RCVHWM, limits.rcvhwm)
     sock.setsockopt(zmq.LINGER, limits.linger_ms)
-    sock.setsockopt(zmq.MAXMSGSIZE, limits.max_msg_size)
+    sock.setsockopt(zmq.MAXMSGSIZE, max(limits.max_msg_size, limits.read_frame_bytes))
     sock.setsockopt(zmq.RECONNECT_IVL, limits.reconnect_ivl_ms)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, limits.reconnect_ivl_max_ms)
 

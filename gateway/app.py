@@ -12,7 +12,9 @@ from aiohttp import web
 from . import auth, openapi
 from .backend import Backend
 from .config import GatewayConfig
-from .errors import GatewayError, MethodNotAllowed, NotFound, UpstreamFailed
+from .crosssite import EXPOSED_HEADERS, Sites, preflight_headers
+from .errors import Forbidden, GatewayError, MethodNotAllowed, NotFound, UpstreamFailed
+from .lograte import RateLimitedLog
 from .protocols.anthropic import Anthropic
 from .protocols.base import Handler, Protocol
 from .protocols.native import Native
@@ -22,6 +24,11 @@ from .protocols.responses import Responses
 from .protocols.web import Web
 
 log = logging.getLogger("llmbus.gateway")
+# A failure that repeats (a gateway out of file descriptors, a bug every request meets) is
+# logged once a minute with its count, not once per request.
+_failures = RateLimitedLog(log, interval_s=60.0)
+# The request's allowed origin of another site (aiohttp before 3.12 has no RequestKey).
+_CORS = web.RequestKey("cors_origin", str) if hasattr(web, "RequestKey") else "cors_origin"
 
 PROTOCOLS: tuple[type[Protocol], ...] = (OpenAI, Responses, Anthropic, Ollama, Native, Web)
 
@@ -29,8 +36,10 @@ PROTOCOLS: tuple[type[Protocol], ...] = (OpenAI, Responses, Anthropic, Ollama, N
 def build_app(backend: Backend, config: GatewayConfig) -> web.Application:
     protocols = [cls(backend, config) for cls in PROTOCOLS]
     native = next(p for p in protocols if isinstance(p, Native))
-    app = web.Application(middlewares=[_unrouted(native)],
+    sites = Sites.of(config.host, config.allowed_hosts, config.cors_origins)
+    app = web.Application(middlewares=[_cross_site(sites, native), _unrouted(native)],
                           client_max_size=config.max_body_bytes)
+    app.on_response_prepare.append(_cors_headers)
     for proto in protocols:
         for method, path, handler in proto.routes():
             app.router.add_route(method, path,
@@ -57,7 +66,8 @@ def _wrap(proto: Protocol, handler: Handler, api_key: str | None, metrics) -> Ha
         except (asyncio.CancelledError, ConnectionError):
             raise                                       # the client left: nothing to answer
         except Exception as e:  # a bug answers in the protocol's shape and is logged
-            log.exception("%s %s failed", request.method, request.path)
+            _failures.exception((type(e).__name__, request.path), "%s %s failed: %s: %.200s",
+                                request.method, request.path, type(e).__name__, e)
             return await _answer(proto, request, UpstreamFailed(
                 f"internal error in the gateway: {type(e).__name__}: {e}"))
 
@@ -88,3 +98,36 @@ def _unrouted(native: Protocol):
                 f"{', '.join(sorted(e.allowed_methods))})"))
 
     return unrouted
+
+
+def _cross_site(sites: Sites, native: Protocol):
+    """Refuse what a web page of another site (or a rebound DNS name) makes a browser send,
+    answer CORS preflights of the origins let in (see crosssite.py)."""
+    @web.middleware
+    async def cross_site(request: web.Request, handler):
+        host = request.headers.get("Host")
+        if (why := sites.host_refusal(host)) is not None:
+            return native.error(Forbidden(why))
+        origin = request.headers.get("Origin")
+        if origin is not None:
+            if not sites.origin_allowed(origin, host):
+                return native.error(Forbidden(
+                    f"requests from pages of {origin} are not allowed; run the gateway with "
+                    f"--cors-origin {origin} to allow them"))
+            if sites.cors(origin):
+                request[_CORS] = origin
+                if (request.method == "OPTIONS"
+                        and "Access-Control-Request-Method" in request.headers):
+                    return web.Response(status=204, headers=preflight_headers(
+                        request.headers.get("Access-Control-Request-Headers")))
+        return await handler(request)
+
+    return cross_site
+
+
+async def _cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+    origin = request.get(_CORS)
+    if origin is not None:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = EXPOSED_HEADERS
+        response.headers.add("Vary", "Origin")

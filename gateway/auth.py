@@ -4,6 +4,8 @@ refused before its body is read."""
 from __future__ import annotations
 
 import hmac
+import os
+import stat
 from pathlib import Path
 
 from .errors import Unauthorized
@@ -21,11 +23,26 @@ def is_open(path: str) -> bool:
 def load_key(key_file: Path | None, env: dict) -> str | None:
     """The key from --api-key-file, else LLMBUS_API_KEY; None: no authentication."""
     if key_file is not None:
+        check_private(key_file)
         key = key_file.read_text().strip()
         if not key:
             raise ValueError(f"--api-key-file {key_file} is empty")
         return key
     return env.get("LLMBUS_API_KEY") or None
+
+
+def check_private(path: Path) -> None:
+    """ValueError unless `path` is a regular file only its owner can read (as the cluster's
+    CURVE key file): a key others can read is no secret."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ValueError(f"--api-key-file {path}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"--api-key-file {path}: not a regular file")
+    if st.st_mode & 0o077:
+        raise ValueError(f"--api-key-file {path} can be read by others (mode "
+                         f"{st.st_mode & 0o777:o}): `chmod 600 {path}`")
 
 
 def presented_key(headers) -> str | None:

@@ -10,13 +10,26 @@ from typing import Any
 
 from aiohttp import web
 
-from .errors import BadRequest, BodyTooLarge, RequestTimeout
+from wire.limits import MAX_DEPTH
+
+from .crosssite import body_refusal
+from .errors import BadRequest, BodyTooLarge, RequestTimeout, UnsupportedMediaType
+
+# A body larger than this is parsed in a worker thread: the event loop (other requests,
+# /health) goes on meanwhile.
+PARSE_IN_THREAD_BYTES = 64 << 10
+# How deep a body's arrays and objects may nest: what the bus carries of a request's free-form
+# parts (a tool's JSON schema, a response format) within the levels around them on the bus.
+MAX_NESTING = MAX_DEPTH - 8
 
 
 async def read_json(request: web.Request, limit: int, timeout: float) -> Any:
-    """The parsed body; 413 past `limit` bytes (refused from Content-Length before reading),
-    408 if it does not arrive within `timeout` seconds, 400 if it is not JSON or holds what
-    the bus cannot carry (see `parse`)."""
+    """The parsed body; 415 unless declared JSON (see crosssite.body_refusal), 413 past `limit`
+    bytes (refused from Content-Length before reading), 408 if it does not arrive within
+    `timeout` seconds, 400 if it is not JSON or holds what the bus cannot carry (see `parse`)."""
+    if (why := body_refusal(request.headers.get("Content-Type"),
+                            request.headers.get("Origin"))) is not None:
+        raise UnsupportedMediaType(why)
     declared = request.content_length
     if declared is not None and declared > limit:
         raise BodyTooLarge(f"the body is {declared} bytes; the limit is {limit}")
@@ -26,6 +39,8 @@ async def read_json(request: web.Request, limit: int, timeout: float) -> Any:
         raise RequestTimeout(f"the body did not arrive within {timeout:g} s") from None
     if not raw.strip():
         raise BadRequest("the body is empty; send a JSON object")
+    if len(raw) > PARSE_IN_THREAD_BYTES:
+        return await asyncio.to_thread(parse, raw)
     return parse(raw)
 
 
@@ -59,8 +74,32 @@ def parse(raw: bytes) -> Any:
     except (UnicodeDecodeError, ValueError) as e:
         raise BadRequest(f"the body is not valid JSON: {e}") from None
     except RecursionError:
-        raise BadRequest("the body nests arrays and objects too deeply") from None
+        raise BadRequest(f"the body nests arrays and objects too deeply (deeper than "
+                         f"{MAX_NESTING} levels)") from None
+    _check_nesting(value)
     return value
+
+
+def _check_nesting(value: Any) -> None:
+    """BadRequest naming the first field whose arrays and objects nest past MAX_NESTING (walked
+    without recursion: the walk itself cannot overflow)."""
+    todo = [(value, "", 0)]
+    while todo:
+        v, path, depth = todo.pop()
+        if isinstance(v, dict):
+            items = v.items()
+        elif isinstance(v, list):
+            items = enumerate(v)
+        else:
+            continue
+        if depth >= MAX_NESTING:
+            field = path.split(".")[0].split("[")[0] or None
+            raise BadRequest(f"{path} nests arrays and objects deeper than the {MAX_NESTING} "
+                             f"levels a request may have", param=field)
+        for k, item in items:
+            if isinstance(item, (dict, list)):
+                name = f"{path}[{k}]" if isinstance(v, list) else (f"{path}.{k}" if path else k)
+                todo.append((item, name, depth + 1))
 
 
 def _check_text(value: Any, path: str = "") -> None:

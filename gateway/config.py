@@ -19,6 +19,15 @@ class GatewayConfig:
     read_timeout: float = option(30.0, "seconds a client has to send a request's headers and body")
     header_timeout: float = 10.0      # from a connection's first byte to its headers' end
     stream_idle_timeout: float = 300.0  # a stream that stays silent this long has failed
+    allowed_hosts: tuple[str, ...] = option((), "a host name requests may be for, besides the "
+                                            "bound address (and loopback names or, for a "
+                                            "wildcard bind, this machine's names); repeatable, "
+                                            "none by default; * for any", flag="--allowed-host", metavar="NAME")
+    cors_origins: tuple[str, ...] = option((), "the origin of a web page of another site that "
+                                           "may call the API (CORS, preflight included); "
+                                           "repeatable, none by default", flag="--cors-origin", metavar="URL")
+    max_connections: int = option(512, "HTTP connections open at once; past it a new one is "
+                                  "answered 503 and closed")
     carry_s: float = option(60.0, "seconds a request whose scheduler (or tokenizer) was lost "
                             "waits for one that serves it again (its client sees a pause) "
                             "before it fails")
@@ -30,6 +39,12 @@ class GatewayConfig:
             raise ValueError("max_body_bytes, read_timeout and header_timeout must be > 0")
         if not self.carry_s >= 0:
             raise ValueError(f"carry_s {self.carry_s}: seconds, >= 0")
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections {self.max_connections}: at least 1")
+        for origin in self.cors_origins:
+            if origin not in ("*", "null") and "://" not in origin:
+                raise ValueError(f"--cors-origin {origin!r}: give an origin such as "
+                                 f"https://chat.example.com")
         if self.api_key is not None and not self.api_key:
             raise ValueError("the API key is empty")
 

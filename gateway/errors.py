@@ -5,7 +5,7 @@ entry in wire.failures, never from its text."""
 from __future__ import annotations
 
 from bus.errors import BusError, RemoteError, code_of
-from wire.failures import QUEUE_FULL, failure
+from wire.failures import QUEUE_FULL, REQUEST_TOO_LARGE, failure
 
 
 class GatewayError(Exception):
@@ -44,8 +44,18 @@ class RequestTimeout(GatewayError):
     status, kind = 408, "timeout"
 
 
+class Forbidden(GatewayError):
+    """A request from a web page of another site, or for a host name this gateway is not."""
+    status, kind = 403, "forbidden"
+
+
 class BodyTooLarge(GatewayError):
     status, kind = 413, "too_large"
+
+
+class UnsupportedMediaType(GatewayError):
+    """A body that is not declared as JSON."""
+    status, kind = 415, "unsupported_media_type"
 
 
 class Overloaded(GatewayError):
@@ -69,8 +79,9 @@ class UpstreamTimeout(GatewayError):
 
 
 # The class of each HTTP status a failure code may carry (wire.failures).
-_BY_STATUS: dict[int, type[GatewayError]] = {400: BadRequest, 429: Overloaded, 503: Unavailable,
-                                             504: UpstreamTimeout, 500: UpstreamFailed}
+_BY_STATUS: dict[int, type[GatewayError]] = {400: BadRequest, 413: BodyTooLarge, 429: Overloaded,
+                                             503: Unavailable, 504: UpstreamTimeout,
+                                             500: UpstreamFailed}
 
 
 def of_code(code: str, message: str, retry_after: float | None = None) -> GatewayError:
@@ -94,4 +105,7 @@ def from_bus(e: BusError) -> GatewayError:
             return of_code(e.code, f"the cluster is busy ({e.message})", e.retry_after)
         return of_code(e.code, f"{e.code}: {e.message}", e.retry_after)
     code = code_of(e)
+    if code == REQUEST_TOO_LARGE:
+        return of_code(code, f"the request is too large to pass on to the cluster (send a "
+                             f"shorter prompt, or fewer and shorter stop strings): {e}")
     return of_code(code, f"the cluster did not answer: {e}" if failure(code).retry else str(e))

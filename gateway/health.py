@@ -19,6 +19,11 @@ def missing(entries: Iterable, model: str | None) -> list[str]:
     gaps: list[str] = []
     if model is None:
         gaps.append("tokenizer: none has answered yet")
+    elif not any(e.kind == "tokenizer" and e.info.model == model for e in ready):
+        # The model was learnt once; a tokenizer that is gone since (given up by its watcher,
+        # say) fails every chat, so the cluster is not whole.
+        seen = [f"{e.name} ({e.state})" for e in entries if e.kind == "tokenizer"]
+        gaps.append("tokenizer: none ready" + (f" (seen: {', '.join(seen)})" if seen else ""))
     if not any(e.kind == "scheduler" and (model is None or e.info.model == model)
                for e in ready):
         seen = [f"{e.name} ({e.state})" for e in entries if e.kind == "scheduler"]

@@ -14,6 +14,7 @@ from bus.service import Service
 from .app import build_app
 from .backend import Backend
 from .config import GatewayConfig
+from .connections import CappedSite
 from .metrics import Metrics
 from wire.messages.info import GatewayInfo
 
@@ -46,7 +47,8 @@ class GatewayService(Service):
                                      handler_cancellation=True, shutdown_timeout=5.0,
                                      keepalive_timeout=self.gateway.header_timeout)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.gateway.host, self.gateway.port)
+        site = CappedSite(self._runner, self.gateway.host, self.gateway.port,
+                          self.gateway.max_connections)
         await site.start()
         self.http_port = site._server.sockets[0].getsockname()[1]
         log.info("HTTP on http://%s:%d", self.gateway.host, self.http_port)

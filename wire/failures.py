@@ -55,6 +55,8 @@ TIMEOUT = _code("timeout", 503, True, "no reply before the call's deadline")
 PEER_DEAD = _code("peer_dead", 503, True, "the peer stopped heartbeating during the call")
 PEER_RESTARTED = _code("peer_restarted", 503, True, "the peer restarted during the call")
 UPSTREAM_FAILED = _code("upstream_failed", 500, False, "a call to another service failed")
+REQUEST_TOO_LARGE = _code("request_too_large", 413, False, "a request larger than one message "
+                          "on the bus carries (a huge prompt or stop string): send less")
 
 # ---- a request refused by the scheduler or the tokenizer: the client's to mend
 BAD_REQUEST = _code("bad_request", 400, False, "the request is malformed")

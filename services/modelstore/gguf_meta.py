@@ -27,6 +27,7 @@ _NUMPY = {
     T.UINT64: np.uint64, T.INT64: np.int64, T.FLOAT64: np.float64,
 }
 _U64 = struct.Struct("<Q")
+MAX_ARRAY_DEPTH = 8      # arrays of arrays: no model nests deeper than 2
 
 
 class _Cursor:
@@ -76,7 +77,7 @@ class _Cursor:
         self.pos = pos
         return out
 
-    def value(self, vtype: int) -> Any:
+    def value(self, vtype: int, depth: int = 0) -> Any:
         if vtype == T.STRING:
             return self.string()
         if vtype == T.ARRAY:
@@ -87,7 +88,10 @@ class _Cursor:
                 dtype = np.dtype(_NUMPY[T(etype)]).newbyteorder("<")
                 return np.frombuffer(self.take(count * dtype.itemsize), dtype=dtype).copy()
             if etype == T.ARRAY:
-                return [self.value(T.ARRAY) for _ in range(count)]
+                if depth >= MAX_ARRAY_DEPTH:
+                    raise BadModelFile(f"GGUF metadata nests arrays deeper than "
+                                       f"{MAX_ARRAY_DEPTH} levels (offset {self.pos})")
+                return [self.value(T.ARRAY, depth + 1) for _ in range(count)]
             raise BadModelFile(f"GGUF array of unknown element type {etype}")
         if vtype in _SCALAR:
             return self.scalar(_SCALAR[T(vtype)])

@@ -74,7 +74,13 @@ def load_weights(model: Path, start: int, end: int, dtype: str = "float32",
             return LoadedWeights(config, weights, False, time.perf_counter() - t0, entry)
         except (OSError, ValueError, KeyError):
             shutil.rmtree(entry, ignore_errors=True)   # damaged entry: rebuild it below
-    built = _build_entry(Path(model), start, end, dtype, entry)
+    built = _read_gguf(Path(model), start, end, dtype)
+    try:
+        _write_entry(entry, *built)
+    except OSError as e:
+        # The cache is an optimisation: a read-only or full cache serves from the GGUF.
+        _warn_once(entry.parent.parent, e)
+        return LoadedWeights(*built, True, time.perf_counter() - t0, entry)
     prune(entry.parent.parent, keep=entry)
     # Served from the entry just written, as a warm load would be: the arrays read_weights built
     # (the layers stacked in anonymous memory) and the GGUF's mapping (whose pages the build read,
@@ -89,14 +95,21 @@ def load_weights(model: Path, start: int, end: int, dtype: str = "float32",
     return LoadedWeights(config, weights, True, time.perf_counter() - t0, entry)
 
 
-def _build_entry(model: Path, start: int, end: int, dtype: str, entry: Path) -> tuple[ModelConfig, ShardWeights]:
-    """Read layers [start, end) from the GGUF and write them as `entry`; returns what was read."""
+def _read_gguf(model: Path, start: int, end: int, dtype: str) -> tuple[ModelConfig, ShardWeights]:
+    """Layers [start, end) read from the GGUF."""
     if dtype == QUANTIZED:
-        config, weights = read_weights(model, start, end, np.float32, quantized=True)
-    else:
-        config, weights = read_weights(model, start, end, np.dtype(dtype))
-    _write_entry(entry, config, weights)
-    return config, weights
+        return read_weights(model, start, end, np.float32, quantized=True)
+    return read_weights(model, start, end, np.dtype(dtype))
+
+
+_warned: set[Path] = set()
+
+
+def _warn_once(root: Path, e: OSError) -> None:
+    if root not in _warned:
+        _warned.add(root)
+        log.warning("weight cache: cannot write under %s (%s): serving without caching (a "
+                    "restart reads the GGUF again)", root, e.strerror or e)
 
 
 def page_in(weights: ShardWeights) -> None:

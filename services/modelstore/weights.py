@@ -20,6 +20,7 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from kernels.qmatrix import QMatrix, QRows
+from services.modelstore.errors import BadModelFile
 from services.modelstore.gguf_config import ModelConfig, UnsupportedModel, config_from_gguf
 from services.modelstore.quantized import QLayers, QStack, kind_of, quantized_matrix, quantized_stack
 from services.modelstore.rope_layout import head_order, qkv_order
@@ -131,7 +132,10 @@ def _matrix(tensors: dict, name: str, dtype, quantized: bool = False) -> np.ndar
 
 
 def read_config(path: Path) -> tuple[ModelConfig, GGUFReader]:
-    reader = GGUFReader(str(path))
+    try:
+        reader = GGUFReader(str(path))
+    except RecursionError:     # gguf's reader recurses into arrays of arrays
+        raise BadModelFile(f"{path}: GGUF metadata nests arrays too deeply") from None
     return config_from_gguf(reader), reader
 
 

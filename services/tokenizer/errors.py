@@ -61,3 +61,8 @@ class NoChatTemplate(TokenizerError):
 
 class TemplateError(TokenizerError):
     """The chat template failed to render (a Jinja error or the template's raise_exception)."""
+
+
+class TemplateOverLimit(TemplateError):
+    """The chat template ran past its time or output limit: a hostile (or broken) template. At
+    load this fails the model, naming the template and the limit."""

@@ -41,6 +41,7 @@ _CODES: dict[type, str] = {
     errors.BadMessages: BAD_MESSAGES,
     errors.UnknownTemplate: UNKNOWN_TEMPLATE,
     errors.TemplateError: TEMPLATE_ERROR,
+    errors.TemplateOverLimit: TEMPLATE_ERROR,
     errors.BadTokenId: BAD_TOKEN_ID,
     errors.NoChatTemplate: NO_CHAT_TEMPLATE,
 }
@@ -201,15 +202,13 @@ class TokenizerService(Service):
                 extra["tools"] = tools or None
             else:
                 messages = builtin_tool_chat(messages, tools)
-        text = tok.render_chat(messages, add_generation_prompt, template, **extra)
-        text += assistant_prefix
+        parts = tok.render_parts(messages, add_generation_prompt, template, **extra)
+        parts.append((assistant_prefix, False))
+        text = "".join(t for t, _ in parts)
         self._check_length(text, "the rendered chat")
-        # Tokenizer.encode_chat's rule, applied to the text rendered once (a template that
-        # reads the clock could render differently twice): BOS only if the GGUF asks for it
-        # and the template did not write it.
-        bos = "" if tok.bos_id is None else tok.vocab.tokens[tok.bos_id]
-        add_bos = tok.add_bos_default and not (bos and text.startswith(bos))
-        return text, tok.encode(text, parse_special=True, add_bos=add_bos)
+        # BOS decided on the text rendered once (a template that reads the clock could render
+        # differently twice); a message's content is never read as special tokens.
+        return text, tok.encode_parts(parts, add_bos=tok.adds_bos(text))
 
     @handles(Decode)
     async def decode(self, msg: wire.Message) -> Text:

@@ -18,12 +18,19 @@ from typing import Any
 
 import jinja2
 from jinja2.ext import Extension
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from services.tokenizer.builtin_templates import BUILTIN_TEMPLATES, DETECT_ORDER
-from services.tokenizer.errors import NoChatTemplate, TemplateError, UnknownTemplate
+from services.tokenizer.errors import (NoChatTemplate, TemplateError, TemplateOverLimit,
+                                       UnknownTemplate)
 from services.tokenizer.messages import normalize_messages
+from services.tokenizer.template_limits import (PER_MESSAGE_CPU_S, RENDER_CPU_S,
+                                                BoundedSandbox, render_bounded)
 from services.tokenizer.tool_prompt import template_reads_tools
+
+# What a model's own template gets for a small chat at load (a real one takes a millisecond):
+# past it the template is hostile or broken, and the load fails within LOAD_CHECK_WALL_S.
+LOAD_CHECK_CPU_S = 1.0
+LOAD_CHECK_WALL_S = 3.0
 
 GGUF_DEFAULT = "gguf"   # the name under which the GGUF's own template is chosen
 CHOSEN_FILE = "file"    # the name of a template read from a file (--chat-template FILE)
@@ -59,8 +66,8 @@ class _GenerationTag(Extension):
         return jinja2.nodes.Scope(body, lineno=lineno)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+def _environment() -> BoundedSandbox:
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[jinja2.ext.loopcontrols, _GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
@@ -87,14 +94,20 @@ def reads_tools(source: str) -> bool:
 
 
 def render(source: str, messages: Any, *, add_generation_prompt: bool = True,
-           bos_token: str = "", eos_token: str = "", **extra: Any) -> str:
-    """The prompt text for `messages` (checked by normalize_messages) under template `source`."""
+           bos_token: str = "", eos_token: str = "", _limits: tuple[float, float | None] | None = None,
+           **extra: Any) -> str:
+    """The prompt text for `messages` (checked by normalize_messages) under template `source`,
+    within the time and size limits (template_limits)."""
     template = compile_template(source)
     context = dict(extra)
-    context.update(messages=normalize_messages(messages), add_generation_prompt=add_generation_prompt,
+    messages = normalize_messages(messages)
+    context.update(messages=messages, add_generation_prompt=add_generation_prompt,
                    bos_token=bos_token, eos_token=eos_token)
+    cpu_s, wall_s = _limits or (RENDER_CPU_S + PER_MESSAGE_CPU_S * len(messages), None)
     try:
-        return template.render(**context)
+        return render_bounded(template.generate(**context), cpu_s, wall_s)
+    except TemplateOverLimit:
+        raise
     except _RaisedByTemplate as e:
         raise TemplateError(f"chat template refused the messages: {e}") from e
     except (jinja2.TemplateError, TypeError, KeyError, IndexError, ValueError) as e:
@@ -111,11 +124,26 @@ class ChatTemplates:
         if gguf_default:
             self._sources[GGUF_DEFAULT] = gguf_default
         self._sources.update(gguf_named)
+        self._from_gguf = list(self._sources)
         for name, source in BUILTIN_TEMPLATES.items():
             self._sources.setdefault(name, source)
         self.default_name: str | None = GGUF_DEFAULT if gguf_default else None
         # The built-in whose turn markers the vocabulary has, for the error a chat gets.
         self.suggested = _detect(vocab_tokens)
+
+    def check_limits(self) -> None:
+        """Render a small chat with each of the model's own templates: one that runs past the
+        time or size limits is hostile or broken, and fails the load (TemplateOverLimit naming
+        it). A template that only refuses this chat (raise_exception) is left to requests."""
+        for name in self._from_gguf:
+            try:
+                render(self._sources[name], _SAMPLE_CHAT,
+                       _limits=(LOAD_CHECK_CPU_S, LOAD_CHECK_WALL_S))
+            except TemplateOverLimit as e:
+                raise TemplateOverLimit(f"the model's chat template {name!r} is refused: "
+                                        f"{e}") from None
+            except TemplateError:
+                pass
 
     @property
     def names(self) -> list[str]:
@@ -140,6 +168,11 @@ class ChatTemplates:
         if key not in self._sources:
             raise UnknownTemplate(key, self.names)
         return self._sources[key]
+
+
+_SAMPLE_CHAT = [{"role": "system", "content": "You are helpful."},
+                {"role": "user", "content": "Hello?"}, {"role": "assistant", "content": "Hi."},
+                {"role": "user", "content": "What is 2 + 2?"}]
 
 
 def _detect(vocab_tokens: set[str] | frozenset[str]) -> str | None:

@@ -10,8 +10,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from services.tokenizer.bpe import build_tokenizer
+from services.tokenizer.bpe import SPECIAL_TYPES, build_tokenizer
+from services.tokenizer import plain_text
 from services.tokenizer.errors import BadTokenId, TokenizerError
+from services.tokenizer.messages import normalize_messages
 from services.tokenizer.pretokenize import pre_tokenizer_spec
 from services.tokenizer.stream import IncrementalDecoder
 from services.tokenizer.templates import ChatTemplates, render
@@ -38,6 +40,9 @@ class Tokenizer:
         self.special_ids: frozenset[int] = frozenset(
             i for i, k in enumerate(vocab.token_types) if k == TokenType.CONTROL)
         self._bytes_with_special = token_bytes_table(vocab, special=True)
+        # What the HF tokenizer matches as special when asked to (bpe.SPECIAL_TYPES).
+        self._special_texts = plain_text.SpecialTexts(
+            t for t, k in zip(vocab.tokens, vocab.token_types) if k in SPECIAL_TYPES)
         # What llama.cpp's token_to_piece gives: control tokens read as b"".
         self.token_bytes: list[bytes] = [b"" if i in self.special_ids else b
                                          for i, b in enumerate(self._bytes_with_special)]
@@ -52,6 +57,7 @@ class Tokenizer:
         self._eot_ids = frozenset(eog)
         self.templates = ChatTemplates(vocab.chat_template, vocab.named_templates,
                                        frozenset(vocab.tokens[i] for i in self.special_ids))
+        self.templates.check_limits()    # a hostile template fails the load, not each request
 
     @classmethod
     def from_gguf(cls, path: str | Path) -> "Tokenizer":
@@ -128,14 +134,50 @@ class Tokenizer:
                       bos_token=self._text(self.vocab.bos_id), eos_token=self._text(self.vocab.eos_id),
                       **template_kwargs)
 
+    def render_parts(self, messages: Sequence[Any], add_generation_prompt: bool = True,
+                     template: str | None = None, **template_kwargs: Any) -> list[tuple[str, bool]]:
+        """The prompt of a chat as (text, is_content) pieces: what a message's content put there
+        is never read as special tokens, what the template wrote is (see plain_text). A chat
+        whose contents hold no special token's text renders as one piece, as llama.cpp has it."""
+        messages = normalize_messages(messages)
+        if not self._holds_special([m["content"] for m in messages]):
+            return [(self.render_chat(messages, add_generation_prompt, template,
+                                      **template_kwargs), False)]
+        markers = plain_text.Markers.new()
+        text = self.render_chat(plain_text.mark(messages, markers), add_generation_prompt,
+                                template, **template_kwargs)
+        return plain_text.split(text, markers)
+
+    def encode_parts(self, parts: Sequence[tuple[str, bool]], add_bos: bool = False) -> list[int]:
+        """Ids of a prompt's pieces: special tokens parsed in the template's, not in contents'."""
+        with self._lock:
+            self._hf.encode_special_tokens = False
+            written = iter(self._hf.encode_batch([t for t, plain in parts if not plain],
+                                                 add_special_tokens=False))
+            self._hf.encode_special_tokens = True
+            contents = iter(self._hf.encode_batch([t for t, plain in parts if plain],
+                                                  add_special_tokens=False))
+        ids = [self._required(self.vocab.bos_id, "BOS")] if add_bos else []
+        for _, plain in parts:
+            ids += next(contents if plain else written).ids
+        return ids
+
     def encode_chat(self, messages: Sequence[Any], add_generation_prompt: bool = True,
                     template: str | None = None, **template_kwargs: Any) -> list[int]:
-        """Prompt ids of a chat: rendered, special tokens parsed, BOS added only if the GGUF
-        asks for it and the template did not already write it."""
-        prompt = self.render_chat(messages, add_generation_prompt, template, **template_kwargs)
+        """Prompt ids of a chat: rendered, special tokens parsed in what the template wrote,
+        BOS added only if the GGUF asks for it and the template did not already write it."""
+        parts = self.render_parts(messages, add_generation_prompt, template, **template_kwargs)
+        return self.encode_parts(parts, add_bos=self.adds_bos("".join(t for t, _ in parts)))
+
+    def adds_bos(self, prompt: str) -> bool:
+        """Whether a rendered prompt gets BOS put before it: the GGUF asks for it and the
+        template did not write it."""
         bos = self._text(self.vocab.bos_id)
-        add_bos = self.add_bos_default and not (bos and prompt.startswith(bos))
-        return self.encode(prompt, parse_special=True, add_bos=add_bos)
+        return self.add_bos_default and not (bos and prompt.startswith(bos))
+
+    def _holds_special(self, texts: list[str]) -> bool:
+        """Whether any of `texts` holds the text of a special token."""
+        return any(self._special_texts.found_in(t) for t in texts if t)
 
     def _text(self, token_id: int | None) -> str:
         return "" if token_id is None else self.vocab.tokens[token_id]

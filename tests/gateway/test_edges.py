@@ -117,14 +117,14 @@ async def raw_exchange(svc, head: bytes, body: bytes = b"", timeout: float = 5.0
 
 async def test_the_key_is_checked_before_the_body_is_read(locked_gateway):
     # Headers announce a megabyte that never comes: the 401 must not wait for it.
-    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000000\r\n\r\n")
     answer = await raw_exchange(locked_gateway, head, timeout=3.0)
     assert answer.startswith(b"HTTP/1.1 401")
 
 
 async def test_a_body_over_the_limit_is_refused_before_it_is_read(open_gateway):
-    head = (b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 5000\r\n\r\n")
     assert (await raw_exchange(open_gateway, head, timeout=3.0)).startswith(b"HTTP/1.1 413")
 
@@ -134,13 +134,14 @@ async def test_a_chunked_body_over_the_limit_is_a_413(open_gateway):
         for _ in range(10):
             yield b" " * 200
     async with aiohttp.ClientSession() as s:
-        async with s.post(open_gateway.url + "/v1/chat/completions", data=chunks()) as r:
+        async with s.post(open_gateway.url + "/v1/chat/completions", data=chunks(),
+                          headers={"Content-Type": "application/json"}) as r:
             assert r.status == 413
             assert (await r.json())["error"]["code"] == "too_large"
 
 
 async def test_a_slow_body_is_cut_off_at_the_read_deadline(open_gateway):
-    head = (b"POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 100\r\n\r\n")
     answer = await raw_exchange(open_gateway, head, b'{"model":', timeout=5.0)
     assert answer.startswith(b"HTTP/1.1 408")
@@ -149,7 +150,7 @@ async def test_a_slow_body_is_cut_off_at_the_read_deadline(open_gateway):
 async def test_headers_that_never_end_lose_the_connection(open_gateway):
     reader, writer = await asyncio.open_connection("127.0.0.1", open_gateway.http_port)
     try:
-        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         await writer.drain()
         # The server closes it at its header deadline (0.5 s here), long before this one.
         assert await asyncio.wait_for(reader.read(), 5.0) == b""
@@ -230,7 +231,8 @@ async def test_bad_json_and_a_body_over_the_limit_in_each_protocols_shape(open_g
         for _ in range(10):
             yield b" " * 200     # 2000 bytes, over this gateway's 1000, sent without a length
     async with aiohttp.ClientSession() as s:
-        async with s.post(open_gateway.url + path, data=chunks()) as r:
+        async with s.post(open_gateway.url + path, data=chunks(),
+                          headers={"Content-Type": "application/json"}) as r:
             assert r.status == 413
             assert_shape(await r.json(), shape)
 

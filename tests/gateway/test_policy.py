@@ -67,6 +67,7 @@ def test_the_key_is_checked_from_either_header():
 def test_the_key_file_wins_over_the_environment(tmp_path):
     key = tmp_path / "key"
     key.write_text("from-file\n")
+    key.chmod(0o600)
     assert auth.load_key(key, {"LLMBUS_API_KEY": "from-env"}) == "from-file"
     assert auth.load_key(None, {"LLMBUS_API_KEY": "from-env"}) == "from-env"
     assert auth.load_key(None, {}) is None
@@ -108,17 +109,19 @@ def test_health_names_what_is_missing():
     assert health.missing([], None) == ["tokenizer: none has answered yet",
                                         "scheduler: none ready",
                                         "shards: no ready shard holds any layer"]
-    entries = [Entry("scheduler-0", "scheduler", "starting", {"model": "m"}),
+    tok = Entry("tokenizer-0", "tokenizer", info={"model": "m"})
+    entries = [tok, Entry("scheduler-0", "scheduler", "starting", {"model": "m"}),
                shard("shard-0", 0, 10), shard("shard-20", 20, 25)]
     assert health.missing(entries, "m") == [
         "scheduler: none ready (seen: scheduler-0 (starting))",
         "shards: layers 10:20 are held by no ready shard",
         "shards: layers 25:30 are held by no ready shard"]
-    whole = [Entry("scheduler-0", "scheduler", info={"model": "m"}), shard("a", 0, 19),
+    whole = [tok, Entry("scheduler-0", "scheduler", info={"model": "m"}), shard("a", 0, 19),
              shard("b", 19, 30), shard("other", 0, 30, model="x")]
     assert health.missing(whole, "m") == []
-    assert health.missing(whole[:2] + [shard("b", 19, 30, model="x")], "m") == [
+    assert health.missing(whole[:3] + [shard("b", 19, 30, model="x")], "m") == [
         "shards: layers 19:30 are held by no ready shard"]
+    assert health.missing(whole[1:], "m") == ["tokenizer: none ready"]
 
 
 def test_cluster_view_orders_the_layer_map():
