@@ -171,11 +171,14 @@ class Driver:
             if constraint is None:
                 continue
             try:
-                out[c.request_id] = constraint.mask(self.policy.generated(c.request_id))
+                words = constraint.mask(self.policy.generated(c.request_id))
             except GrammarError as e:
                 self.counters["grammar_failed"] += 1
                 if o := self.policy.fail(c.request_id, f"its grammar failed: {e}", GRAMMAR_FAILED):
                     self._deliver(o)
+                continue
+            if words is not None:     # None: this draw is free (a triggered grammar not begun)
+                out[c.request_id] = words
         return out
 
     def _forced(self, outputs: list[Output]) -> list[Output]:
