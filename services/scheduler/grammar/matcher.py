@@ -11,6 +11,7 @@ there (a step dropped and run again) is rolled back, so a recovery needs nothing
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -114,8 +115,19 @@ class Constraint:
         self._fed: list[int] = []
         self._buf = allocate_token_bitmask(1, vocab_size)
         self._times = times
+        self._lock = threading.Lock()
 
-    def mask(self, generated: Sequence[int]) -> np.ndarray:
+    def mask(self, generated: Sequence[int]):
+        """The packed mask (uint32 words) for the draw after `generated` (None: any token)."""
+        with self._lock:      # the driver may ask from a worker thread (batches of many rows)
+            return self._mask(generated)
+
+    def forced(self, generated: Sequence[int]) -> list[int]:
+        """The tokens the grammar allows alone after `generated`: they need no draw."""
+        with self._lock:
+            return self._forced(generated)
+
+    def _mask(self, generated: Sequence[int]) -> np.ndarray:
         """The packed mask (uint32 words) of the tokens the draw after `generated` may take."""
         t0 = time.perf_counter()
         self._follow(generated)
@@ -125,7 +137,7 @@ class Constraint:
         self._times.append((time.perf_counter() - t0) * 1e6)
         return self._buf[0].view(np.uint32).copy()
 
-    def forced(self, generated: Sequence[int]) -> list[int]:
+    def _forced(self, generated: Sequence[int]) -> list[int]:
         """The tokens the grammar allows alone after `generated` (a schema's fixed keys, the
         closing of a call): they need no draw, and go in with the next step as one chunk."""
         self._follow(generated)

@@ -20,6 +20,7 @@ are masked out, with a mask computed once.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -44,6 +45,7 @@ class Triggered:
         self._ends = list(ends)
         self._buf = allocate_token_bitmask(1, vocab_size)
         self._times = times
+        self._lock = threading.Lock()
         self._seen: list[int] = []       # the generated tokens followed so far
         self._scan = 0                   # the text before this token holds no start of a trigger
         self._start: int | None = None   # the token the matcher began at; None: free text
@@ -51,7 +53,17 @@ class Triggered:
         self._opened = False             # the trigger is whole in `_text`
         self._free = self._free_mask(holders, vocab_size)
 
-    def mask(self, generated: Sequence[int]) -> np.ndarray | None:
+    def mask(self, generated: Sequence[int]):
+        """The packed mask (uint32 words) for the draw after `generated` (None: any token)."""
+        with self._lock:      # the driver may ask from a worker thread (batches of many rows)
+            return self._mask(generated)
+
+    def forced(self, generated: Sequence[int]) -> list[int]:
+        """The tokens the grammar allows alone after `generated`: they need no draw."""
+        with self._lock:
+            return self._forced(generated)
+
+    def _mask(self, generated: Sequence[int]) -> np.ndarray | None:
         """The packed mask for the draw after `generated`; None when any token may come."""
         self._follow(generated)
         if self._start is None:
@@ -67,7 +79,7 @@ class Triggered:
         self._times.append((time.perf_counter() - t0) * 1e6)
         return words
 
-    def forced(self, generated: Sequence[int]) -> list[int]:
+    def _forced(self, generated: Sequence[int]) -> list[int]:
         """The tokens an open call's grammar allows alone after `generated`."""
         self._follow(generated)
         if self._start is None or not self._opened:
