@@ -11,7 +11,6 @@ there (a step dropped and run again) is rolled back, so a recovery needs nothing
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
 from .errors import BadFormat, GrammarError, first_line
 from .formats import grammar_of, trigger_of
+from .guarded import Guarded
 from .triggered import Triggered
 
 MASK_TIMES = 4096        # the latest mask times kept for the figures (bench.serve --constrained)
@@ -107,25 +107,15 @@ class Grammars:
                 "grammar_masks": float(len(self.mask_times))}
 
 
-class Constraint:
+class Constraint(Guarded):
     """One request's matcher, and the tokens it has followed."""
 
     def __init__(self, matcher: LLMatcher, vocab_size: int, times: deque):
+        super().__init__()
         self._matcher = matcher
         self._fed: list[int] = []
         self._buf = allocate_token_bitmask(1, vocab_size)
         self._times = times
-        self._lock = threading.Lock()
-
-    def mask(self, generated: Sequence[int]):
-        """The packed mask (uint32 words) for the draw after `generated` (None: any token)."""
-        with self._lock:      # the driver may ask from a worker thread (batches of many rows)
-            return self._mask(generated)
-
-    def forced(self, generated: Sequence[int]) -> list[int]:
-        """The tokens the grammar allows alone after `generated`: they need no draw."""
-        with self._lock:
-            return self._forced(generated)
 
     def _mask(self, generated: Sequence[int]) -> np.ndarray:
         """The packed mask (uint32 words) of the tokens the draw after `generated` may take."""

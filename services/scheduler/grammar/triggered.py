@@ -20,7 +20,6 @@ are masked out, with a mask computed once.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -30,14 +29,16 @@ from llguidance import LLMatcher
 from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
 from .errors import GrammarError, first_line
+from .guarded import Guarded
 
 
-class Triggered:
+class Triggered(Guarded):
     """One request's triggered grammar, and where its answer stands."""
 
     def __init__(self, matcher: LLMatcher, trigger: bytes, texts: Sequence[bytes],
                  ends: Sequence[int], vocab_size: int, times: deque,
                  holders: Sequence[int] = ()):
+        super().__init__()
         self._fresh = matcher            # never fed: each call the answer opens gets a copy
         self._matcher = matcher
         self._trigger = trigger
@@ -45,23 +46,12 @@ class Triggered:
         self._ends = list(ends)
         self._buf = allocate_token_bitmask(1, vocab_size)
         self._times = times
-        self._lock = threading.Lock()
         self._seen: list[int] = []       # the generated tokens followed so far
         self._scan = 0                   # the text before this token holds no start of a trigger
         self._start: int | None = None   # the token the matcher began at; None: free text
         self._text = b""                 # the text from `_start` on
         self._opened = False             # the trigger is whole in `_text`
         self._free = self._free_mask(holders, vocab_size)
-
-    def mask(self, generated: Sequence[int]):
-        """The packed mask (uint32 words) for the draw after `generated` (None: any token)."""
-        with self._lock:      # the driver may ask from a worker thread (batches of many rows)
-            return self._mask(generated)
-
-    def forced(self, generated: Sequence[int]) -> list[int]:
-        """The tokens the grammar allows alone after `generated`: they need no draw."""
-        with self._lock:
-            return self._forced(generated)
 
     def _mask(self, generated: Sequence[int]) -> np.ndarray | None:
         """The packed mask for the draw after `generated`; None when any token may come."""
