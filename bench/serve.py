@@ -95,6 +95,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--constrained", action="store_true",
                     help="what structured output costs: every request free, then every one "
                          "constrained to a JSON schema, interleaved (bench/serve_constrained.py)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="--constrained: interleaved rounds of each kind (more on a loaded machine)")
     ap.add_argument("--mask-models", type=Path, nargs="*", default=None,
                     help="GGUFs whose vocabularies --constrained times masks over (default: "
                          "Gemma 3 270M from the cache, when pulled)")

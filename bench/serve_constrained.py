@@ -27,7 +27,6 @@ SCHEMA = {"type": "object", "properties": {"title": {"type": "string", "maxLengt
 FORMAT = {"type": "json_schema", "schema": SCHEMA}
 THROUGHPUT_TARGET = 0.90       # constrained / free tokens per second at concurrency 16
 ITL_ADDED_MS_TARGET = 1.0      # constrained - free inter-token p50 at concurrency 1
-ROUNDS = 2
 
 
 def bench_constrained(args, tok, row) -> list[str]:
@@ -35,7 +34,7 @@ def bench_constrained(args, tok, row) -> list[str]:
     from bench.serve_client import run_level, scheduler_stats
     from bench.serve_stack import LocalStack
 
-    shards = args.shards_list[0]
+    shards, rounds = args.shards_list[0], args.rounds
     free = dataclasses.replace(args.workload, max_tokens=max(args.workload.max_tokens, 48))
     constrained = dataclasses.replace(free, format=FORMAT)
     levels = (16, 1)
@@ -43,14 +42,14 @@ def bench_constrained(args, tok, row) -> list[str]:
     # the other's prompts after it would find their prefixes in the KV cache.
     prompts = {(n, r, c): make_prompts(tok, c * free.requests_per_client, free,
                                        salt=c + 1000 * r + (500 if n == "json" else 0))
-               for n in ("free", "json") for r in range(ROUNDS) for c in levels}
+               for n in ("free", "json") for r in range(rounds) for c in levels}
     got: dict[tuple[str, int], list[Summary]] = {}
     with LocalStack(shards, model=args.model, pages=args.pages, max_queue=256,
                     up_args=tuple(shlex.split(args.up_args))) as stack:
         print(f"# llmbus {shards}-shard: up in {stack.ready_s:.1f}s", flush=True)
         warm = make_prompts(tok, 2, Workload(max_tokens=8, requests_per_client=1), salt=-1)
         asyncio.run(run_level(stack.scheduler, warm, 2, dataclasses.replace(constrained, max_tokens=8)))
-        for r in range(ROUNDS):
+        for r in range(rounds):
             for c in levels:
                 # Free then constrained, then the other way round: drift in the machine's load
                 # falls on both alike.

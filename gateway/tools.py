@@ -7,6 +7,13 @@ model pick the name; a named tool opens the call with its name written in. The p
 the same prefix first, so what the model writes is read as the rest of that call. The rest is
 constrained too (`Tools.grammar`, the request's format): one of the listed names, arguments
 valid against that tool's parameters, the call closed, and then the end of the answer.
+
+When the model decides (`auto`, or no tool_choice), it may answer in text, and each call it opens
+is constrained from its `<tool_call>` on (`Tools.call_grammar`, a format with that `trigger`): one
+call of a listed tool, arguments valid against its parameters, then closed; text may follow.
+Every call is held to its schema, whether the tool says `strict` or not: a call that does not
+parse is lost to the client, and checking it costs nothing until the call opens. A request that
+also asks for a `response_format` keeps that format instead (its answer is the JSON asked for).
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ class Tools:
         if self.force is None:
             return self.prefill
         if self.force == "":
-            return OPEN + '\n{"name": "'
+            return OPEN + _CALL_START
         return OPEN + '\n{"name": ' + json.dumps(self.force) + ', "arguments": '
 
     @property
@@ -51,24 +58,33 @@ class Tools:
         a listed tool (the named one) with arguments valid against its parameters."""
         if self.force is None:
             return None
-        close = _literal("}\n" + CLOSE)
-        rules = {f["function"]["name"]: _args_schema(f["function"].get("parameters"))
-                 for f in self.functions}
         if self.force:
-            return f"start: args {close}\nargs: %json {rules[self.force]}\n"
-        lines = ["start: " + " | ".join(f"call_{i}" for i in range(len(rules)))]
-        for i, (name, schema) in enumerate(rules.items()):
-            head = _literal(json.dumps(name)[1:] + ', "arguments": ')
-            lines += [f"call_{i}: {head} args_{i} {close}", f"args_{i}: %json {schema}"]
-        return "\n".join(lines) + "\n"
+            schema = _args_schema(self._function(self.force).get("parameters"))
+            return f"start: args {_literal(_CALL_END)}\nargs: %json {schema}\n"
+        return _calls("", self.functions)
+
+    @property
+    def call_grammar(self) -> str:
+        """What may follow `<tool_call>` in a call the model opens itself: the call's opening
+        as the tool prompt shows it, then one call of a listed tool, closed."""
+        return _calls(_CALL_START, self.functions)
 
     def offered(self, request: Generate) -> Generate:
         """`request` (a chat) with these tools, and a forced call's opening (or the prefill) as
         the start of the answer: the scheduler has the tokenizer render them into the prompt.
-        A forced call's rest is constrained by its grammar."""
-        fmt = request.format if self.force is None else {"type": "lark", "grammar": self.grammar}
+        A forced call's rest is constrained by its grammar; when the model decides, each call
+        it opens is (a format with the `<tool_call>` trigger), unless the request asks for a
+        format of its own or continues a call the prefill opened."""
+        fmt = request.format
+        if self.force is not None:
+            fmt = {"type": "lark", "grammar": self.grammar}
+        elif fmt is None and self.functions and _outside_calls(self.prefill):
+            fmt = {"type": "lark", "grammar": self.call_grammar, "trigger": OPEN}
         return dataclasses.replace(request, tools=self.functions or None,
                                    assistant_prefix=self.prefix, format=fmt)
+
+    def _function(self, name: str) -> dict:
+        return next(f["function"] for f in self.functions if f["function"]["name"] == name)
 
     def stream(self) -> ToolCallStream:
         """A parser for this request's output, already past the forced prefix."""
@@ -80,6 +96,29 @@ class Tools:
 # Arguments written as json.dumps writes them (the form the tool prompt shows), no other
 # whitespace: room for blank lines is room for a small model to loop in.
 _COMPACT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+# A call as the tool prompt writes it: `<tool_call>` CALL_START name and arguments CALL_END.
+_CALL_START = '\n{"name": "'
+_CALL_END = "}\n" + CLOSE
+
+
+def _calls(head: str, functions: list[dict]) -> str:
+    """Lark: `head`, then the rest of one call of a listed tool, from its name (as the end of a
+    JSON string) to the closing tag."""
+    lines = [f"start: {_literal(head)} calls" if head else "start: calls",
+             "calls: " + " | ".join(f"call_{i}" for i in range(len(functions)))]
+    for i, f in enumerate(functions):
+        name = _literal(json.dumps(f["function"]["name"])[1:] + ', "arguments": ')
+        lines += [f"call_{i}: {name} args_{i} {_literal(_CALL_END)}",
+                  f"args_{i}: %json {_args_schema(f['function'].get('parameters'))}"]
+    return "\n".join(lines) + "\n"
+
+
+def _outside_calls(text: str) -> bool:
+    """Whether `text` ends outside any tool call: no call left open, no opening begun."""
+    return text.rfind(OPEN) <= text.rfind(CLOSE) and not any(
+        OPEN.startswith(text[-k:]) for k in range(1, min(len(OPEN), len(text) + 1)))
 
 
 def _args_schema(parameters: dict | None) -> str:
@@ -124,6 +163,11 @@ def _definition(fn: Fields, where: str, schema_key: str, default: dict | None) -
     schema = default if schema is None else schema
     if schema is not None:
         out["parameters"] = schema
+    strict = fn.body.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise BadRequest(f"{where}.strict must be a boolean", param=f"{where}.strict")
+    # `strict` asks that a call's arguments follow the schema: every call is held to it here,
+    # strict or not (module docstring), so it changes nothing and is not passed on.
     return {"type": "function", "function": out}
 
 

@@ -18,6 +18,15 @@ class BadMask(ValueError):
 
 def allowed(masks, vocab: int, xp=np):
     """Boolean (R, vocab) of packed masks (R, W) uint32."""
+    if xp is np:   # numpy unpacks bits in C: a third of the time of the shifts below
+        n = min(vocab, masks.shape[1] * 32)
+        bits = np.unpackbits(np.ascontiguousarray(masks, "<u4").view(np.uint8), axis=1,
+                             count=n, bitorder="little").view(np.bool_)
+        if n == vocab:
+            return bits
+        out = np.zeros((masks.shape[0], vocab), np.bool_)
+        out[:, :n] = bits
+        return out
     ids = xp.arange(vocab, dtype=np.int64)
     words = masks[:, xp.minimum(ids >> 5, masks.shape[1] - 1)]
     bits = (words >> (ids & 31).astype(np.uint32)) & np.uint32(1)

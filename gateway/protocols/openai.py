@@ -109,7 +109,7 @@ TOOLS_SCHEMA = {"type": "array", "items": {
         "type": {"const": "function"},
         "function": {"type": "object", "required": ["name"], "properties": {
             "name": {"type": "string", "minLength": 1}, "description": {"type": "string"},
-            "parameters": {"type": "object"}}}}}}
+            "parameters": {"type": "object"}, "strict": {"type": ["boolean", "null"]}}}}}}
 _TOOL_CHOICE = {"anyOf": [{"enum": ["none", "auto", "required"]},
                           {"type": "object", "required": ["type", "function"],
                            "properties": {"type": {"const": "function"},

@@ -62,3 +62,18 @@ def test_an_unsupported_format_is_a_400_naming_it(read, body, param, words):
     with pytest.raises(BadRequest) as e:
         read(Fields(body))
     assert e.value.status == 400 and e.value.param == param and words in e.value.message
+
+
+def test_tools_left_to_the_model_hold_each_call_from_its_opening_strict_or_not():
+    from gateway.tools import anthropic_tools, openai_tools
+    fn = {"name": "f", "parameters": SCHEMA}
+    for strict in (True, False, None):
+        tools = openai_tools(Fields({"tools": [{"type": "function", "function": {
+            **fn, "strict": strict}}]}))
+        assert tools.force is None and "strict" not in tools.functions[0]["function"]
+        assert '%json {"type":"object"' in tools.call_grammar
+    ant = anthropic_tools(Fields({"tools": [{"name": "f", "input_schema": SCHEMA}]}))
+    assert ant.force is None and ant.call_grammar == tools.call_grammar
+    with pytest.raises(BadRequest, match="strict must be a boolean") as e:
+        openai_tools(Fields({"tools": [{"type": "function", "function": {**fn, "strict": "yes"}}]}))
+    assert e.value.param == "tools[0].function.strict"

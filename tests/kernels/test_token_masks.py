@@ -44,3 +44,12 @@ def test_tokens_past_the_masks_bits_are_not_allowed():
 def test_masks_that_do_not_fit_the_logits_are_refused(masks, rows):
     with pytest.raises(BadMask):
         apply_token_masks(np.zeros((2, 100), np.float32), rows, masks)
+
+
+@pytest.mark.parametrize("vocab, words", [(100, 4), (96, 3), (130, 4)])
+def test_unpacked_bits_are_the_words_bits_in_order(vocab, words):
+    """numpy's path (unpackbits) against the bits read one by one."""
+    masks = np.random.default_rng(vocab).integers(0, 2 ** 32, (3, words), np.uint64).astype(np.uint32)
+    want = [[t < words * 32 and bool((int(m[t // 32]) >> (t % 32)) & 1) for t in range(vocab)]
+            for m in masks]
+    assert allowed(masks, vocab).tolist() == want

@@ -4,6 +4,7 @@ restart, refuse batches, answer garbage, or raise what nobody expected."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 import wire
 from bus.errors import CallTimeout, PeerDead, PeerRestarted, RemoteError
 from services.scheduler.batching import Scheduler
-from services.scheduler.pipelines.driver import Driver
+from services.scheduler.pipelines.driver import MASKS_OFF_LOOP, Driver
 from services.scheduler.pipelines.chains import Stage
 from services.scheduler.pipelines.streams import RequestStream
 from wire.failures import TABLE
@@ -83,11 +84,12 @@ class Rig:
                              unserved_budget_s=budget, describe_gap=lambda: "layers 15-30 gone")
         self.events: dict[str, list] = {}
 
-    def submit(self, rid, n=5, first=1, max_tokens=4, top_k=0, penalized=False, deadline_s=None):
+    def submit(self, rid, n=5, first=1, max_tokens=4, top_k=0, penalized=False, deadline_s=None,
+               constraint=None):
         self.policy.submit(req(rid, n=n, first=first, max_tokens=max_tokens, deadline_s=deadline_s))
         sampling = SamplingParams(temperature=0.0, top_k=top_k,
                                   repetition_penalty=1.3 if penalized else 1.0)
-        self.requests[rid] = RequestStream(rid, n, sampling)
+        self.requests[rid] = RequestStream(rid, n, sampling, constraint=constraint)
         self.driver.wake.set()
 
     def _drain(self):
@@ -580,3 +582,47 @@ async def test_the_next_batch_goes_out_before_the_stream_hears_of_the_token(rig)
 
     await asyncio.wait_for(caller(), 10)
     assert log[:5] == ["forward", "forward", "token", "forward", "token"]
+
+
+class FakeConstraint:
+    """A grammar that allows token `allow` only, and notes the thread each mask is made on;
+    `fail_at`: the number of generated tokens it cannot follow."""
+
+    def __init__(self, allow=5, fail_at=None):
+        self.allow, self.fail_at, self.threads = allow, fail_at, []
+
+    def mask(self, generated):
+        from services.scheduler.grammar.errors import GrammarError
+        self.threads.append(threading.get_ident())
+        if len(generated) == self.fail_at:
+            raise GrammarError("token 3 is not allowed here")
+        words = np.zeros(4, np.uint32)
+        words[self.allow >> 5] = np.uint32(1 << (self.allow & 31))
+        return words
+
+    def forced(self, generated):
+        return []
+
+
+@pytest.mark.parametrize("n", [1, MASKS_OFF_LOOP])
+async def test_masks_of_a_batch_of_many_constrained_rows_are_made_off_the_event_loop(rig, n):
+    r = rig(max_inflight=1)
+    grammars = {f"g{i}": FakeConstraint(allow=5 + i, fail_at=2 if i == 1 else None)
+                for i in range(n)}
+    for i, (rid, c) in enumerate(grammars.items()):
+        r.submit(rid, first=10 + 10 * i, max_tokens=3, constraint=c)
+    r.submit("free", first=90, max_tokens=3)
+    await r.run_until_all_finish()
+    loop_thread = threading.get_ident()
+    off = [t != loop_thread for c in grammars.values() for t in c.threads]
+    assert off and any(off) is (n >= MASKS_OFF_LOOP)
+    assert (r.driver.counters["masks_off_loop"] > 0) is (n >= MASKS_OFF_LOOP)
+    # The free row carries no mask; each constrained one carries its grammar's.
+    body = next(b for b in r.pipe.forwards if len(b.mask_rows) == n)
+    assert len(body.sampling) == n + 1 and body.masks.array().shape == (n, 4)
+    assert sorted(int(np.flatnonzero(np.unpackbits(m.view(np.uint8), bitorder="little"))[0])
+                  for m in body.masks.array()) == [5 + i for i in range(n)]
+    assert r.finish("free").reason == "length"
+    if n > 1:                                   # its grammar failed: only it ends failed
+        assert r.finish("g1").reason == "failed" and "token 3" in r.finish("g1").detail
+        assert r.finish("g0").reason == "length"

@@ -120,3 +120,50 @@ def test_the_text_a_schema_forces_needs_no_draw(grammars):
     assert b"".join(VOCAB[t] for t in forced) == b'{"ok": '
     assert c.forced(forced) == []                       # true or false: the model's to draw
     assert allowed(c.mask(forced)) == {ord("t"), ord("f"), VOCAB.index(b"true")}
+
+
+def test_auto_tools_constrain_only_the_calls_the_model_opens(grammars):
+    tools = Tools(TOOLS)             # tool_choice auto: the model decides
+    fmt = tools.offered(Generate(messages=[])).format
+    assert fmt["trigger"] == "<tool_call>"
+    c = grammars.compile(fmt)
+    assert c.mask(ids("Sure, a <b>bold</b> word.")) is None      # free text: no mask at all
+    before = "Let me look. "
+    opened = c.mask(ids(before + "<tool_"))                     # a call may be opening: masked
+    assert ord("c") in allowed(opened) and END in allowed(opened)   # it may yet be text, or end
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    head = before + '<tool_call>\n{"name": "'
+    assert allowed(c.mask(ids(head))) == {ord("g"), ord("s")}   # one of the listed names
+    assert END not in allowed(c.mask(ids(before + "<tool_call>")))  # an open call must close
+    assert ord("R") not in allowed(c.mask(ids(before + call[:-len('Paris"}}\n</tool_call>')])))
+    assert c.mask(ids(before + call + " Done.")) is None        # closed: free again
+    twice = before + call + " And: " + call[:-3]
+    assert allowed(c.mask(ids(twice))) == {ord("l")}            # the next call is held too
+    forced = c.forced(ids(before + call + " And: <tool_call>"))
+    assert b"".join(VOCAB[t] for t in forced) == b'\n{"name": "'     # no draw needed
+    assert c.mask(ids(before + "<tool")) is not None            # a step dropped: followed again
+    _, calls = parse(before + call + " And: " + call, tools.names)
+    assert [x.arguments for x in calls] == [{"city": "Paris"}] * 2
+
+
+def test_auto_tools_refuse_a_bad_call_and_keep_a_prefill_call_free(grammars):
+    c = grammars.compile(Tools(TOOLS).offered(Generate(messages=[])).format)
+    with pytest.raises(GrammarError):
+        c.mask(ids('<tool_call>\n{"name": "Paris'))
+    # Ollama continues an assistant message that opened a call: its rest is not held (the
+    # grammar would start mid-call), and a request's own format wins over the tools'.
+    assert Tools(TOOLS, prefill="<tool_call>\n").offered(Generate(messages=[])).format is None
+    own = {"type": "json_object"}
+    assert Tools(TOOLS).offered(Generate(messages=[], format=own)).format == own
+
+
+def test_a_token_holding_the_trigger_and_what_no_call_starts_with_is_masked_while_free():
+    vocab = VOCAB + [b"<tool_call>\n", b"<tool_call>x"]
+    g = Grammars(vocab, special_ids=[END], eot_ids=[END])
+    c = g.compile(Tools(TOOLS).offered(Generate(messages=[])).format)
+    free = c.mask(ids("Hello"))
+    good, bad = len(VOCAB), len(VOCAB) + 1
+    assert free is not None and {good, ord("x"), END} <= {
+        t for t in range(len(vocab)) if (int(free[t >> 5]) >> (t & 31)) & 1}
+    assert not (int(free[bad >> 5]) >> (bad & 31)) & 1
+    assert b"".join(vocab[t] for t in c.forced(ids("Hello") + [good])) == b'{"name": "'

@@ -1,8 +1,8 @@
 """Structured output through `llmbus up --shards 3`, with the real default model and the official
 OpenAI, Anthropic and Ollama clients: every answer asked for in a JSON schema parses and
 validates, streamed and not, and ends as a stop (never cut by max_tokens); `parse()` with a
-pydantic model; forced tool calls name a listed tool with valid arguments; an unsupported
-format is a 400 naming it. The masks are built in the scheduler and applied on the last of
+pydantic model; forced tool calls name a listed tool with valid arguments, and so does every
+call the model opens itself (tool_choice auto); an unsupported format is a 400 naming it. The masks are built in the scheduler and applied on the last of
 three shards, so this is the whole path."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import pytest
 from wire.messages.scheduler import StatsRequest
 
 from .stack import Stack, call, wait_for
-from .structured_cases import CASES, TOOL_QUESTIONS, TOOLS
+from .structured_cases import (AUTO_QUESTIONS, CASES, NO_TOOL_QUESTION, TOOL_QUESTIONS, TOOLS,
+                               anthropic_history, openai_history)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -248,6 +249,90 @@ async def test_forced_tool_calls_are_always_valid(stack, clients):
 
     failures = [f for f in await asyncio.gather(*(one(a, c) for a, c in runs)) if f]
     assert not failures, f"{len(failures)} of {len(runs)} forced calls invalid:\n" + "\n".join(failures)
+
+
+async def openai_auto(oai, model, question, choice, stream, seed):
+    """(calls, text) of an answer where the model decides; `choice` None leaves tool_choice out
+    (with tools given, that is auto)."""
+    messages = ([{"role": "user", "content": question}] if question == NO_TOOL_QUESTION else
+                openai_history(question))
+    kw = dict(model=model, messages=messages, temperature=0.7,
+              seed=seed, max_tokens=MAX_TOKENS, tools=[{"type": "function", "function": {
+                  **t, "strict": i == 0}} for i, t in enumerate(TOOLS)])
+    if choice is not None:
+        kw["tool_choice"] = choice
+    if not stream:
+        m = (await oai.chat.completions.create(**kw)).choices[0].message
+        return ([(c.function.name, json.loads(c.function.arguments)) for c in m.tool_calls or []],
+                m.content or "")
+    calls, text = [], ""
+    async for chunk in await oai.chat.completions.create(**kw, stream=True):
+        for ch in chunk.choices:
+            text += ch.delta.content or ""
+            for c in ch.delta.tool_calls or []:
+                calls.append((c.function.name, json.loads(c.function.arguments)))
+    return calls, text
+
+
+async def anthropic_auto(ant, model, question, choice, stream, seed):
+    messages = ([{"role": "user", "content": question}] if question == NO_TOOL_QUESTION else
+                anthropic_history(question))
+    kw = dict(model=model, messages=messages,
+              extra_body={"temperature": 0.7, "seed": seed}, max_tokens=MAX_TOKENS,
+              tools=[{"name": t["name"], "description": t["description"],
+                      "input_schema": t["parameters"]} for t in TOOLS])
+    if choice is not None:
+        kw["tool_choice"] = choice
+    if not stream:
+        r = await ant.messages.create(**kw)
+        return ([(b.name, b.input) for b in r.content if b.type == "tool_use"],
+                "".join(b.text for b in r.content if b.type == "text"))
+    calls, text, current, parts = [], "", None, ""
+    async for ev in await ant.messages.create(**kw, stream=True):
+        if ev.type == "content_block_start" and ev.content_block.type == "tool_use":
+            current, parts = ev.content_block.name, ""
+        elif ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
+            parts += ev.delta.partial_json
+        elif ev.type == "content_block_delta" and ev.delta.type == "text_delta":
+            text += ev.delta.text
+        elif ev.type == "content_block_stop" and current is not None:
+            calls.append((current, json.loads(parts)))
+            current = None
+    return calls, text
+
+
+async def test_calls_the_model_opens_itself_always_parse_and_validate(stack, clients):
+    """tool_choice auto (and left out): the model may answer in text, and each call it opens is
+    held to a listed tool with valid arguments from its `<tool_call>` on. A call that did not
+    parse would come back as its text: none may."""
+    oai, ant, _ = clients
+    model = model_id(stack)
+    names = [t["name"] for t in TOOLS]
+    asks = [(openai_auto, oai, "auto"), (openai_auto, oai, None),
+            (anthropic_auto, ant, {"type": "auto"})]
+    runs = [(q, ask(c, model, q, choice, stream, seed))
+            for seed, q in enumerate(AUTO_QUESTIONS) for ask, c, choice in asks
+            for stream in (False, True)]
+    runs += [(NO_TOOL_QUESTION, ask(c, model, NO_TOOL_QUESTION, choice, False, 0))
+             for ask, c, choice in asks[::2]]
+    gate = asyncio.Semaphore(AT_ONCE)
+
+    async def one(question, coro):
+        async with gate:
+            return question, *await coro
+
+    failures, with_calls, calls_seen = [], 0, 0
+    for question, calls, text in await asyncio.gather(*(one(q, c) for q, c in runs)):
+        if "<tool_call>" in text or "</tool_call>" in text:
+            failures.append(f"{question!r}: a call came back as text: {text!r}")
+        failures += [f"{question!r}: {why}" for c in calls if (why := valid_call(*c, names))]
+        if question == NO_TOOL_QUESTION and (calls or not text.strip()):
+            failures.append(f"{question!r} needs no tool, yet: {calls} {text!r}")
+        with_calls += bool(calls)
+        calls_seen += len(calls)
+    print(f"auto tools: {with_calls} of {len(runs)} answers held calls ({calls_seen} calls)")
+    assert not failures, "\n".join(failures)
+    assert with_calls >= len(runs) // 3, f"only {with_calls} of {len(runs)} answers held a call"
 
 
 async def test_an_unsupported_format_is_a_400_naming_it(stack, clients):

@@ -7,3 +7,8 @@ class BadFormat(ValueError):
 
 class GrammarError(RuntimeError):
     """The matcher cannot follow the request's tokens (one it did not allow was drawn)."""
+
+
+def first_line(text: str) -> str:
+    """An llguidance error as one short line."""
+    return (text or "the grammar failed").strip().splitlines()[0][:300]

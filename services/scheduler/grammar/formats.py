@@ -5,10 +5,16 @@
 JSON comes out compact, as json.dumps writes it (", " between items, ": " after keys, no other
 whitespace): what small models were trained on, and no room to pad an answer with blank lines
 until it runs out of tokens. A schema's own "x-guidance" options override that.
+
+A lark format with a `trigger` holds only from where the trigger appears in the answer on (a tool
+call the model opens when it decides to): its grammar says what follows the trigger, and
+`grammar_of` gives the grammar a matcher started at the trigger's token follows (any text, up to
+and with the trigger, then the format's grammar); `triggered.py` starts it there.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from llguidance import LLMatcher
@@ -38,8 +44,23 @@ def grammar_of(fmt: Any) -> str:
         lark = fmt.get("grammar")
         if not isinstance(lark, str) or not lark.strip():
             raise BadFormat("a lark format needs its grammar as text")
-        return LLMatcher.grammar_from_lark(lark)
+        if "trigger" not in fmt:
+            return LLMatcher.grammar_from_lark(lark)
+        # The text before the trigger is one lazy lexeme (it ends at the trigger's first
+        # appearance); the format's grammar, a grammar of its own, follows.
+        head = (f"start: opened @rest\nopened[lazy]: TEXT_AND_TRIGGER\n"
+                f"TEXT_AND_TRIGGER: /(.|\\n)*/ {json.dumps(trigger_of(fmt))}\n")
+        return json.dumps({"grammars": [{"lark_grammar": head},
+                                        {"name": "rest", "lark_grammar": lark}]})
     raise BadFormat(f"format type {kind!r} is not supported; expected one of {', '.join(FORMATS)}")
+
+
+def trigger_of(fmt: Any) -> str | None:
+    """The text a format holds from (None: from the start of the answer)."""
+    trigger = fmt.get("trigger") if isinstance(fmt, dict) else None
+    if trigger is not None and (not isinstance(trigger, str) or not trigger):
+        raise BadFormat("a format's trigger must be non-empty text")
+    return trigger
 
 
 def _json(schema: dict) -> str:

@@ -2,7 +2,7 @@
 
     grammars = Grammars(token_bytes, special_ids, eot_ids)      # once per scheduler (~0.1-1 s)
     c = grammars.compile(fmt)                                   # BadFormat: refuse the request
-    words = c.mask(generated)                                   # (ceil(V/32),) uint32
+    words = c.mask(generated)                                   # (ceil(V/32),) uint32, or None
 
 The matcher follows the request's generated tokens as the scheduler holds them, whatever
 happened in between: a token it has not seen is fed to it, and one it saw that is no longer
@@ -19,8 +19,10 @@ import numpy as np
 from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper
 from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
-from .errors import BadFormat, GrammarError
-from .formats import grammar_of
+from .errors import BadFormat, GrammarError, first_line
+from .formats import grammar_of, trigger_of
+from .guarded import Guarded
+from .triggered import Triggered
 
 MASK_TIMES = 4096        # the latest mask times kept for the figures (bench.serve --constrained)
 
@@ -71,14 +73,29 @@ class Grammars:
         self.tokenizer = LLTokenizer(TokenizerWrapper(_Vocabulary(token_bytes, special_ids, ends[0])),
                                      n_vocab=self.vocab_size, eos_token=ends, slices=[])
         self.mask_times: deque[float] = deque(maxlen=MASK_TIMES)
+        self._ends = ends
+        # Each token's text, as a trigger is looked for in it (control tokens hold none).
+        special = set(special_ids)
+        self._texts = [b"" if i in special else bytes(b) for i, b in enumerate(token_bytes)]
+        self._holders: dict[bytes, list[int]] = {}
 
-    def compile(self, fmt) -> "Constraint":
+    def compile(self, fmt) -> "Constraint | Triggered":
         """A fresh matcher for `fmt` (Generate.format); BadFormat says why it cannot be."""
         grammar = grammar_of(fmt)
         matcher = LLMatcher(self.tokenizer, grammar, log_level=0)
         if matcher.is_error():
-            raise BadFormat(_first_line(matcher.get_error()))
-        return Constraint(matcher, self.vocab_size, self.mask_times)
+            raise BadFormat(first_line(matcher.get_error()))
+        if (trigger := trigger_of(fmt)) is None:
+            return Constraint(matcher, self.vocab_size, self.mask_times)
+        return Triggered(matcher, trigger.encode(), self._texts, self._ends, self.vocab_size,
+                         self.mask_times, self._holding(trigger.encode()))
+
+    def _holding(self, trigger: bytes) -> list[int]:
+        """The tokens whose text holds the whole trigger (kept per trigger: a scan of the
+        vocabulary takes milliseconds)."""
+        if trigger not in self._holders:
+            self._holders[trigger] = [i for i, b in enumerate(self._texts) if trigger in b]
+        return self._holders[trigger]
 
     def mask_stats(self) -> dict[str, float]:
         """Mask time per token, p50 and p99 in microseconds, over the latest masks."""
@@ -90,32 +107,33 @@ class Grammars:
                 "grammar_masks": float(len(self.mask_times))}
 
 
-class Constraint:
+class Constraint(Guarded):
     """One request's matcher, and the tokens it has followed."""
 
     def __init__(self, matcher: LLMatcher, vocab_size: int, times: deque):
+        super().__init__()
         self._matcher = matcher
         self._fed: list[int] = []
         self._buf = allocate_token_bitmask(1, vocab_size)
         self._times = times
 
-    def mask(self, generated: Sequence[int]) -> np.ndarray:
+    def _mask(self, generated: Sequence[int]) -> np.ndarray:
         """The packed mask (uint32 words) of the tokens the draw after `generated` may take."""
         t0 = time.perf_counter()
         self._follow(generated)
         fill_next_token_bitmask(self._matcher, self._buf, 0)
         if self._matcher.is_error():
-            raise GrammarError(_first_line(self._matcher.get_error()))
+            raise GrammarError(first_line(self._matcher.get_error()))
         self._times.append((time.perf_counter() - t0) * 1e6)
         return self._buf[0].view(np.uint32).copy()
 
-    def forced(self, generated: Sequence[int]) -> list[int]:
+    def _forced(self, generated: Sequence[int]) -> list[int]:
         """The tokens the grammar allows alone after `generated` (a schema's fixed keys, the
         closing of a call): they need no draw, and go in with the next step as one chunk."""
         self._follow(generated)
         out = self._matcher.compute_ff_tokens()
         if self._matcher.is_error():
-            raise GrammarError(_first_line(self._matcher.get_error()))
+            raise GrammarError(first_line(self._matcher.get_error()))
         return [int(t) for t in out]
 
     def _follow(self, generated: Sequence[int]) -> None:
@@ -127,15 +145,11 @@ class Constraint:
             while keep < min(n, len(generated)) and generated[keep] == fed[keep]:
                 keep += 1
             if not self._matcher.rollback(n - keep):
-                raise GrammarError(_first_line(self._matcher.get_error()))
+                raise GrammarError(first_line(self._matcher.get_error()))
             del fed[keep:]
             n = keep
         new = [int(t) for t in generated[n:]]
         if new:
             if not self._matcher.consume_tokens(new):
-                raise GrammarError(_first_line(self._matcher.get_error()))
+                raise GrammarError(first_line(self._matcher.get_error()))
             fed.extend(new)
-
-
-def _first_line(text: str) -> str:
-    return (text or "the grammar failed").strip().splitlines()[0][:300]

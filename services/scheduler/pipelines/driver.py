@@ -48,6 +48,24 @@ log = logging.getLogger("llmbus.scheduler")
 # lacks positions it wrote. Any other failure (no answer, a stage not live, `stale_route`) may
 # be a shard that is only late; a restart behind it shows as a new epoch in the pipeline.
 _KV_LOST = frozenset({PEER_RESTARTED, KV_MISSING})
+# A batch with this many constrained rows computes their masks in a worker thread; fewer are
+# computed on the event loop (a few tens of microseconds each: less than the hop to a thread).
+MASKS_OFF_LOOP = 4
+
+
+def compute_masks(grammars: dict) -> tuple[dict, dict]:
+    """Each constrained row's mask, {request id: words} (none for a row free at this step), and
+    {request id: why} for those whose grammar cannot follow their tokens."""
+    masks, failed = {}, {}
+    for rid, (constraint, generated) in grammars.items():
+        try:
+            words = constraint.mask(generated)
+        except GrammarError as e:
+            failed[rid] = str(e)
+            continue
+        if words is not None:     # None: this draw is free (a triggered grammar not begun)
+            masks[rid] = words
+    return masks, failed
 
 
 def _refused(e: BusError) -> bool:
@@ -149,36 +167,66 @@ class Driver:
             try:
                 # Built now, while every planned request still has its stream (a cancel may come
                 # before the task first runs).
-                body = to_forward(batch, {c.request_id: self.requests[c.request_id].sampling
-                                         for c in batch.chunks if c.sample},
-                                  {c.request_id: self.policy.history(c.request_id)
-                                   for c in batch.chunks
-                                   if c.sample and self.requests[c.request_id].sampling.penalized},
-                                  chain, self._masks(batch))
+                sampling = {c.request_id: self.requests[c.request_id].sampling
+                            for c in batch.chunks if c.sample}
+                histories = {c.request_id: self.policy.history(c.request_id)
+                             for c in batch.chunks
+                             if c.sample and self.requests[c.request_id].sampling.penalized}
+                grammars = self._grammars(batch)
+                if len(grammars) >= MASKS_OFF_LOOP:
+                    run = self._masked_then_run(batch, sampling, histories, chain, grammars, sig)
+                else:
+                    run = self._run_batch(batch, to_forward(
+                        batch, sampling, histories, chain, self._masks(grammars)),
+                        chain[0].name, sig)
             except Exception as e:  # a bug: its requests end with the reason, none hangs
                 log.exception("batch %d could not be built", batch.batch_id)
                 self._give_up(batch, f"the scheduler could not build the batch: {e!r}")
                 continue
-            task = asyncio.get_running_loop().create_task(
-                self._run_batch(batch, body, chain[0].name, sig))
+            task = asyncio.get_running_loop().create_task(run)
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
 
-    def _masks(self, batch: MicroBatch) -> dict:
-        """The grammar masks of the batch's constrained sampling rows. A request whose grammar
-        cannot follow its tokens ends failed (its row, unmasked, samples a token no one reads)."""
+    def _grammars(self, batch: MicroBatch) -> dict:
+        """The constrained sampling rows of a batch: request id -> (its constraint, the tokens
+        it has generated, as they are now)."""
         out = {}
         for c in batch.chunks:
             constraint = self.requests[c.request_id].constraint if c.sample else None
-            if constraint is None:
-                continue
-            try:
-                out[c.request_id] = constraint.mask(self.policy.generated(c.request_id))
-            except GrammarError as e:
-                self.counters["grammar_failed"] += 1
-                if o := self.policy.fail(c.request_id, f"its grammar failed: {e}", GRAMMAR_FAILED):
-                    self._deliver(o)
+            if constraint is not None:
+                out[c.request_id] = (constraint, tuple(self.policy.generated(c.request_id)))
         return out
+
+    def _masks(self, grammars: dict) -> dict:
+        """The grammar masks of a batch's constrained rows. A request whose grammar cannot
+        follow its tokens ends failed (its row, unmasked, samples a token no one reads)."""
+        masks, failed = compute_masks(grammars)
+        for rid, why in failed.items():
+            self.counters["grammar_failed"] += 1
+            if o := self.policy.fail(rid, f"its grammar failed: {why}", GRAMMAR_FAILED):
+                self._deliver(o)
+        return masks
+
+    async def _masked_then_run(self, batch: MicroBatch, sampling: dict, histories: dict,
+                               chain: list[Stage], grammars: dict, sig: tuple) -> None:
+        """A batch with many constrained rows: their masks are computed in a worker thread
+        (llguidance's own code runs without the GIL), so that the event loop goes on handling
+        the other batches' results meanwhile; then the batch runs as any other."""
+        try:
+            masks, failed = await asyncio.get_running_loop().run_in_executor(
+                None, compute_masks, grammars)
+            for rid, why in failed.items():
+                self.counters["grammar_failed"] += 1
+                if o := self.policy.fail(rid, f"its grammar failed: {why}", GRAMMAR_FAILED):
+                    self._deliver(o)
+            body = to_forward(batch, sampling, histories, chain, masks)
+        except Exception as e:  # a bug: its requests end with the reason, none hangs
+            log.exception("batch %d could not be built", batch.batch_id)
+            self._give_up(batch, f"the scheduler could not build the batch: {e!r}")
+            self.wake.set()
+            return
+        self.counters["masks_off_loop"] += 1
+        await self._run_batch(batch, body, chain[0].name, sig)
 
     def _forced(self, outputs: list[Output]) -> list[Output]:
         """What the grammars of the requests that just drew a token force next: taken at once
