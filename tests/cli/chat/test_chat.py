@@ -90,6 +90,25 @@ def test_the_same_seed_gives_the_same_answer(stack):
     assert other.stdout != first.stdout   # the seed, not greedy decoding, made them equal
 
 
+def test_an_answer_that_loops_on_a_phrase_ends_and_says_why(stack):
+    # Issue 37's reproduction, default sampling (temperature 0.8) and no --max-tokens: it looped
+    # "I'm happy to help.You can reach me at my website." for over 100 s. It ends here, in the
+    # time of at most the default cap of 1024 tokens (timeout), saying why unless the model
+    # itself stopped.
+    stated = {"[stopped: the answer kept repeating a phrase]",
+              "[stopped: the answer kept repeating a line]", "[stopped at --max-tokens 1024]"}
+    r = chat(stack.env, "My name is Alice. Please remember it.", "--seed", "1", timeout=120)
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr
+    assert r.stderr == "" or r.stderr.strip() in stated, r.stderr
+    # With seed 13 the same question falls into "caring, generous, generous, caring, generous,
+    # generous, ..." within one line: the fourth repeat of the phrase ends it.
+    r = chat(stack.env, "My name is Alice. Please remember it.", "--seed", "13", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip() == "[stopped: the answer kept repeating a phrase]", r.stderr
+    last = r.stdout.rstrip("\n").splitlines()[-1]
+    assert last.count("generous, generous, caring,") >= 3, last
+
+
 @pytest.mark.parametrize("option, value, code", [
     ("--temperature", "-1", "bad_sampling"), ("--top-p", "0", "bad_sampling"),
     ("--max-tokens", "0", "bad_max_tokens")])
