@@ -162,7 +162,8 @@ class OpenAI(Protocol):
 
     # ------------------------------------------------------------------ models
     def _model_object(self, card: ModelCard) -> dict:
-        return {"id": card.id, "object": "model", "created": card.created, "owned_by": "llmbus"}
+        return {"id": card.id, "object": "model", "created": card.created, "owned_by": "llmbus",
+                "aliases": list(card.aliases)}
 
     async def models(self, request: web.Request) -> web.Response:
         return json_response({"object": "list", "data": [self._model_object(self.backend.model())]})

@@ -90,6 +90,7 @@ class TokenizerService(Service):
     def _load(self) -> None:
         from services.modelstore.identity import model_identity
         from services.modelstore.gguf_meta import read_metadata
+        from services.modelstore.pull import model_names
         from services.tokenizer.token_bytes import token_bytes_table
         from services.tokenizer.tokenizer import Tokenizer
         from services.tokenizer.vocab import vocab_from_metadata
@@ -107,7 +108,8 @@ class TokenizerService(Service):
             context_length=int(meta.get(f"{arch}.context_length", 0)),
             templates=[templates.default_name]
             + [n for n in templates.names if n != templates.default_name],
-            name=str(meta.get("general.name") or path.stem), details=_details(path, meta, arch))
+            name=str(meta.get("general.name") or path.stem), details=_details(path, meta, arch),
+            aliases=model_names(path, str(meta.get("general.name") or "")))
         self.tokenizer = tok
 
     async def on_stop(self) -> None:

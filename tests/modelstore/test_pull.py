@@ -1,8 +1,10 @@
 """`llmbus pull`: the default model into the cache, checked, and nothing done the second time."""
 
 import dataclasses
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -17,16 +19,26 @@ def test_pulling_again_does_nothing(model_path, monkeypatch):
     def no_download(*a, **k):
         raise AssertionError("pull downloaded although the model is there")
 
-    monkeypatch.setattr(pull_mod.subprocess, "run", no_download)
+    monkeypatch.setattr(pull_mod.subprocess, "Popen", no_download)
     assert pull() == model_path
 
 
 @pytest.mark.slow
-def test_a_file_that_does_not_match_its_sha256_is_refused_and_not_kept(tmp_path):
+def test_a_file_that_does_not_match_its_sha256_is_refused_and_not_kept(tmp_path, capfd):
     wrong = dataclasses.replace(DEFAULT_MODEL, sha256="0" * 64)
+    t0 = time.monotonic()
     with pytest.raises(PullError, match="does not match"):
-        pull(wrong, cache=tmp_path)
+        pull(wrong, cache=tmp_path, quiet=False)
+    took = time.monotonic() - t0
     assert not any(p.suffix == ".gguf" for p in (tmp_path / "models").rglob("*"))
+    # The download showed its progress on stderr (a line every 2 s off a terminal), then its end.
+    lines = capfd.readouterr().err.splitlines()
+    assert lines[0] == f"downloading {wrong.name}: 0 B of 92.9 MB (0%)", lines
+    assert re.fullmatch(rf"downloaded {wrong.name}: 92\.9 MB in \d+s \([\d.]+ [kMG]?B/s\)", lines[-1])
+    rated = [ln for ln in lines if re.fullmatch(
+        rf"downloading {wrong.name}: [\d.]+ [kMG]?B of 92\.9 MB \(\d+%\), [\d.]+ [kMG]?B/s, "
+        rf"(\d+m)?\d+s left", ln)]
+    assert rated and len(lines) >= 2 + int(took / 2) - 3, lines   # pip's start, the sha256
 
 
 def test_a_package_that_does_not_exist_fails_with_pips_reason(tmp_path):

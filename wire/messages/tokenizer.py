@@ -31,6 +31,9 @@ class ModelInfo:
     name: str = ""          # what users call it: GGUF "general.name", or the file's stem
     # For model listings (Ollama's details): architecture, size_label, quantization, file_bytes.
     details: dict[str, str] = field(default_factory=dict)
+    # Every name requests may use for it (case and spaces aside): `name` first, the pull name,
+    # the file's name and its stem.
+    aliases: list[str] = field(default_factory=list)
 
 
 @message("tokenizer.vocab")
