@@ -34,11 +34,6 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def _same_place(a: tuple[str, int], b: tuple[str, int]) -> bool:
-    wildcard = {"0.0.0.0", "::", ""}
-    return a[1] == b[1] and (a[0] == b[0] or a[0] in wildcard or b[0] in wildcard)
-
-
 def refusal(*, http: str, cluster: str | None, rpc_port: int, stacks: list[dict],
             in_use=port_in_use) -> str | None:
     """Why `llmbus up` must not start, or None. `stacks`: the stack files of this machine's
@@ -50,7 +45,8 @@ def refusal(*, http: str, cluster: str | None, rpc_port: int, stacks: list[dict]
         if cluster is not None and s["cluster"] == cluster:
             return (f"{what} with cluster {cluster}: `llmbus down --cluster {cluster}` stops "
                     f"it, or give another --cluster")
-        if where[1] and s.get("http") and _same_place(where, split_address(s["http"])):
+        # By port alone: localhost, 127.0.0.1 and 0.0.0.0 are one place to the person asking.
+        if where[1] and s.get("http") and split_address(s["http"])[1] == where[1]:
             return (f"{what} on {http}: talk to it (`llmbus chat`), stop it with `llmbus down`, "
                     f"or start another beside it with --http HOST:PORT")
     for flag, host, port in (("--http", where[0], where[1]), ("--port", "0.0.0.0", rpc_port)):
