@@ -36,30 +36,41 @@ class PhraseLoopDetector:
     row, the block at most `max_tokens` long and its text non-trivial (at least `min_chars`
     non-whitespace characters: "0, 0, 0, " or a run of spaces is not a phrase).
 
-    For each period p it keeps how many tokens in a row equalled the token p before them; the
-    tail is a block of p tokens repeated r times once that run reaches (r - 1) * p. That is
-    O(max_tokens) work per token, with no search over the text.
+    For a period p, the tail is a block of p tokens repeated r times once (r - 1) * p tokens in
+    a row each equal the token p before them. Only the periods at which the new token occurred
+    before (its recent positions) can extend a run; the others end by not being extended. So a
+    token costs the number of its occurrences among the last `max_tokens`, not a pass over every
+    period (that was 64 steps a token, a GPU batch's worth of host time at high throughput).
     """
 
     def __init__(self, repeats: int, max_tokens: int, min_chars: int):
         self.repeats = repeats
         self.max_tokens = max_tokens
         self.min_chars = min_chars
-        self._ids: deque[int] = deque(maxlen=max_tokens + 1)
+        self._n = 0                                   # tokens fed
         self._pieces: deque[str] = deque(maxlen=max_tokens)
-        self._runs = [0] * (max_tokens + 1)      # _runs[p]: tokens in a row equal to the one p back
+        self._where: dict[int, deque[int]] = {}       # token id -> its recent positions
+        self._runs: dict[int, tuple[int, int]] = {}   # period -> (run length, position it ends at)
 
     def feed(self, piece: str, token_id: int) -> str | None:
         """Take the next token and its text; return the repeating phrase once it hits the limit."""
-        ids, runs = self._ids, self._runs
-        ids.append(token_id)
+        i, self._n = self._n, self._n + 1
         self._pieces.append(piece)
-        n = len(ids)
         found = None
-        for p in range(1, min(n, self.max_tokens + 1)):
-            runs[p] = runs[p] + 1 if ids[n - 1 - p] == token_id else 0
-            if found is None and runs[p] >= (self.repeats - 1) * p:
-                phrase = "".join(list(self._pieces)[-p:])
-                if sum(not c.isspace() for c in phrase) >= self.min_chars:
-                    found = phrase
+        seen = self._where.get(token_id)
+        if seen:
+            while seen and seen[0] < i - self.max_tokens:
+                seen.popleft()
+            for j in reversed(seen):                  # the shortest period first
+                p = i - j
+                length, end = self._runs.get(p, (0, -2))
+                length = length + 1 if end == i - 1 else 1
+                self._runs[p] = (length, i)
+                if found is None and length >= (self.repeats - 1) * p:
+                    phrase = "".join(list(self._pieces)[-p:])
+                    if sum(not c.isspace() for c in phrase) >= self.min_chars:
+                        found = phrase
+        self._where.setdefault(token_id, deque()).append(i)
+        if i % (4 * self.max_tokens) == 0:            # forget tokens not seen for a while
+            self._where = {t: q for t, q in self._where.items() if q[-1] >= i - self.max_tokens}
         return found
