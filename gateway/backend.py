@@ -108,6 +108,7 @@ class Backend:
         carry = Carry(request, time.monotonic())
         started, admitted, token_events = time.perf_counter(), None, []
         give_up = None
+        counted = False      # this request's ending is in llmbus_requests_finished_total
         while True:
             finished, lost, pause = False, None, 0.0
             try:
@@ -125,6 +126,7 @@ class Backend:
                         elif isinstance(ev, Started):
                             admitted = time.perf_counter()
                         elif isinstance(ev, Done):
+                            counted = True
                             self.metrics.generation(started, admitted, token_events,
                                                     ev.prompt_tokens, ev.completion_tokens,
                                                     ev.finish_reason, time.perf_counter())
@@ -150,6 +152,9 @@ class Backend:
                 # next process, and end the continuation there.)
                 if not finished and lost is None:
                     self._cancel_later(sched.name, request.request_id)
+                    if not counted:
+                        self.metrics.finished.labels("cancelled").inc()
+                        counted = True
             if finished:
                 return
             # Wait for a scheduler that serves (the respawn, or another), up to carry_s from the

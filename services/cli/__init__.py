@@ -10,7 +10,7 @@ import sys
 def _pull(args: argparse.Namespace) -> int:
     from services.modelstore.pull import MODELS, PullError, pull
     try:
-        path = pull(MODELS[args.model], quiet=not args.verbose)
+        path = pull(MODELS[args.model], quiet=args.quiet)
     except PullError as e:
         print(f"llmbus pull: {e}", file=sys.stderr)
         return 1
@@ -18,14 +18,25 @@ def _pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def version() -> str:
+    """The installed package's version (pyproject.toml's, as pip recorded it)."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+    try:
+        return installed("llmbus")
+    except PackageNotFoundError:
+        return "unknown (not installed: run `pip install -e .`)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmbus", description=__doc__)
+    p.add_argument("--version", action="version", version=f"llmbus {version()}")
     sub = p.add_subparsers(dest="command", required=True)
     from services.modelstore.pull import DEFAULT_MODEL, MODELS
     pull = sub.add_parser("pull", help="fetch a model into the cache (sha256-checked); prints its path")
     pull.add_argument("model", nargs="?", default=DEFAULT_MODEL.name, choices=sorted(MODELS),
                       help=f"which model (default {DEFAULT_MODEL.name})")
-    pull.add_argument("-v", "--verbose", action="store_true")
+    pull.add_argument("-q", "--quiet", action="store_true",
+                      help="no download progress on stderr (bytes, rate, time left)")
     pull.set_defaults(func=_pull)
     from . import chat, generate, keygen, run, units, up
     run.add_parser(sub, dict(os.environ))

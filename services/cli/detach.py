@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from .stacks import alive, private_cluster, running, runtime_dir
+from .stacks import alive, busctl_hint, private_cluster, running, runtime_dir
 
 
 def detach(args: argparse.Namespace, ready_timeout: float = 900.0) -> int:
@@ -20,26 +20,52 @@ def detach(args: argparse.Namespace, ready_timeout: float = 900.0) -> int:
         argv += ["--cluster", cluster]
     logs = runtime_dir() / "logs" / cluster
     logs.mkdir(parents=True, exist_ok=True)
+    relay = _Relay(logs / "up.log")
     with open(logs / "up.log", "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "services.cli", *argv], stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + ready_timeout
     while True:
+        relay.lines()    # the download's progress and each stage, as they happen
         stack = next((s for s in running() if s["cluster"] == cluster), None)
         if stack is not None:
+            relay.lines()
             http = f"HTTP API at {stack['http']}, " if stack.get("http") else ""
             print(f"llmbus is up in the background (pid {proc.pid}, cluster {cluster}, {http}"
-                  f"scheduler {stack['scheduler']}): talk to it with `llmbus chat`, stop it with "
-                  f"`llmbus down`. Logs in {logs}.", flush=True)
+                  f"scheduler {stack['scheduler']}): talk to it with `llmbus chat`, inspect it "
+                  f"with `{busctl_hint(stack)}`, stop it with `llmbus down`. Logs in {logs}.",
+                  flush=True)
             return 0
         if proc.poll() is not None or time.monotonic() > deadline:
             if proc.poll() is None:
                 proc.terminate()
-            tail = (logs / "up.log").read_text(errors="replace").splitlines()[-15:]
-            print("llmbus up --detach: the stack did not come up:\n" + "\n".join(tail),
+            relay.lines()     # its last words were relayed above
+            print(f"llmbus up --detach: the stack did not come up (its log: {logs / 'up.log'})",
                   file=sys.stderr)
             return 1
         time.sleep(0.2)
+
+
+class _Relay:
+    """Copies the lines the background stack writes to its log onto this command's stderr."""
+
+    def __init__(self, path):
+        self.path = path
+        self.at = path.stat().st_size if path.exists() else 0   # not an earlier run's lines
+        self.partial = b""
+
+    def lines(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.at)
+                data = f.read()
+        except OSError:
+            return
+        self.at += len(data)
+        *done, self.partial = (self.partial + data).split(b"\n")
+        for line in done:
+            sys.stderr.write(line.decode(errors="replace") + "\n")
+        sys.stderr.flush()
 
 
 def stop_stacks(args: argparse.Namespace, timeout: float = 60.0) -> int:

@@ -66,3 +66,10 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True  # no /proc: kill(0) is all we know
+
+
+def busctl_hint(stack: dict) -> str:
+    """The `busctl list` command line that inspects this stack (from its stack file's fields)."""
+    key = f"LLMBUS_KEY_FILE={stack['key_file']} " if stack.get("key_file") else ""
+    return (f"LLMBUS_CLUSTER={stack['cluster']} LLMBUS_MDNS=0 "
+            f"LLMBUS_PEERS={','.join(stack['peers'])} {key}busctl list")

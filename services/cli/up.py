@@ -30,7 +30,9 @@ SCHEDULER_OPTIONS = ("max_queue", "max_batch_tokens")
 
 def add_parser(sub) -> None:
     p = sub.add_parser("up", help="run tokenizer, scheduler, shards and gateway here until Ctrl-C")
-    p.add_argument("--model", type=Path, default=None, help="GGUF file (default: pulled)")
+    p.add_argument("--model", default=None, metavar="FILE|NAME",
+                   help="GGUF file, or a name `llmbus pull` knows (pulled first if it must be); "
+                        "default: the default model, pulled")
     p.add_argument("--chat-template", default=None, metavar="NAME|FILE", help=CHAT_TEMPLATE_HELP)
     p.add_argument("--shards", type=int, default=2, help="shard processes to cut the model into")
     p.add_argument("--replicas", type=positive, default=1,
@@ -71,6 +73,17 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    from services.modelstore.pull import PullError
+
+    from .preflight import refusal
+    from .stacks import running
+    try:
+        why = refusal(http=args.http, cluster=args.cluster, rpc_port=args.port, stacks=running())
+    except ValueError as e:
+        why = f"--http: {e}"
+    if why:                    # before anything starts: no service, no download
+        print(f"llmbus up: {why}", file=sys.stderr)
+        return 2
     if args.detach:
         from .detach import detach
         return detach(args)
@@ -78,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
         return asyncio.run(_up(args))
     except KeyboardInterrupt:
         return 130
-    except (ValueError, OSError) as e:   # bad option values, a bad model file, no GPU
+    except (ValueError, OSError, PullError) as e:   # bad option values, a bad model file, no GPU
         print(f"llmbus up: {e}", file=sys.stderr)
         return 2
 
@@ -114,7 +127,7 @@ async def _up(args) -> int:
 
     from services.shard.config import default_threads
     from services.scheduler.placement.policy import head_cost_in_layers, split_layers
-    from .stacks import private_cluster, register, runtime_dir
+    from .stacks import busctl_hint, private_cluster, register, runtime_dir
 
     key = cluster_key(args)        # a bad key file fails before anything starts
     if args.device == "cuda":      # no GPU: say why before anything starts
@@ -122,9 +135,7 @@ async def _up(args) -> int:
         why = device_unavailable(args.device)
         if why:
             raise ValueError(f"--device cuda: {why}")
-    model = (args.model or pull(quiet=False)).resolve()
-    if not model.is_file():
-        raise ValueError(f"no model file at {model}")
+    model = _model_file(args.model, pull)
     meta = read_metadata(model)
     template = chat_template(args.chat_template, model)
     arch = meta.get("general.architecture", "?")
@@ -197,16 +208,14 @@ async def _up(args) -> int:
             return 0 if stop.is_set() else 1
         endpoint = f"tcp://127.0.0.1:{sched_port}"
         http = directory.get("gateway-0").info.http
-        stack_file = register(cluster, {"scheduler": f"127.0.0.1:{sched_port}", "http": http,
-                                        "peers": peers,
-                                        **({"key_file": str(args.key_file.resolve())} if key else {}),
-                                        "model": str(model), "shards": len(ranges),
-                                        "logs": str(logs)})
+        stack_info = {"scheduler": f"127.0.0.1:{sched_port}", "http": http, "peers": peers,
+                      **({"key_file": str(args.key_file.resolve())} if key else {}),
+                      "model": str(model), "shards": len(ranges), "logs": str(logs)}
+        stack_file = register(cluster, stack_info)
+        stack_info["cluster"] = cluster
         say(f"ready in {time.monotonic() - t0:.1f}s. Scheduler at {endpoint} (cluster {cluster}).")
         print(f"llmbus is up: HTTP API at {http} (OpenAI, Anthropic, Ollama); talk to it with "
-              f"`llmbus chat`; inspect it with "
-              f"`LLMBUS_CLUSTER={cluster} LLMBUS_MDNS=0 LLMBUS_PEERS={','.join(peers)} "
-              f"{f'LLMBUS_KEY_FILE={args.key_file.resolve()} ' if key else ''}busctl list`. "
+              f"`llmbus chat`; inspect it with `{busctl_hint(stack_info)}`. "
               f"Ctrl-C stops it.", flush=True)
         watcher.watch()
         await stop.wait()
@@ -223,6 +232,20 @@ async def _up(args) -> int:
         say("stopped")
 
 
+def _model_file(given: str | None, pull) -> Path:
+    """--model as a file: a path, or a pull name (pulled now, with progress, if not yet)."""
+    from services.modelstore.pull import DEFAULT_MODEL, MODELS, spec_named
+    spec = DEFAULT_MODEL if given is None else spec_named(given)
+    if spec is not None and not Path(given or "").is_file():
+        say(f"model {spec.name}")
+        return pull(spec, quiet=False).resolve()
+    model = Path(given).expanduser().resolve()
+    if not model.is_file():
+        raise ValueError(f"--model {given}: no such file, and not a model `llmbus pull` knows "
+                         f"({', '.join(sorted(MODELS))})")
+    return model
+
+
 def _tell(e, logs: Path) -> None:
     say(f"{e.kind}: {e.service}: {e.reason}")
     if e.kind == "service_failed":
@@ -232,8 +255,13 @@ def _tell(e, logs: Path) -> None:
 async def _wait_ready(directory, kids, stop: asyncio.Event, logs: Path) -> bool:
     """Until the scheduler is ready (it is ready once the tokenizer and every shard are) and
     the gateway serves HTTP."""
-    last_report = time.monotonic()
+    t0 = last_report = time.monotonic()
+    states: dict[str, str] = {}
     while not stop.is_set():
+        for e in directory.live():     # a stage line as each service comes up
+            if states.get(e.name) != e.state:
+                states[e.name] = e.state
+                say(f"{e.name}: {e.state} ({time.monotonic() - t0:.1f}s)")
         sched, gateway = directory.get("scheduler-0"), directory.get("gateway-0")
         if (sched is not None and sched.state == "ready" and gateway is not None
                 and gateway.state == "ready" and gateway.info.model):

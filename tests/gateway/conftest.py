@@ -12,8 +12,9 @@ MAX_QUEUE = 4
 
 @pytest.fixture(scope="package")
 def stack(tmp_path_factory, model_path):
+    # --model by its pull name (the file is the one model_path pulled)
     s = Stack(tmp_path_factory.mktemp("gateway-runtime"), "--shards", "2", "--max-queue",
-              str(MAX_QUEUE), "--model", str(model_path))
+              str(MAX_QUEUE), "--model", "smollm2-135m-instruct-q4_1")
     yield s
     s.close()
 

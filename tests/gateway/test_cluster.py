@@ -38,6 +38,16 @@ async def idle(stack) -> dict | None:
     return s if s["running"] == 0 and s["waiting"] == 0 and s["pages_used"] == 0 else None
 
 
+async def scrape(stack) -> dict[tuple[str, tuple], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+    async with aiohttp.ClientSession() as s:
+        async with s.get(stack.http + "/metrics") as r:
+            assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
+            text = await r.text()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
 async def test_health_and_the_cluster_map(stack):
     status, body = await get(stack, "/health")
     assert status == 200 and body["status"] == "ok", body
@@ -73,6 +83,8 @@ async def test_tokenize_counts_the_prompt_a_completion_reports(stack):
 
 async def test_a_client_leaving_mid_stream_cancels_its_request(stack):
     before = await stats(stack)
+    counted = ("llmbus_requests_finished_total", (("reason", "cancelled"),))
+    before_metrics = await scrape(stack)
     model = (await get(stack, "/v1/models"))[1]["data"][0]["id"]
     async with aiohttp.ClientSession() as s:
         r = await s.post(stack.http + "/v1/chat/completions", json={
@@ -86,6 +98,8 @@ async def test_a_client_leaving_mid_stream_cancels_its_request(stack):
         r.close()       # drop the connection mid-answer
     s = await wait_for(lambda: idle(stack), timeout=10)
     assert s["finished_cancelled"] == before.get("finished_cancelled", 0) + 1
+    # ... and the gateway's metrics count it, once, by its reason.
+    assert (await scrape(stack)).get(counted, 0) == before_metrics.get(counted, 0) + 1
 
 
 async def test_a_full_queue_is_a_429_with_retry_after(stack):
@@ -105,16 +119,6 @@ async def test_a_full_queue_is_a_429_with_retry_after(stack):
         assert int(headers["Retry-After"]) >= 1
         assert body["error"]["type"] == "rate_limit_error"
     await wait_for(lambda: idle(stack), timeout=60)
-
-
-async def scrape(stack) -> dict[tuple[str, tuple], float]:
-    from prometheus_client.parser import text_string_to_metric_families
-    async with aiohttp.ClientSession() as s:
-        async with s.get(stack.http + "/metrics") as r:
-            assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
-            text = await r.text()
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
 async def test_metrics_count_what_a_request_did(stack):

@@ -24,6 +24,25 @@ def test_models_list_the_served_model_and_refuse_others(oai, model):
     assert e.value.body["param"] == "model"
 
 
+def test_every_name_of_the_model_is_accepted_and_listed(oai, model, model_path, stack):
+    from services.modelstore.gguf_meta import read_metadata
+    general = read_metadata(model_path)["general.name"]
+    # The names a user meets: the pull name (the stack was started with it: --model NAME), the
+    # file's name and stem, and general.name, which is the listed id.
+    names = ["smollm2-135m-instruct-q4_1", model_path.name, model_path.stem]
+    (listed,) = oai.models.list().data
+    assert listed.id == general == model and listed.aliases == names
+    assert stack.info["model"] == str(model_path)
+    # Case and spaces aside.
+    for name in [general, *names, general.upper().replace(" ", ""), model_path.stem.lower(),
+                 " SmolLM2-135M-Instruct.Q4_1 "]:
+        r = oai.chat.completions.create(model=name, messages=JAPAN, max_tokens=1, temperature=0)
+        assert r.model == model, name
+        assert oai.models.retrieve(name.strip()).id == model
+    with pytest.raises(openai.NotFoundError):
+        oai.chat.completions.create(model="smollm2-135m", messages=JAPAN, max_tokens=1)
+
+
 def test_a_greedy_answer_with_logprobs_and_usage(oai, model):
     r = oai.chat.completions.create(model=model, messages=JAPAN, temperature=0, logprobs=True,
                                        top_logprobs=3)

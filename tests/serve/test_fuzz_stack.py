@@ -48,7 +48,7 @@ REFUSALS = {"bad_frame", "bad_messages", "unknown_template", "template_error", "
             "prompt_too_long", "empty_prompt", "bad_token_ids", "bad_max_tokens", "bad_sampling",
             "unknown_priority", "bad_stop_strings", "bad_request_id", "bad_seed",
             "duplicate_request_id", "queue_full"}
-FINISHED = {"stop", "length", "repeated_line_loop"}
+FINISHED = {"stop", "length", "repeated_line_loop", "repeated_phrase_loop"}
 TOKENS_BEFORE_LEAVING = 3   # a valid fuzzed request is followed this far, then cancelled
 
 

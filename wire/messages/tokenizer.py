@@ -38,6 +38,9 @@ class ModelInfo:
     # "mean" where the GGUF names none (or one we do not pool by: none, rank).
     pooling: str = "mean"
     embedding_length: int = 0   # GGUF "{arch}.embedding_length": an embedding's width (0: unknown)
+    # Every name requests may use for it (case and spaces aside): `name` first, the pull name,
+    # the file's name and its stem.
+    aliases: list[str] = field(default_factory=list)
 
 
 @message("tokenizer.vocab")

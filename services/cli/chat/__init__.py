@@ -11,8 +11,8 @@ import argparse
 import os
 import sys
 
-from .options import (DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, HELP,
-                      ChatOptions)
+from .options import (DEFAULT_MAX_TOKENS, DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K,
+                      DEFAULT_TOP_P, HELP, ChatOptions)
 
 
 def add_parser(sub) -> None:
@@ -37,9 +37,9 @@ def add_parser(sub) -> None:
                    help="top-k sampling; 0 is off (default: %(default)s)")
     p.add_argument("--min-p", type=float, default=DEFAULT_MIN_P,
                    help="min-p sampling; 0 is off (default: %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=None,
-                   help="longest answer in tokens (default: until the model stops or the "
-                        "context is full)")
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                   help="longest answer in tokens (default: %(default)s, or less where the "
+                        "context is fuller)")
     from bus.cli_args import add_key_argument
     add_key_argument(p, dict(os.environ))
     p.add_argument("--seed", type=int, default=None,

@@ -125,6 +125,8 @@ class Session:
                          f"/reset starts over]")
         elif answer.finish_reason == "repeated_line_loop":
             self.say("[stopped: the answer kept repeating a line]")
+        elif answer.finish_reason == "repeated_phrase_loop":
+            self.say("[stopped: the answer kept repeating a phrase]")
         elif answer.finish_reason == "cancelled":
             self.say("llmbus chat: the request was cancelled on the scheduler")
             return FAILED

@@ -6,7 +6,7 @@ from .stop_rules import Finish, StopState
 
 # Endings where the text so far is the answer: bytes held for a character that never completed
 # are shown (as U+FFFD). After EOS or a stop string nothing more is the client's.
-_SHOWS_TAIL = frozenset({"length", "repeated_line_loop"})
+_SHOWS_TAIL = frozenset({"length", "repeated_line_loop", "repeated_phrase_loop"})
 
 
 class ClientText:

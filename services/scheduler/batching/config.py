@@ -50,6 +50,8 @@ class SchedulerConfig(BatchingSettings):
     loop_repeats: int = 4              # same non-trivial line this many times → repeated_line_loop
     loop_window: int = 8               # ... within this many recent non-trivial lines
     loop_min_chars: int = 8            # a line is non-trivial with at least this many non-space chars
+    phrase_repeats: int = 4            # a phrase this many times in a row → repeated_phrase_loop
+    phrase_max_tokens: int = 64        # ... a phrase of at most this many tokens (non-trivial too)
     max_batch_retries: int = 3         # unusable results in a row one sequence survives
     retry_after_min_s: float = 1.0
     retry_after_max_s: float = 300.0
@@ -74,5 +76,7 @@ class SchedulerConfig(BatchingSettings):
                               f"({self.num_pages} pages x {self.page_size} tokens)")
         if self.loop_repeats < 2 or self.loop_window < self.loop_repeats:
             raise ConfigError("need 2 <= loop_repeats <= loop_window")
+        if self.phrase_repeats < 2:
+            raise ConfigError("need phrase_repeats >= 2")
         if self.retry_after_min_s > self.retry_after_max_s:
             raise ConfigError("retry_after_min_s must be <= retry_after_max_s")

@@ -17,7 +17,7 @@ from .client_text import ClientText
 from .config import SchedulerConfig
 from .errors import BadCompletion, DuplicateRequest, QueueFull, UnknownBatch
 from .kv import KVManager
-from .loop_detect import LineLoopDetector
+from .loop_detect import LineLoopDetector, PhraseLoopDetector
 from .pacing import StepCost, prefill_budget
 from .sequence import Request, Sequence, Status
 from .stop_rules import Finish, StopState
@@ -69,8 +69,9 @@ class Scheduler:
             raise QueueFull(self.retry_after(), len(self._waiting))
         cfg = self.config
         loop = LineLoopDetector(cfg.loop_repeats, cfg.loop_window, cfg.loop_min_chars)
+        phrase = PhraseLoopDetector(cfg.phrase_repeats, cfg.phrase_max_tokens, cfg.loop_min_chars)
         stop = StopState(max_tokens=terms.max_tokens, stop=tuple(request.stop),
-                         eos_ids=cfg.eos_ids, loop=loop)
+                         eos_ids=cfg.eos_ids, loop=loop, phrase=phrase)
         text = ClientText(IncrementalDecoder(cfg.token_bytes), stop)
         # A continuation's tokens go through its text as they did under the lost scheduler, so
         # the bytes of an unfinished character and the text a stop string may still claim are

@@ -1,10 +1,12 @@
-"""Stop rules of one sequence: EOS, max tokens, stop strings held back across pieces, line loops."""
+"""Stop rules of one sequence: EOS, max tokens, stop strings held back across pieces, line and
+phrase loops."""
 
 from dataclasses import dataclass
 
-from .loop_detect import LineLoopDetector
+from .loop_detect import LineLoopDetector, PhraseLoopDetector
 
-FINISH_REASONS = ("stop", "length", "repeated_line_loop", "cancelled", "failed")
+FINISH_REASONS = ("stop", "length", "repeated_line_loop", "repeated_phrase_loop", "cancelled",
+                  "failed")
 
 
 @dataclass(frozen=True)
@@ -27,11 +29,13 @@ class StopState:
     """
 
     def __init__(self, *, max_tokens: int, stop: tuple[str, ...] = (),
-                 eos_ids: frozenset[int] = frozenset(), loop: LineLoopDetector | None = None):
+                 eos_ids: frozenset[int] = frozenset(), loop: LineLoopDetector | None = None,
+                 phrase: PhraseLoopDetector | None = None):
         self.max_tokens = max_tokens
         self.stop = tuple(stop)
         self.eos_ids = eos_ids
         self.loop = loop
+        self.phrase = phrase
         self.num_tokens = 0
         self._held = ""
 
@@ -49,6 +53,9 @@ class StopState:
         looping = self.loop.feed(piece) if self.loop is not None else None
         if looping is not None:
             return self._flush(), Finish("repeated_line_loop", detail=looping)
+        looping = self.phrase.feed(piece, token_id) if self.phrase is not None else None
+        if looping is not None:
+            return self._flush(), Finish("repeated_phrase_loop", detail=looping)
         if self.num_tokens >= self.max_tokens:
             return self._flush(), Finish("length")
         if not self.stop:

@@ -50,7 +50,7 @@ def test_the_request_carries_the_options_and_a_fresh_id_to_cancel_it_by():
 def test_defaults_are_the_ones_chat_users_expect():
     o = ChatOptions()
     assert (o.temperature, o.top_p, o.top_k, o.min_p) == (0.8, 0.95, 40, 0.05)  # llama.cpp's
-    assert o.max_tokens is None and o.seed is None and o.system is None
+    assert o.max_tokens == 1024 and o.seed is None and o.system is None   # bounded by default
 
 
 @pytest.mark.parametrize("line, kind", [
