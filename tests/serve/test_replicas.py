@@ -65,7 +65,7 @@ async def test_killing_a_replica_under_load_loses_nothing_and_the_survivor_serve
     # What a `busctl monitor scheduler.pipeline` would print.
     watch = Directory(zmq.asyncio.Context.instance(),
                       BusConfig(cluster=stack.info["cluster"], mdns=False,
-                                peers=(stack.info["scheduler"],)), me="test-watch")
+                                peers=(stack.info["scheduler"],), key=stack.key), me="test-watch")
     events: list = []
     watch.subscribe(b"scheduler.pipeline")
     watch.on_event.append(lambda topic, msg: topic == b"scheduler.pipeline"
