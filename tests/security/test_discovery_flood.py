@@ -115,3 +115,55 @@ async def test_a_live_services_name_is_not_taken_by_a_newer_process_elsewhere():
                 assert d.get("twin").rpc_port == first.rpc_port
         finally:
             await d.stop()
+
+
+async def test_the_mdns_browser_resolves_a_flood_a_bounded_batch_at_a_time_newest_first(monkeypatch):
+    """2,000 records announced at once: zeroconf is asked about at most 16 at a time, 256 wait,
+    and the record announced last is asked about first. (zeroconf's browser and resolver are
+    stood in for: what is under test is what the Browser does with their callbacks.)"""
+    from zeroconf import ServiceStateChange
+
+    from bus import mdns
+
+    asked: list[str] = []
+    at_once = {"now": 0, "most": 0}
+    release = asyncio.Event()
+
+    class Info:
+        def __init__(self, service_type, name):
+            self.name = name
+
+        async def async_request(self, zc, timeout_ms):
+            asked.append(self.name)
+            at_once["now"] += 1
+            at_once["most"] = max(at_once["most"], at_once["now"])
+            await release.wait()
+            at_once["now"] -= 1
+            return False                  # nothing answers a forged name
+
+    class ZeroconfBrowser:
+        def __init__(self, zc, service_type, handlers):
+            self.handlers = handlers
+
+        async def async_cancel(self):
+            pass
+
+    monkeypatch.setattr(mdns, "AsyncServiceInfo", Info)
+    monkeypatch.setattr(mdns, "AsyncServiceBrowser", ZeroconfBrowser)
+
+    class Zc:
+        zeroconf = None
+
+    browser = mdns.Browser(Zc(), lambda c: None)
+    browser.start()
+    (on_change,) = browser._browser.handlers
+    for i in range(FORGED):
+        on_change(None, mdns.SERVICE_TYPE, f"forged-{i}.{mdns.SERVICE_TYPE}", ServiceStateChange.Added)
+    on_change(None, mdns.SERVICE_TYPE, f"real.{mdns.SERVICE_TYPE}", ServiceStateChange.Added)
+    await until(lambda: len(asked) >= 16, 5, what="the first batch asked")
+    assert asked[0] == f"real.{mdns.SERVICE_TYPE}"
+    assert len(browser._tasks) <= 16 and len(browser._waiting) <= 256
+    release.set()
+    await until(lambda: not browser._waiting and not browser._tasks, 10, what="the flood drained")
+    assert at_once["most"] <= 16 and len(asked) <= 16 + 256, (at_once, len(asked))
+    await browser.stop()

@@ -32,6 +32,15 @@ def key_of(endpoint: str) -> ClusterKey | None:
     return KEYS.get(endpoint)
 
 
+def remember_key(info: dict) -> ClusterKey | None:
+    """The key of the stack whose file is `info`, remembered for its endpoints."""
+    key = read_key_file(Path(info["key_file"])) if info.get("key_file") else None
+    if key is not None:
+        for peer in (info["scheduler"], *info["peers"]):
+            KEYS["tcp://" + peer] = key
+    return key
+
+
 class Stack:
     """`llmbus up ARGS` in its own runtime folder; stop() sends SIGTERM as systemd or a user would."""
 
@@ -58,10 +67,7 @@ class Stack:
         self.info = json.loads(self.file.read_text())
         self.endpoint = "tcp://" + self.info["scheduler"]
         self.http = self.info["http"]         # the gateway's base URL
-        self.key = read_key_file(Path(self.info["key_file"])) if self.info.get("key_file") else None
-        if self.key is not None:
-            for peer in (self.info["scheduler"], *self.info["peers"]):
-                KEYS["tcp://" + peer] = self.key
+        self.key = remember_key(self.info)
         # For a command run beside the stack (busctl, llmbus chat): its runtime folder, and so
         # its stack file and key.
         self.env = {"LLMBUS_RUNTIME_DIR": str(runtime)}
