@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from .stacks import alive, private_cluster, running, runtime_dir
+from .stacks import alive, private_cluster, private_folder, running
 
 
 def detach(args: argparse.Namespace, ready_timeout: float = 900.0) -> int:
@@ -18,7 +18,7 @@ def detach(args: argparse.Namespace, ready_timeout: float = 900.0) -> int:
     argv = [a for a in args.argv if a not in ("-d", "--detach")]
     if args.cluster is None:
         argv += ["--cluster", cluster]
-    logs = runtime_dir() / "logs" / cluster
+    logs = private_folder() / "logs" / cluster    # the folder of the stack's key, made private
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / "up.log", "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "services.cli", *argv], stdin=subprocess.DEVNULL,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 
 from bus.options import add_options, options_of
 
@@ -66,5 +67,9 @@ def build(args: argparse.Namespace, config):
         raise ValueError("--child is for --mode children; under systemd the units run the services")
     else:
         mode = SystemdMode(machine_id(), args.watch_units)
+        if not args.watch_units:
+            print("llmbus run health: no --watch-unit: this watcher reports services but acts "
+                  "on none (`llmbus install-units` lists this machine's units in health.env)",
+                  file=sys.stderr)
     return HealthService(config, mode, HealthServiceConfig(
         policy=policy_config(args, config.bus.heartbeat_interval)))
