@@ -11,7 +11,7 @@ from wire.messages.bus import Status
 from wire.messages.scheduler import Generate, StatsRequest
 
 from ..bus.procs import Procs, cli, free_port
-from .stack import Stack, call, generate, status_of, wait_for, KEYS
+from .stack import KEYS, Stack, call, generate, status_of, wait_for
 
 pytestmark = pytest.mark.slow
 
