@@ -32,7 +32,7 @@ class Llmbus:
 
     def service(self, host: str, kind: str, *extra: str) -> list[str]:
         return [sys.executable, "-m", "services.cli", "run", kind, "--cluster", self.cluster,
-                "--host", self.hosts.addr[host], *extra]
+                "--host", self.hosts.addr[host], "--insecure", *extra]
 
 
 def start(hosts: Hosts, shard_hosts: list[str], model: Path, *, pages: int, threads: int,

@@ -74,6 +74,8 @@ class LocalStack:
             cmd += ["--max-queue", str(self.max_queue)]
         if self.key_file is not None:
             cmd += ["--key-file", str(self.key_file)]
+        else:   # the benchmarks' clients call the bus unkeyed (bench.serve --curve: the plain side)
+            cmd += ["--insecure"]
         if self.replicas != 1:
             cmd += ["--replicas", str(self.replicas)]
         cmd += list(self.up_args)

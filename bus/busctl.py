@@ -8,6 +8,8 @@
     busctl call NAME METHOD [JSON]   send one message (METHOD is its wire type) and print the reply
 
 Add --json for scripts. When nothing is found, busctl says what discovery saw and why.
+With no --peer or --interface, it looks first at the stack `llmbus up` runs here (the newest, or
+the one of --cluster): its own file names its services and its key.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 EXIT_NOT_FOUND = 3
@@ -91,7 +94,8 @@ async def cmd_list(ctl: Ctl) -> int:
     live = ctl.directory.live()
     for name, eps in ctl.directory.clashes().items():
         print(f"busctl: NAME CLASH: two live services are named {name} ({' and '.join(eps)}); "
-              "only the newer is used: give each its own --name", file=sys.stderr)
+              "the one heard first keeps the name while it lives: give each its own --name",
+              file=sys.stderr)
     watched = await _watched(ctl, live)
     rows = [{"name": e.name, "kind": e.kind, "instance": e.instance, "host": e.host,
              "rpc_port": e.rpc_port, "epoch": e.epoch, "state": e.state, "load": e.load,
@@ -311,12 +315,36 @@ def build_parser(env: dict) -> argparse.ArgumentParser:
     return p
 
 
+def stack_config(args: argparse.Namespace, argv: list[str], env: dict):
+    """The bus of the stack `llmbus up` runs here (the newest, or the one of --cluster), from
+    its own file: its peers and its key. None when the options name where to look (--peer,
+    --interface) or no such stack runs; then discovery goes as the options say."""
+    from bus.config import BusConfig
+    from bus.curve import read_key_file
+    from bus.stacks import running
+
+    if args.peers or args.interfaces:
+        return None
+    stacks = running(env)
+    if "LLMBUS_CLUSTER" in env or any(a == "--cluster" or a.startswith("--cluster=") for a in argv):
+        stacks = [s for s in stacks if s.get("cluster") == args.cluster]
+    if not stacks:
+        return None
+    s = stacks[0]
+    key_file = args.key_file or (s.get("key_file") and Path(s["key_file"]))
+    return BusConfig(cluster=s["cluster"], mdns=False, peers=tuple(s.get("peers", ())),
+                     heartbeat_interval=args.heartbeat,
+                     key=read_key_file(key_file) if key_file else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     from bus.cli_args import bus_config
 
-    args = build_parser(dict(os.environ)).parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    env = dict(os.environ)
+    args = build_parser(env).parse_args(argv)
     try:
-        config = bus_config(args)
+        config = stack_config(args, argv, env) or bus_config(args, binds=False)
     except ValueError as e:
         print(f"busctl: {e}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 from pathlib import Path
 
 from .config import BusConfig
@@ -26,6 +27,9 @@ def add_bus_arguments(p: argparse.ArgumentParser, env: dict) -> None:
                    help="static peer HOST:RPC_PORT (repeatable)")
     g.add_argument("--heartbeat", type=float, default=0.5, help="heartbeat interval (s)")
     add_key_argument(g, env)
+    g.add_argument("--insecure", action="store_true", default=env.get("LLMBUS_INSECURE") == "1",
+                   help="bind beyond loopback without a key: anyone who reaches the port may "
+                        "call every service (default: refused)")
 
 
 def add_key_argument(p, env: dict) -> None:
@@ -42,8 +46,30 @@ def cluster_key(args: argparse.Namespace) -> ClusterKey | None:
     return read_key_file(args.key_file) if args.key_file is not None else None
 
 
-def bus_config(args: argparse.Namespace):
-    return BusConfig(cluster=args.cluster, host=args.host, advertise_host=args.advertise,
-                     mdns=args.mdns, mdns_interfaces=tuple(args.interfaces),
-                     peers=tuple(args.peers), heartbeat_interval=args.heartbeat,
-                     key=cluster_key(args))
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(config: BusConfig, insecure: bool) -> None:
+    """A bus bound beyond loopback needs the cluster key, or --insecure saying it means it."""
+    if config.key is None and not insecure and not is_loopback(config.host):
+        raise ValueError(f"--host {config.host}: a bus bound beyond loopback needs the cluster's "
+                         f"key (--key-file or LLMBUS_KEY_FILE; `llmbus keygen` makes one): "
+                         f"without it anyone who reaches the port may call every service. "
+                         f"--insecure (LLMBUS_INSECURE=1) runs it so anyway")
+
+
+def bus_config(args: argparse.Namespace, binds: bool = True):
+    """The BusConfig of the options; `binds`: the process binds its bus sockets at --host."""
+    config = BusConfig(cluster=args.cluster, host=args.host, advertise_host=args.advertise,
+                       mdns=args.mdns, mdns_interfaces=tuple(args.interfaces),
+                       peers=tuple(args.peers), heartbeat_interval=args.heartbeat,
+                       key=cluster_key(args))
+    if binds:
+        check_exposure(config, args.insecure)
+    return config

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from typing import Callable
 
 import zmq
@@ -25,6 +26,14 @@ HEARTBEAT_TOPIC = b"bus.heartbeat"
 
 log = logging.getLogger("llmbus.bus")
 
+# Bounds that hold whatever mDNS says: a flood of forged records (thousands of endpoints) may
+# cost at most this many sockets in handshakes at once, this many candidates waiting (the newest
+# kept: a real service announcing itself after the flood is confirmed next, not after it), and
+# this many remembered errors.
+MAX_HANDSHAKES = 16
+MAX_WAITING = 256
+MAX_ERRORS = 64
+
 
 class Directory:
     """Run inside any process that needs to find others (services, busctl, the gateway)."""
@@ -37,9 +46,10 @@ class Directory:
         self.table = LivenessTable(config.dead_after)
         self.counters = {"handshakes": 0, "handshake_failures": 0, "wrong_cluster": 0,
                          "mdns_candidates": 0, "bad_frames": 0, "restarts_seen": 0,
-                         "name_clashes": 0}
+                         "name_clashes": 0, "candidates_dropped": 0}
         self._clash_said: dict[str, tuple[str, ...]] = {}
-        self.last_errors: dict[str, str] = {}      # endpoint -> why the handshake failed
+        # endpoint -> why its handshake failed, the latest MAX_ERRORS of them
+        self.last_errors: OrderedDict[str, str] = OrderedDict()
         self.on_event: list[Callable[[bytes, wire.Message], None]] = []
         self.on_expire: list[Callable[[PeerEntry], None]] = []
         # (old, new): a name's process was replaced by a new epoch before the old one expired.
@@ -55,6 +65,7 @@ class Directory:
         self._inflight: set[str] = set()
         self._tasks: list[asyncio.Task] = []
         self._confirming: set[asyncio.Task] = set()   # handshakes started by mDNS candidates
+        self._waiting: OrderedDict[str, Candidate] = OrderedDict()   # endpoint -> candidate
         self._changed = asyncio.Event()
         self._closed = False
         self._listened: float | None = None        # when the reader last emptied its socket
@@ -147,7 +158,7 @@ class Directory:
             parts.append(f"static peers {list(self.config.peers)}")
         elif not self.config.mdns:
             parts.append("no static peers configured (--peer HOST:PORT or LLMBUS_PEERS)")
-        for ep, why in list(self.last_errors.items())[:5]:
+        for ep, why in list(self.last_errors.items())[-5:]:
             parts.append(f"{ep}: {why}")
         live = [e.name for e in self.live()]
         parts.append(f"live: {live or 'none'}")
@@ -176,9 +187,43 @@ class Directory:
             return
         if ep in self._inflight or self._closed:
             return
-        task = asyncio.get_running_loop().create_task(self.confirm(ep, source="mdns"))
-        self._confirming.add(task)
-        task.add_done_callback(self._confirming.discard)
+        self._waiting.pop(ep, None)
+        self._waiting[ep] = c                   # the newest last: confirmed first
+        if len(self._waiting) > MAX_WAITING:
+            self._waiting.popitem(last=False)   # the oldest waiting candidate is forgotten
+            self.counters["candidates_dropped"] += 1
+        self._confirm_waiting()
+
+    def _confirm_waiting(self) -> None:
+        """Start handshakes with waiting candidates, newest first, at most MAX_HANDSHAKES at once
+        (static peers' handshakes count too)."""
+        while self._waiting and len(self._confirming) < MAX_HANDSHAKES and not self._closed:
+            ep, _ = self._waiting.popitem(last=True)
+            if ep in self._inflight:
+                continue
+            self._inflight.add(ep)
+            task = asyncio.get_running_loop().create_task(self.confirm(ep, source="mdns"))
+            self._confirming.add(task)
+            task.add_done_callback(self._confirmed_one)
+
+    def _confirmed_one(self, task: asyncio.Task) -> None:
+        self._confirming.discard(task)
+        if not self._closed:
+            self._confirm_waiting()
+
+    def _error(self, ep: str, why: str) -> None:
+        self.last_errors.pop(ep, None)
+        self.last_errors[ep] = why
+        while len(self.last_errors) > MAX_ERRORS:
+            self.last_errors.popitem(last=False)
+
+    @property
+    def handshakes_in_flight(self) -> int:
+        return len(self._confirming)
+
+    @property
+    def candidates_waiting(self) -> int:
+        return len(self._waiting)
 
     async def _static_peers(self) -> None:
         eps = [endpoint(*parse_peer(p)) for p in self.config.peers]
@@ -192,7 +237,7 @@ class Directory:
                     self._inflight.add(ep)   # confirm() adds it too; here so the loop sees it now
                     task = asyncio.get_running_loop().create_task(self.confirm(ep, source="static"))
                     self._confirming.add(task)
-                    task.add_done_callback(self._confirming.discard)
+                    task.add_done_callback(self._confirmed_one)
             await asyncio.sleep(self.config.heartbeat_interval)
 
     async def confirm(self, ep: str, source: str) -> PeerEntry | None:
@@ -203,14 +248,14 @@ class Directory:
             w: Welcome = await client.handshake(self.config.cluster, timeout=1.0)
         except (BusError, wire.BadFrame) as e:
             self.counters["handshake_failures"] += 1
-            self.last_errors[ep] = f"handshake failed ({e}){self._curve_hint(e)}"
+            self._error(ep, f"handshake failed ({e}){self._curve_hint(e)}")
             return None
         finally:
             await client.close()
             self._inflight.discard(ep)
         if w.cluster != self.config.cluster:
             self.counters["wrong_cluster"] += 1
-            self.last_errors[ep] = f"belongs to cluster {w.cluster!r}"
+            self._error(ep, f"belongs to cluster {w.cluster!r}")
             return None
         self.counters["handshakes"] += 1
         self.last_errors.pop(ep, None)
@@ -234,8 +279,9 @@ class Directory:
             if self._clash_said.get(entry.name) != eps:
                 self._clash_said[entry.name] = eps
                 self.counters["name_clashes"] += 1
-                log.warning("two live services are named %r: %s; only the newer is used: give "
-                            "each its own --name", entry.name, " and ".join(eps))
+                log.warning("two live services are named %r: %s; the one heard first keeps the "
+                            "name while it lives: give each its own --name", entry.name,
+                            " and ".join(eps))
             return
         if change == "restarted":
             self.counters["restarts_seen"] += 1

@@ -32,7 +32,8 @@ class PeerEntry(Identity):
 
 
 class LivenessTable:
-    """Entries keyed by service name; one epoch per name, the newest wins."""
+    """Entries keyed by service name; one epoch per name: the newest wins at the holder's own
+    address, or once the holder's heartbeats have stopped."""
 
     def __init__(self, dead_after: float):
         self.dead_after = dead_after
@@ -52,13 +53,17 @@ class LivenessTable:
             self.entries[e.name] = replace(e, last_seen=now, last_progress_at=now)
             gone = self.gone_epochs.pop(e.name, None)
             return "restarted" if gone is not None and gone != e.epoch else "new"
+        if e.rpc_endpoint != old.rpc_endpoint and e.epoch != old.epoch and self.is_alive(old, now):
+            # Another process at another address under a name whose holder still heartbeats:
+            # not a restart but a second process (or an impostor). Whatever its epoch, it never
+            # takes the name over while the holder lives; once the holder's heartbeats stop, it
+            # is a restart like any other.
+            self.clashes[e.name] = (now, tuple(sorted((old.rpc_endpoint, e.rpc_endpoint))))
+            if e.epoch < old.epoch:
+                self.stale_heartbeats += 1
+            return "clash"
         if e.epoch < old.epoch and self.is_alive(old, now):
             self.stale_heartbeats += 1
-            if e.rpc_endpoint != old.rpc_endpoint:
-                # An older epoch still beating at another address while the newer lives: not a
-                # restart but a second process under the same name.
-                self.clashes[e.name] = (now, tuple(sorted((old.rpc_endpoint, e.rpc_endpoint))))
-                return "clash"
             return "stale"
         if e.epoch != old.epoch:
             self.entries[e.name] = replace(e, last_seen=now, last_progress_at=now)

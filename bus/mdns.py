@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -77,25 +78,49 @@ class Advertiser:
 
 
 class Browser:
-    """Calls `found(candidate)` for each record of our type that resolves (added or updated)."""
+    """Calls `found(candidate)` for each record of our type that resolves (added or updated).
+
+    At most MAX_RESOLVING records are asked about at once and MAX_WAITING wait (the newest
+    first): a flood of forged records costs bounded memory and queries, and a record announced
+    after it is still resolved soon."""
+
+    MAX_RESOLVING = 16
+    MAX_WAITING = 256
 
     def __init__(self, zc: AsyncZeroconf, found: Callable[[Candidate], None]):
         self.zc = zc
         self.found = found
         self.records_seen = 0
+        self.records_dropped = 0
         self._browser: AsyncServiceBrowser | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._waiting: OrderedDict[str, str] = OrderedDict()   # record name -> service type
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
 
         def on_change(zeroconf, service_type, name, state_change):
             if state_change in (ServiceStateChange.Added, ServiceStateChange.Updated):
-                t = loop.create_task(self._resolve(service_type, name))
-                self._tasks.add(t)
-                t.add_done_callback(self._tasks.discard)
+                self._waiting.pop(name, None)
+                self._waiting[name] = service_type
+                if len(self._waiting) > self.MAX_WAITING:
+                    self._waiting.popitem(last=False)
+                    self.records_dropped += 1
+                loop.call_soon_threadsafe(self._resolve_waiting)
 
         self._browser = AsyncServiceBrowser(self.zc.zeroconf, SERVICE_TYPE, handlers=[on_change])
+
+    def _resolve_waiting(self) -> None:
+        while self._waiting and len(self._tasks) < self.MAX_RESOLVING:
+            name, service_type = self._waiting.popitem(last=True)
+            t = asyncio.get_running_loop().create_task(self._resolve(service_type, name))
+            self._tasks.add(t)
+            t.add_done_callback(self._resolved)
+
+    def _resolved(self, t: asyncio.Task) -> None:
+        self._tasks.discard(t)
+        if self._browser is not None:
+            self._resolve_waiting()
 
     async def _resolve(self, service_type: str, name: str) -> None:
         info = AsyncServiceInfo(service_type, name)
@@ -109,6 +134,8 @@ class Browser:
     async def stop(self) -> None:
         if self._browser is not None:
             await self._browser.async_cancel()
+            self._browser = None
+        self._waiting.clear()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

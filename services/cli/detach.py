@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from .stacks import alive, busctl_hint, private_cluster, running, runtime_dir
+from .stacks import alive, busctl_hint, private_cluster, private_folder, running
 
 
 def detach(args: argparse.Namespace, ready_timeout: float = 900.0) -> int:
@@ -18,7 +18,7 @@ def detach(args: argparse.Namespace, ready_timeout: float = 900.0) -> int:
     argv = [a for a in args.argv if a not in ("-d", "--detach")]
     if args.cluster is None:
         argv += ["--cluster", cluster]
-    logs = runtime_dir() / "logs" / cluster
+    logs = private_folder() / "logs" / cluster    # the folder of the stack's key, made private
     logs.mkdir(parents=True, exist_ok=True)
     relay = _Relay(logs / "up.log")
     with open(logs / "up.log", "ab") as out:
@@ -33,7 +33,7 @@ def detach(args: argparse.Namespace, ready_timeout: float = 900.0) -> int:
             http = f"HTTP API at {stack['http']}, " if stack.get("http") else ""
             print(f"llmbus is up in the background (pid {proc.pid}, cluster {cluster}, {http}"
                   f"scheduler {stack['scheduler']}): talk to it with `llmbus chat`, inspect it "
-                  f"with `{busctl_hint(stack)}`, stop it with `llmbus down`. Logs in {logs}.",
+                  f"with `{busctl_hint(cluster, args.cluster is not None)}`, stop it with `llmbus down`. Logs in {logs}.",
                   flush=True)
             return 0
         if proc.poll() is not None or time.monotonic() > deadline:

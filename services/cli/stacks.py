@@ -1,7 +1,5 @@
-"""Where a running `llmbus up` says it is, so that `llmbus chat` finds it with no arguments.
-
-One small JSON file per stack in the runtime folder; a file whose process is gone is stale and
-ignored (and removed when seen).
+"""Where a running `llmbus up` says it is, so that `llmbus chat` and `busctl` find it with no
+arguments: its stack file and its key, in the runtime folder (reading them: bus/stacks.py).
 """
 
 from __future__ import annotations
@@ -11,24 +9,32 @@ import os
 import uuid
 from pathlib import Path
 
+from bus.stacks import alive, running, runtime_dir  # noqa: F401  (the commands' names for them)
+
 
 def private_cluster() -> str:
     """A cluster name of its own, for a stack on this machine that no other should answer."""
     return f"local-{uuid.uuid4().hex[:8]}"
 
 
-def runtime_dir(env: dict | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get("LLMBUS_RUNTIME_DIR"):
-        return Path(env["LLMBUS_RUNTIME_DIR"])
-    if env.get("XDG_RUNTIME_DIR"):
-        return Path(env["XDG_RUNTIME_DIR"]) / "llmbus"
-    return Path.home() / ".cache" / "llmbus" / "run"
+def private_folder(env: dict | None = None) -> Path:
+    """The runtime folder, made if missing; only its owner may enter one it makes."""
+    folder = runtime_dir(env)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
+
+
+def stack_key(cluster: str, env: dict | None = None) -> Path:
+    """A new CURVE key for the stack of `cluster`, mode 0600 beside its stack file: every
+    process of the stack, `busctl` and `llmbus chat` use it (they find it through the file)."""
+    from bus.curve import new_key, write_key_file
+    path = private_folder(env) / f"{cluster}.key"
+    write_key_file(path, new_key(), force=True)   # one left by a stack killed -9 is replaced
+    return path
 
 
 def register(cluster: str, info: dict, env: dict | None = None) -> Path:
-    folder = runtime_dir(env)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_folder(env)
     path = folder / f"{cluster}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"cluster": cluster, "pid": os.getpid(), **info}))
@@ -36,40 +42,7 @@ def register(cluster: str, info: dict, env: dict | None = None) -> Path:
     return path
 
 
-def running(env: dict | None = None) -> list[dict]:
-    """Stacks whose parent process is alive, newest first."""
-    folder = runtime_dir(env)
-    found = []
-    for path in folder.glob("*.json") if folder.is_dir() else ():
-        try:
-            info = json.loads(path.read_text())
-            is_alive = alive(int(info["pid"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if is_alive:
-            found.append((path.stat().st_mtime, info))
-        else:
-            path.unlink(missing_ok=True)
-    return [info for _, info in sorted(found, key=lambda x: x[0], reverse=True)]
-
-
-def alive(pid: int) -> bool:
-    """The process runs (a zombie, exited but not yet reaped by its parent, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True  # no /proc: kill(0) is all we know
-
-
-def busctl_hint(stack: dict) -> str:
-    """The `busctl list` command line that inspects this stack (from its stack file's fields)."""
-    key = f"LLMBUS_KEY_FILE={stack['key_file']} " if stack.get("key_file") else ""
-    return (f"LLMBUS_CLUSTER={stack['cluster']} LLMBUS_MDNS=0 "
-            f"LLMBUS_PEERS={','.join(stack['peers'])} {key}busctl list")
+def busctl_hint(cluster: str, named: bool) -> str:
+    """How to inspect a stack: `busctl list` finds the newest stack here by its stack file; a
+    stack given its own --cluster name is named."""
+    return f"busctl list --cluster {cluster}" if named else "busctl list"

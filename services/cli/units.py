@@ -137,7 +137,15 @@ def install(args: argparse.Namespace) -> list[Path]:
     shards = shard_instances(args, model)
     key_path = key_file(args)
     sandbox = f"User={args.run_as}" if args.run_as and not args.user else ""
-    fill = {"@PYTHON@": sys.executable, "@CONF@": str(conf), "@SANDBOX@": sandbox}
+    gateway_user, gateway_key = sandbox, ""
+    if not args.user and not args.run_as:
+        # The gateway faces HTTP clients: never root. A user of its own for the unit's life,
+        # reading the cluster key as a credential systemd hands it (it cannot read root's file).
+        gateway_user = "DynamicUser=yes" + (f"\nLoadCredential=cluster.key:{key_path}"
+                                            if key_path else "")
+        gateway_key = "--key-file ${CREDENTIALS_DIRECTORY}/cluster.key " if key_path else ""
+    fill = {"@PYTHON@": sys.executable, "@CONF@": str(conf), "@SANDBOX@": sandbox,
+            "@GATEWAY_USER@": gateway_user, "@GATEWAY_KEY@": gateway_key}
     wanted = [f"llmbus-{s}.service" for s in services] + [f"llmbus-shard@{i}.service" for i in shards]
     prefix.mkdir(parents=True, exist_ok=True)
     conf.mkdir(parents=True, exist_ok=True)
@@ -154,4 +162,7 @@ def install(args: argparse.Namespace) -> list[Path]:
     (conf / "cluster.env").write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
     for instance, shard_args in shards.items():
         (conf / f"shard-{instance}.env").write_text(f'LLMBUS_ARGS="{shard_args}"\n')
+    # The watcher's own config: the units it may act on, and none other (it runs as root).
+    owned = " ".join(f"--watch-unit {u}" for u in wanted)
+    (conf / "health.env").write_text(f'LLMBUS_HEALTH_ARGS="{owned}"\n')
     return written

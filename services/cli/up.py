@@ -54,6 +54,9 @@ def add_parser(sub) -> None:
                    help="file with the API key HTTP clients must send (default: $LLMBUS_API_KEY)")
     from bus.cli_args import add_key_argument
     add_key_argument(p, dict(os.environ))
+    p.add_argument("--insecure", action="store_true",
+                   help="no CURVE key for the stack (default: a key of its own, mode 0600 in the "
+                        "runtime folder): any local user's process may then call its services")
     p.add_argument("--logs", type=Path, default=None,
                    help="folder for the services' logs (default: in the runtime folder)")
     p.add_argument("-d", "--detach", action="store_true",
@@ -127,9 +130,12 @@ async def _up(args) -> int:
 
     from services.shard.config import default_threads
     from services.scheduler.placement.policy import head_cost_in_layers, split_layers
-    from .stacks import busctl_hint, private_cluster, register, runtime_dir
+    from bus.curve import read_key_file
+    from .stacks import busctl_hint, private_cluster, register, runtime_dir, stack_key
 
     key = cluster_key(args)        # a bad key file fails before anything starts
+    if args.key_file is not None and args.insecure:
+        raise ValueError("--insecure and --key-file: choose one")
     if args.device == "cuda":      # no GPU: say why before anything starts
         from services.shard.cli import device_unavailable
         why = device_unavailable(args.device)
@@ -148,6 +154,11 @@ async def _up(args) -> int:
     # batch for a lone 2-thread shard cost 16% (it runs one batch at a time anyway).
     inflight = args.inflight or len(ranges)
     cluster = args.cluster or private_cluster()
+    own_key = None
+    if key is None and not args.insecure:
+        # Keyed by default: another user's process on this machine gets no answer.
+        own_key = stack_key(cluster)
+        args.key_file, key = own_key, read_key_file(own_key)
     logs = args.logs or runtime_dir() / "logs" / cluster
     sched_port = args.port or free_port()
     # The watcher first: a directory confirms static peers one by one, and one that is down
@@ -215,8 +226,9 @@ async def _up(args) -> int:
         stack_info["cluster"] = cluster
         say(f"ready in {time.monotonic() - t0:.1f}s. Scheduler at {endpoint} (cluster {cluster}).")
         print(f"llmbus is up: HTTP API at {http} (OpenAI, Anthropic, Ollama); talk to it with "
-              f"`llmbus chat`; inspect it with `{busctl_hint(stack_info)}`. "
-              f"Ctrl-C stops it.", flush=True)
+              f"`llmbus chat`; inspect it with `{busctl_hint(cluster, args.cluster is not None)}`"
+              f"{' (no bus key: any local user may call it)' if key is None else ''}"
+              f". Ctrl-C stops it.", flush=True)
         watcher.watch()
         await stop.wait()
         return 0
@@ -229,6 +241,8 @@ async def _up(args) -> int:
         ctx.destroy(linger=0)          # a socket left open must not hold the shutdown
         if stack_file is not None:
             stack_file.unlink(missing_ok=True)
+        if own_key is not None:
+            own_key.unlink(missing_ok=True)
         say("stopped")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 
 from bus.options import add_options, options_of
 
@@ -17,6 +18,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--child", action="append", default=[], metavar="NAME=ARGS",
                    help="with --mode children: run `llmbus ARGS` as service NAME (repeatable), "
                         "e.g. 'shard-0=run shard --layers 0:15 --name shard-0'")
+    p.add_argument("--watch-unit", action="append", dest="watch_units", default=[], metavar="UNIT",
+                   help="with --mode systemd: a llmbus-*.service unit of this machine the watcher "
+                        "may kill and restart (repeatable; `llmbus install-units` writes them "
+                        "to health.env); no other unit is ever acted on")
     p.add_argument("--logs", default=None, help="folder for the children's logs")
     add_policy_arguments(p)
 
@@ -52,6 +57,8 @@ def build(args: argparse.Namespace, config):
     from .systemd import SystemdMode
 
     children = parse_children(args.child)
+    if args.watch_units and args.mode != "systemd":
+        raise ValueError("--watch-unit is for --mode systemd")
     if args.mode == "children":
         if not children:
             raise ValueError("--mode children needs at least one --child NAME=ARGS")
@@ -59,6 +66,10 @@ def build(args: argparse.Namespace, config):
     elif children:
         raise ValueError("--child is for --mode children; under systemd the units run the services")
     else:
-        mode = SystemdMode(machine_id())
+        mode = SystemdMode(machine_id(), args.watch_units)
+        if not args.watch_units:
+            print("llmbus run health: no --watch-unit: this watcher reports services but acts "
+                  "on none (`llmbus install-units` lists this machine's units in health.env)",
+                  file=sys.stderr)
     return HealthService(config, mode, HealthServiceConfig(
         policy=policy_config(args, config.bus.heartbeat_interval)))

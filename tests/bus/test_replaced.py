@@ -47,8 +47,11 @@ async def pending_call(peers: Peers, mute) -> asyncio.Task:
     return task
 
 
-@pytest.mark.parametrize("old_dead_by_time", [True, False], ids=["dead-by-time", "still-alive"])
-@pytest.mark.parametrize("same_endpoint", [True, False], ids=["same-endpoint", "new-endpoint"])
+# A new epoch at another endpoint while the old one still heartbeats is no replacement but a
+# clash (issue 35: a name held by a live peer is never taken over): see the test below.
+@pytest.mark.parametrize("old_dead_by_time, same_endpoint", [
+    (True, True), (False, True), (True, False)],
+    ids=["dead-by-time-same-endpoint", "still-alive-same-endpoint", "dead-by-time-new-endpoint"])
 async def test_a_new_epoch_fails_calls_pending_on_the_old_one_at_once(rig, old_dead_by_time,
                                                                        same_endpoint):
     d, peers, mute, port = rig
@@ -61,6 +64,18 @@ async def test_a_new_epoch_fails_calls_pending_on_the_old_one_at_once(rig, old_d
     with pytest.raises(PeerRestarted, match="epoch 1 -> 2"):
         await asyncio.wait_for(call, 2)
     assert d.counters["restarts_seen"] == 1
+
+
+async def test_a_new_epoch_elsewhere_while_the_old_one_lives_is_a_clash_and_fails_nothing(rig):
+    d, peers, mute, port = rig
+    d._observe(entry(1, port))
+    call = await pending_call(peers, mute)
+    d._observe(entry(2, port + 7))         # another process claims the name: not a restart
+    await asyncio.sleep(0)
+    assert not call.done() and d.counters["restarts_seen"] == 0
+    assert d.get("svc").rpc_port == port and d.counters["name_clashes"] == 1
+    call.cancel()
+    await asyncio.gather(call, return_exceptions=True)
 
 
 async def test_the_same_epoch_heard_again_fails_nothing(rig):

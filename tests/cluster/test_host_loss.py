@@ -85,7 +85,7 @@ class Cluster:
 
     def service(self, host: str, kind: str, *extra: str) -> list[str]:
         return [sys.executable, "-m", "services.cli", "run", kind, "--cluster", self.cluster,
-                "--host", self.hosts.addr[host], *extra]
+                "--host", self.hosts.addr[host], "--insecure", *extra]
 
     def shard(self, host: str, *extra: str) -> None:
         self.hosts.start(host, host, self.service(

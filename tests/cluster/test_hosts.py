@@ -79,7 +79,7 @@ def test_shards_are_placed_by_memory_and_replaced_on_join_and_loss(model_path, t
 
         def service(host: str, kind: str, *extra: str) -> list[str]:
             return [sys.executable, "-m", "services.cli", "run", kind, "--cluster", cluster,
-                    "--host", addr[host], *extra]
+                    "--host", addr[host], "--insecure", *extra]
 
         shard = ["--model", str(model_path), "--pages", str(PAGES), "--page-size", str(PAGE_SIZE),
                  "--codec", "fp32"]   # lossless hops: the cut points move, the answers must not
@@ -130,7 +130,7 @@ def test_shards_are_placed_by_memory_and_replaced_on_join_and_loss(model_path, t
         seen = {r["name"]: r["host"] for r in json.loads(listed.stdout or "[]")}
         assert seen.get("scheduler-ctl-0") == addr["ctl"] and seen.get("shard-s4-0") == addr["s4"], listed
         chat = subprocess.run(net.cmd("client", [sys.executable, "-m", "services.cli", "chat", "--cluster",
-                                                 cluster, "--temperature", "0", "--max-tokens",
+                                                 cluster, "--insecure", "--temperature", "0", "--max-tokens",
                                                  str(MAX_TOKENS), PROMPTS[0]]),
                               cwd=ROOT, capture_output=True, text=True, timeout=120, env=env())
         assert chat.returncode == 0, chat.stderr

@@ -56,7 +56,8 @@ class Watch:
         self.recovered: list[float] = []     # when driver.recoveries moved (re-prefill began)
         self._ctx = zmq.asyncio.Context()
         self.directory = Directory(self._ctx, BusConfig(cluster=stack.info["cluster"], mdns=False,
-                                                        peers=tuple(stack.info["peers"])),
+                                                        peers=tuple(stack.info["peers"]),
+                                                        key=stack.key),
                                    me="chaos-watch")
         self.directory.on_event.append(self._heard)
         self._task: asyncio.Task | None = None

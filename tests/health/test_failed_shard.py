@@ -47,7 +47,7 @@ def doomed(tmp_path_factory, model_path):
 def busctl(stack, *args: str) -> subprocess.CompletedProcess:
     e = env()
     e.update(LLMBUS_CLUSTER=stack.info["cluster"], LLMBUS_MDNS="0",
-             LLMBUS_PEERS=",".join(stack.info["peers"]))
+             LLMBUS_PEERS=",".join(stack.info["peers"]), LLMBUS_KEY_FILE=stack.info["key_file"])
     return subprocess.run(busctl_cmd(*args), cwd=ROOT, env=e, capture_output=True, text=True,
                           timeout=60)
 

@@ -271,8 +271,9 @@ def raw_frames(draw) -> list[bytes]:
 class RawCaller:
     """A bare DEALER: sends frames as given, reads back replies decoded (they are ours)."""
 
-    def __init__(self, endpoint: str):
-        self.sock = make_socket(zmq.asyncio.Context.instance(), zmq.DEALER)
+    def __init__(self, endpoint: str, key=None):
+        # With the stack's key (`llmbus up` keys its stack): a member sending malformed frames.
+        self.sock = make_socket(zmq.asyncio.Context.instance(), zmq.DEALER, key=key)
         self.sock.connect(endpoint)
 
     async def first_reply(self, frames: list[bytes], timeout: float = 30.0) -> wire.Message:

@@ -15,11 +15,30 @@ from pathlib import Path
 import zmq.asyncio
 
 from bus.client import RpcClient
+from bus.curve import ClusterKey, read_key_file
 from wire.messages.bus import Status
 from wire.messages.scheduler import Done, Generate, Started, Tokens
 
 from ..bus.procs import ROOT, cli, env
 from ..waiting import until
+
+
+# The bus key of each running stack's endpoints: `llmbus up` keys its stack by default, and the
+# helpers below call its services as a member would.
+KEYS: dict[str, ClusterKey] = {}
+
+
+def key_of(endpoint: str) -> ClusterKey | None:
+    return KEYS.get(endpoint)
+
+
+def remember_key(info: dict) -> ClusterKey | None:
+    """The key of the stack whose file is `info`, remembered for its endpoints."""
+    key = read_key_file(Path(info["key_file"])) if info.get("key_file") else None
+    if key is not None:
+        for peer in (info["scheduler"], *info["peers"]):
+            KEYS["tcp://" + peer] = key
+    return key
 
 
 class Stack:
@@ -48,6 +67,10 @@ class Stack:
         self.info = json.loads(self.file.read_text())
         self.endpoint = "tcp://" + self.info["scheduler"]
         self.http = self.info["http"]         # the gateway's base URL
+        self.key = remember_key(self.info)
+        # For a command run beside the stack (busctl, llmbus chat): its runtime folder, and so
+        # its stack file and key.
+        self.env = {"LLMBUS_RUNTIME_DIR": str(runtime)}
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -89,7 +112,7 @@ async def generate(endpoint: str, body: Generate, client: RpcClient | None = Non
     `on_tokens(n)` is called with the number of tokens so far at each Tokens event; a stream
     silent for `idle_timeout` seconds raises CallTimeout."""
     own = client is None
-    client = client or RpcClient(zmq.asyncio.Context.instance(), endpoint)
+    client = client or RpcClient(zmq.asyncio.Context.instance(), endpoint, key=key_of(endpoint))
     res = Result()
     try:
         async with contextlib.aclosing(client.stream(body, idle_timeout=idle_timeout)) as events:
@@ -113,7 +136,7 @@ async def generate(endpoint: str, body: Generate, client: RpcClient | None = Non
 
 
 async def call(endpoint: str, body, timeout: float = 10.0):
-    c = RpcClient(zmq.asyncio.Context.instance(), endpoint)
+    c = RpcClient(zmq.asyncio.Context.instance(), endpoint, key=key_of(endpoint))
     try:
         return await c.call(body, timeout)
     finally:

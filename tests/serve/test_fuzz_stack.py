@@ -112,7 +112,7 @@ async def fuzz_one(stack, body: dict) -> str:
 
 
 async def raw_one(stack, frames: list[bytes]) -> str:
-    async with RawCaller(stack.endpoint) as raw:
+    async with RawCaller(stack.endpoint, stack.key) as raw:
         reply = await raw.first_reply(frames)
     assert isinstance(reply.body, Error), f"{[f[:80] for f in frames]} answered {reply.body}"
     assert reply.body.code == "bad_frame", reply.body

@@ -18,7 +18,7 @@ from wire.messages.bus import Status
 from wire.messages.scheduler import Generate, StatsRequest
 
 from ..bus.procs import Procs, cli, free_port
-from .stack import Stack, call, generate, status_of, wait_for
+from .stack import KEYS, Stack, call, generate, status_of, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +46,8 @@ def stack(tmp_path_factory, model_path, ports):
     s = Stack(tmp_path_factory.mktemp("runtime"), "--shards", "2", "--model", str(model_path),
               "--pages", "256", "--threads", "1",
               extra_env={"LLMBUS_PEERS": ",".join(f"127.0.0.1:{p}" for p in ports)})
+    for p in ports:                        # the replicas join with the stack's key
+        KEYS[f"tcp://127.0.0.1:{p}"] = s.key
     yield s
     s.close()
 
@@ -65,7 +67,7 @@ async def test_killing_a_replica_under_load_loses_nothing_and_the_survivor_serve
     # What a `busctl monitor scheduler.pipeline` would print.
     watch = Directory(zmq.asyncio.Context.instance(),
                       BusConfig(cluster=stack.info["cluster"], mdns=False,
-                                peers=(stack.info["scheduler"],)), me="test-watch")
+                                peers=(stack.info["scheduler"],), key=stack.key), me="test-watch")
     events: list = []
     watch.subscribe(b"scheduler.pipeline")
     watch.on_event.append(lambda topic, msg: topic == b"scheduler.pipeline"
@@ -76,7 +78,8 @@ async def test_killing_a_replica_under_load_loses_nothing_and_the_survivor_serve
         replicas = [procs.start(cli("run", "shard", "--name", f"replica-{i}", "--cluster",
                                     stack.info["cluster"], "--no-mdns", *_peers(stack, ports, port),
                                     "--rpc-port", str(port), "--model", str(model_path),
-                                    "--pages", "256", "--threads", "1", "--layers", f"{a}:{b}"))
+                                    "--pages", "256", "--threads", "1", "--layers", f"{a}:{b}",
+                                    "--key-file", stack.info["key_file"]))
                     for i, (port, (a, b)) in enumerate(zip(ports, ranges))]
         await wait_for(lambda: _pipelines(stack, 2), timeout=120, every=0.2)
         # replica-0 hands batches on to replica-1 only once it sees it live.

@@ -11,7 +11,7 @@ from wire.messages.bus import Status
 from wire.messages.scheduler import Generate, StatsRequest
 
 from ..bus.procs import Procs, cli, free_port
-from .stack import Stack, call, generate, status_of, wait_for
+from .stack import KEYS, Stack, call, generate, status_of, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +36,7 @@ def stack(tmp_path_factory, model_path, extra_port):
     # environment's peers come before `--peer`'s): once it runs, all of them see it.
     s = Stack(tmp_path_factory.mktemp("runtime"), "--shards", "3", "--model", str(model_path),
               extra_env={"LLMBUS_PEERS": f"127.0.0.1:{extra_port}"})
+    KEYS[f"tcp://127.0.0.1:{extra_port}"] = s.key     # the extra shard joins with the stack's key
     yield s
     s.close()
 
@@ -56,7 +57,7 @@ async def test_a_second_shard_for_a_served_range_changes_no_answer(stack, model_
         await wait_for(lambda: _running(stack), timeout=30)
         procs.start(cli("run", "shard", "--name", "shard-13b", "--cluster", stack.info["cluster"],
                         "--no-mdns", *peers, "--rpc-port", str(extra_port), "--model", str(model_path),
-                        "--layers", "13:25"))
+                        "--layers", "13:25", "--key-file", stack.info["key_file"]))
         # Ready, holding layers 13:25 of the model, and seen so by shard-0, which hands batches on
         # to a holder of layers from 13: the old code picked the least loaded, this idle newcomer.
         await wait_for(lambda: _extra_ready(extra_port), timeout=120, every=0.2)

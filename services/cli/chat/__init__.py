@@ -42,6 +42,9 @@ def add_parser(sub) -> None:
                         "context is fuller)")
     from bus.cli_args import add_key_argument
     add_key_argument(p, dict(os.environ))
+    p.add_argument("--insecure", action="store_true",
+                   help="with --cluster and no key: trust whatever scheduler of that cluster "
+                        "answers on the network (default: refused)")
     p.add_argument("--seed", type=int, default=None,
                    help="sampling seed: the same seed and question give the same answer "
                         "(default: a new one each answer)")
@@ -62,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"llmbus chat: {e}", file=sys.stderr)
         return 2
     session = Session(Conversation(options), cluster=args.cluster, scheduler=args.scheduler,
-                      out=sys.stdout, err=sys.stderr, key=key)
+                      out=sys.stdout, err=sys.stderr, key=key, insecure=args.insecure)
     try:
         try:
             if args.question is not None:

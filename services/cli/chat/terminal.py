@@ -32,7 +32,7 @@ class Session:
 
     def __init__(self, conversation: Conversation, cluster: str | None = None,
                  scheduler: str | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
-                 key: ClusterKey | None = None):
+                 key: ClusterKey | None = None, insecure: bool = False):
         import zmq.asyncio
         self.conv = conversation
         self.cluster, self.scheduler = cluster, scheduler
@@ -42,6 +42,7 @@ class Session:
         self.loop = asyncio.new_event_loop()
         self.ctx = zmq.asyncio.Context()
         self.key = key
+        self.insecure = insecure     # trust a scheduler found without a key (never by default)
         self.client = ChatClient(self.ctx, key)
         self.target: Target | None = None
 
@@ -60,7 +61,14 @@ class Session:
         except NoStack:
             if self.cluster is None:
                 raise
-            # No stack of that cluster here: its scheduler may run on another machine.
+            # No stack of that cluster here: its scheduler may run on another machine. Found
+            # by mDNS, only a key proves it is the cluster's: without one, anyone may answer.
+            if self.key is None and not self.insecure:
+                raise NoStack(f"no llmbus stack of cluster {self.cluster!r} runs on this machine; "
+                              f"one on the network is trusted only with the cluster's key: give "
+                              f"--key-file (or LLMBUS_KEY_FILE), --scheduler HOST:PORT of the one "
+                              f"you trust, or --insecure to take whatever scheduler answers "
+                              f"(LLMBUS_MDNS_INTERFACES limits where it looks)")
             target = self.loop.run_until_complete(discover(self.ctx, self.cluster, self.interfaces,
                                                                key=self.key))
         if self.key is None:

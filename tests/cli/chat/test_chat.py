@@ -59,14 +59,16 @@ def chat(stack_env: dict, *args: str, timeout: float = 60) -> subprocess.Complet
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def scheduler_stats(address: str) -> dict[str, float]:
+def scheduler_stats(stack: Stack) -> dict[str, float]:
     import zmq.asyncio
 
     from bus.client import RpcClient
+    from bus.curve import read_key_file
     from wire.messages.scheduler import StatsRequest
 
     async def ask():
-        async with RpcClient(zmq.asyncio.Context.instance(), f"tcp://{address}") as c:
+        async with RpcClient(zmq.asyncio.Context.instance(), f"tcp://{stack.info['scheduler']}",
+                             key=read_key_file(Path(stack.info["key_file"]))) as c:
             return (await c.call(StatsRequest(), timeout=5)).stats
     return asyncio.run(ask())
 
@@ -188,7 +190,7 @@ def test_a_chat_remembers_the_conversation_until_reset(stack, terminal):
 
 def test_ctrl_c_stops_the_answer_on_the_scheduler_and_the_chat_goes_on(stack, terminal):
     start_chat(terminal, stack, "--temperature", "0", "--max-tokens", "2000")
-    cancelled_before = scheduler_stats(stack.info["scheduler"]).get("finished_cancelled", 0)
+    cancelled_before = scheduler_stats(stack).get("finished_cancelled", 0)
     story = "Tell me a very long story about a dragon."
     terminal.type_line(story)
     terminal.wait_for(lambda s: len("".join(after_question(s, story)[0])) > 40, "the story")
@@ -196,7 +198,7 @@ def test_ctrl_c_stops_the_answer_on_the_scheduler_and_the_chat_goes_on(stack, te
     lines = terminal.wait_for(lambda s: after_question(s, story)[1], "the prompt after Ctrl-C")
     assert "[stopped]" in after_question(lines, story)[0]
     # The cancel reaches the scheduler beside the prompt's return, not necessarily before it.
-    stats = until_sync(lambda: (s := scheduler_stats(stack.info["scheduler"]))["running"] == 0
+    stats = until_sync(lambda: (s := scheduler_stats(stack))["running"] == 0
                        and s["waiting"] == 0 and s, timeout=10, what="the story stopped on the scheduler")
     assert stats.get("finished_cancelled", 0) == cancelled_before + 1, stats
     assert "Tokyo" in ask(terminal, "What is the capital of Japan?")
