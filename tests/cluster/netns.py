@@ -47,12 +47,19 @@ def why_not() -> str:
     return ""
 
 
+def worker_subnet() -> str:
+    """A /24 of this pytest process's own (xdist's workers gw0, gw1, ... run side by side, and
+    two bridges on one subnet would take each other's routes)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    return f"10.{77 + (int(worker) if worker.isdigit() else 0) % 100}.0"
+
+
 class Network:
     """Hosts on one bridge: `add(host)` gives its address; `cmd(host, argv)` runs argv there."""
 
-    def __init__(self, subnet: str = "10.77.0", delay_ms: float = 0.0):
+    def __init__(self, subnet: str | None = None, delay_ms: float = 0.0):
         self.prefix = f"lb{uuid.uuid4().hex[:6]}"
-        self.subnet = subnet
+        self.subnet = subnet or worker_subnet()
         self.delay_ms = delay_ms
         self.bridge = f"{self.prefix}-br"
         self.hosts: dict[str, str] = {}       # host -> address
