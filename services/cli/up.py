@@ -26,7 +26,7 @@ from services.shard.config import ShardConfig, positive   # light: no numpy
 from services.tokenizer.cli import CHAT_TEMPLATE_HELP, chat_template
 
 SHARD_OPTIONS = ("codec", "num_pages", "device")
-SCHEDULER_OPTIONS = ("max_queue", "max_batch_tokens")
+SCHEDULER_OPTIONS = ("max_queue", "max_batch_tokens", "phrase_repeats")
 
 def add_parser(sub) -> None:
     p = sub.add_parser("up", help="run tokenizer, scheduler, shards and gateway here until Ctrl-C")

@@ -76,7 +76,9 @@ class Cluster:
         for h in ("ctl", "client", *shard_hosts):
             hosts.add(h)
         hosts.start("ctl", "tokenizer", self.service("ctl", "tokenizer", "--model", str(model)))
-        hosts.start("ctl", "scheduler", self.service("ctl", "scheduler"))
+        # The random weights answer one character over and over: streams must run their whole
+        # length across the loss, not end as a repeated phrase.
+        hosts.start("ctl", "scheduler", self.service("ctl", "scheduler", "--phrase-repeats", "0"))
         hosts.start("ctl", "gateway", self.service("ctl", "gateway", "--http",
                                                    f"{hosts.addr['ctl']}:{HTTP_PORT}"))
         self.client = Lines(hosts.start("client", "client", [

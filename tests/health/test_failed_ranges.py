@@ -51,7 +51,8 @@ def test_failures_of_another_model_or_without_layers_do_not_count():
 
 def test_health_names_the_failed_service_when_something_is_missing():
     watcher = E("health-0", "health", info={"failed": {"shard-15": info_map(failed(15, 30))}})
-    entries = [E("scheduler-0", "scheduler", info={"model": "M"}), shard("shard-0", 0, 15), watcher]
+    entries = [E("tokenizer-0", "tokenizer", info={"model": "M"}),
+               E("scheduler-0", "scheduler", info={"model": "M"}), shard("shard-0", 0, 15), watcher]
     gaps = missing(entries, "M")
     assert "shards: layers 15:30 are held by no ready shard" in gaps
     assert "shard-15: failed, given up by health-0 (exited with status 1)" in gaps

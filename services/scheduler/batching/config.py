@@ -32,6 +32,10 @@ class BatchingSettings:
         flag="--pace-ms", metavar="MS", per=1000)
     pace_max_wait_s: float = option(10.0, "no pacing once a request has waited this long for its "
                                     "first token", flag="--pace-max-wait", metavar="SECONDS")
+    # A runaway answer repeating a phrase within a line (a line repeated is loop_repeats below).
+    phrase_repeats: int = option(4, "an answer ends (repeated_phrase_loop) once it repeats one "
+                                 "phrase of at most 64 tokens this many times in a row; 0: never",
+                                 metavar="N")
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,6 @@ class SchedulerConfig(BatchingSettings):
     loop_repeats: int = 4              # same non-trivial line this many times → repeated_line_loop
     loop_window: int = 8               # ... within this many recent non-trivial lines
     loop_min_chars: int = 8            # a line is non-trivial with at least this many non-space chars
-    phrase_repeats: int = 4            # a phrase this many times in a row → repeated_phrase_loop
     phrase_max_tokens: int = 64        # ... a phrase of at most this many tokens (non-trivial too)
     max_batch_retries: int = 3         # unusable results in a row one sequence survives
     retry_after_min_s: float = 1.0

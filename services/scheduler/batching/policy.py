@@ -69,7 +69,8 @@ class Scheduler:
             raise QueueFull(self.retry_after(), len(self._waiting))
         cfg = self.config
         loop = LineLoopDetector(cfg.loop_repeats, cfg.loop_window, cfg.loop_min_chars)
-        phrase = PhraseLoopDetector(cfg.phrase_repeats, cfg.phrase_max_tokens, cfg.loop_min_chars)
+        phrase = (PhraseLoopDetector(cfg.phrase_repeats, cfg.phrase_max_tokens, cfg.loop_min_chars)
+                  if cfg.phrase_repeats > 0 else None)
         stop = StopState(max_tokens=terms.max_tokens, stop=tuple(request.stop),
                          eos_ids=cfg.eos_ids, loop=loop, phrase=phrase)
         text = ClientText(IncrementalDecoder(cfg.token_bytes), stop)
