@@ -1,9 +1,14 @@
 """A phrase repeated within a line ends the answer (repeated_phrase_loop); other repetition does not."""
 
+import pytest
 from hypothesis import given, strategies as st
 
+from services.scheduler.batching.errors import ConfigError
 from services.scheduler.batching.loop_detect import PhraseLoopDetector
+from services.scheduler.batching.policy import Scheduler
 from services.scheduler.batching.stop_rules import StopState
+
+from .harness import req, small
 
 # The loop `llmbus chat "My name is Alice. Please remember it." --seed 1` fell into (issue 37),
 # as token pieces: one line that never ends.
@@ -70,3 +75,12 @@ def test_fires_exactly_where_the_tail_is_a_block_repeated(ids):
     expected = next((n for n in range(1, len(ids) + 1) if looping(ids[:n])), None)
     n, _, finish = feed([(pieces[i], i) for i in ids], max_tokens=6)
     assert (n if finish is not None else None) == expected
+
+
+def test_phrase_repeats_zero_turns_the_detection_off_and_one_is_refused():
+    sched = Scheduler(small(phrase_repeats=0))
+    sched.submit(req("a"))
+    assert sched._seqs["a"].text.stop.phrase is None      # the loop above would run to its length
+    assert Scheduler(small()).config.phrase_repeats == 4
+    with pytest.raises(ConfigError, match="phrase_repeats"):
+        small(phrase_repeats=1)

@@ -71,7 +71,8 @@ class SchedulerConfig(BatchingSettings):
                               "tokens are decoded with it")
         for f in fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0 \
+                    and f.name != "phrase_repeats":     # 0: no phrase-loop detection
                 raise ConfigError(f"{f.name} must be > 0, got {v}")
         if self.context_length > self.num_pages * self.page_size:
             # Otherwise a lone long sequence could never get its pages and would wait forever.
@@ -79,7 +80,7 @@ class SchedulerConfig(BatchingSettings):
                               f"({self.num_pages} pages x {self.page_size} tokens)")
         if self.loop_repeats < 2 or self.loop_window < self.loop_repeats:
             raise ConfigError("need 2 <= loop_repeats <= loop_window")
-        if self.phrase_repeats < 2:
-            raise ConfigError("need phrase_repeats >= 2")
+        if self.phrase_repeats == 1 or self.phrase_repeats < 0:
+            raise ConfigError("need phrase_repeats >= 2, or 0 for none")
         if self.retry_after_min_s > self.retry_after_max_s:
             raise ConfigError("retry_after_min_s must be <= retry_after_max_s")
