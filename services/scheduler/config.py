@@ -27,7 +27,7 @@ class SchedulerServiceConfig(BatchingSettings):
     def __post_init__(self):
         for f in fields(self):
             v = getattr(self, f.name)
-            least = 0 if f.name in ("inflight", "context_length") else 1e-9
+            least = 0 if f.name in ("inflight", "context_length", "phrase_repeats") else 1e-9
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < least:
                 raise ValueError(f"{f.name} must be {'>= 0' if least == 0 else '> 0'}, got {v}")
 
