@@ -77,17 +77,26 @@ def write_key_file(path: Path, key: ClusterKey, force: bool = False) -> None:
                 f'secret-key = "{key.secret.decode()}"\n')
 
 
-def read_key_file(path: Path) -> ClusterKey:
-    """The key in `path`; KeyFileError says what is wrong and what to do."""
+def secret_file_problem(path: Path, what: str, missing_hint: str = "") -> str | None:
+    """Why `path` cannot hold a secret, named as `what`: missing (with `missing_hint`), not a
+    regular file, or readable by others (a key others can read is no secret); None if it can.
+    The cluster's key file and the gateway's API key file are both checked with it."""
     try:
         st = os.stat(path)
     except OSError as e:
-        raise KeyFileError(f"key file {path}: {e.strerror} (make one with `llmbus keygen`)") from None
+        return f"{what} {path}: {e.strerror}{missing_hint}"
     if not stat.S_ISREG(st.st_mode):
-        raise KeyFileError(f"key file {path}: not a regular file")
+        return f"{what} {path}: not a regular file"
     if st.st_mode & 0o077:
-        raise KeyFileError(f"key file {path} can be read by others (mode {st.st_mode & 0o777:o}): "
-                           f"`chmod 600 {path}`")
+        return f"{what} {path} can be read by others (mode {st.st_mode & 0o777:o}): `chmod 600 {path}`"
+    return None
+
+
+def read_key_file(path: Path) -> ClusterKey:
+    """The key in `path`; KeyFileError says what is wrong and what to do."""
+    problem = secret_file_problem(path, "key file", " (make one with `llmbus keygen`)")
+    if problem:
+        raise KeyFileError(problem)
     try:
         text = Path(path).read_text(encoding="ascii")
     except (OSError, UnicodeDecodeError) as e:

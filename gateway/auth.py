@@ -4,9 +4,9 @@ refused before its body is read."""
 from __future__ import annotations
 
 import hmac
-import os
-import stat
 from pathlib import Path
+
+from bus.curve import secret_file_problem
 
 from .errors import Unauthorized
 
@@ -34,15 +34,9 @@ def load_key(key_file: Path | None, env: dict) -> str | None:
 def check_private(path: Path) -> None:
     """ValueError unless `path` is a regular file only its owner can read (as the cluster's
     CURVE key file): a key others can read is no secret."""
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise ValueError(f"--api-key-file {path}: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"--api-key-file {path}: not a regular file")
-    if st.st_mode & 0o077:
-        raise ValueError(f"--api-key-file {path} can be read by others (mode "
-                         f"{st.st_mode & 0o777:o}): `chmod 600 {path}`")
+    problem = secret_file_problem(path, "--api-key-file")
+    if problem:
+        raise ValueError(problem)
 
 
 def presented_key(headers) -> str | None:
