@@ -3,6 +3,7 @@ batch of sequences after a prompt each, and the prefill of one prompt, through F
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import numpy as np
@@ -18,15 +19,18 @@ def prompt(n: int, seed: int = 0) -> list[int]:
 
 
 def decode_rate(model: ShardModel, batch: int, steps: int, context: int, clock=time.perf_counter) -> float:
-    """Aggregate tokens/s of `batch` sequences decoding together after a `context`-token prompt each
-    (`clock`: time.thread_time counts only this thread's CPU time, for a one-thread run on a busy machine)."""
+    """Aggregate tokens/s of `batch` sequences decoding together after a `context`-token prompt each,
+    from the median step (a step another process's burst slowed does not move it; llama.cpp's side,
+    bench/llamacpp_figures.py, is timed alike) (`clock`: time.thread_time counts only this thread's CPU time, for a one-thread run on a busy machine)."""
     pages = PageAllocator(model.kv.num_pages, model.kv.page_size)
     seqs = list(range(batch))
     model.forward(build_batch([Chunk(s, prompt(context, s), 0) for s in seqs], pages))
-    t = clock()
+    times = []
     for step in range(steps):
+        t = clock()
         model.forward(build_batch([Chunk(s, [11 + s], context + step) for s in seqs], pages))
-    return batch * steps / (clock() - t)
+        times.append(clock() - t)
+    return batch / statistics.median(times)
 
 
 def prefill_rate(model: ShardModel, n: int, runs: int = 2, clock=time.perf_counter) -> float:

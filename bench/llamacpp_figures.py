@@ -8,6 +8,7 @@ sequences (n_seq_max = b), so llama.cpp batches it itself; nothing runs sequence
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from pathlib import Path
 
@@ -67,17 +68,19 @@ SINGLE_ROUNDS = 3    # single-stream is best of 3 (ours too, bench/forward.py): 
 
 
 def decode_rate(llm: LlamaCpp, prompt, context: int, batch: int, steps: int, clock=time.perf_counter) -> float:
-    """Aggregate tokens/s of `batch` sequences decoding together after a `context`-token prompt each
-    (`clock`: time.thread_time counts this thread's CPU time: with one thread llama.cpp computes on it)."""
+    """Aggregate tokens/s of `batch` sequences decoding together after a `context`-token prompt each,
+    from the median step, as bench/engine_rates.py times ours (`clock`: time.thread_time counts this thread's CPU time: with one thread llama.cpp computes on it)."""
     per_seq = -(-(context + steps + 16) // 256) * 256     # llama.cpp pads n_ctx per sequence to 256
     ctx = llm.context(batch, batch * per_seq, batch * context)
     try:
         ctx.decode([(s, tok, p, p == context - 1) for s in range(batch)
                     for p, tok in enumerate(prompt(context, s))])
-        t = clock()
+        times = []
         for step in range(steps):
+            t = clock()
             ctx.decode([(s, 11 + s, context + step, True) for s in range(batch)])
-        return batch * steps / (clock() - t)
+            times.append(clock() - t)
+        return batch / statistics.median(times)
     finally:
         ctx.close()
 

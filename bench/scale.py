@@ -9,7 +9,9 @@ into the cache on first use): speed does not depend on the weights' values. Each
 figure on both engines in turn, the order reversed every other round (ABBA), so a shared machine's
 minute-to-minute load hits both alike; each round's line shows both rates, their ratio and the load
 average. Figures: single-stream decode (one sequence after a 64-token prompt, best of 3 runs of 16
-steps; one run with --clock cpu, whose time no other process's hiccup enters), aggregate decode of a batch of 8 or 32 sequences (after 16-token prompts, 8 steps), and the
+steps; one run with --clock cpu, whose time no other process's hiccup enters), aggregate decode of a
+batch of 8 or 32 sequences (after 16-token prompts, 8 steps); each decode rate is from its run's
+median step, on both sides, so one step another process slowed does not move it; and the
 prefill of one 128- or 512-token prompt. Beside single-stream, the kernels' pool reads the model's
 own weight pages on --threads threads (bench/bandwidth.pool_read_arrays): a token's weight bytes
 (all but the token embedding, which a step reads one row of) over that rate is the memory
