@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
 import time
@@ -52,11 +51,8 @@ def add_parser(sub) -> None:
                    help="address of the gateway's HTTP API (OpenAI, Anthropic, Ollama)")
     p.add_argument("--api-key-file", type=Path, default=None,
                    help="file with the API key HTTP clients must send (default: $LLMBUS_API_KEY)")
-    from bus.cli_args import add_key_argument
-    add_key_argument(p, dict(os.environ))
-    p.add_argument("--insecure", action="store_true",
-                   help="no CURVE key for the stack (default: a key of its own, mode 0600 in the "
-                        "runtime folder): any local user's process may then call its services")
+    from .stacks import add_key_arguments
+    add_key_arguments(p)
     p.add_argument("--logs", type=Path, default=None,
                    help="folder for the services' logs (default: in the runtime folder)")
     p.add_argument("-d", "--detach", action="store_true",
@@ -117,9 +113,20 @@ def say(text: str) -> None:
 
 
 async def _up(args) -> int:
+    from .stacks import private_cluster, stack_key_of
+
+    cluster = args.cluster or private_cluster()
+    key, own_key = stack_key_of(args, cluster)   # a bad key file fails before anything starts
+    try:
+        return await _serve(args, cluster, key)
+    finally:
+        if own_key is not None:
+            own_key.unlink(missing_ok=True)
+
+
+async def _serve(args, cluster: str, key) -> int:
     import zmq.asyncio
 
-    from bus.cli_args import cluster_key
     from bus.config import BusConfig, ServiceConfig
     from services.health.children import ChildrenMode
     from services.health.processes import Children, free_port
@@ -130,12 +137,8 @@ async def _up(args) -> int:
 
     from services.shard.config import default_threads
     from services.scheduler.placement.policy import head_cost_in_layers, split_layers
-    from bus.curve import read_key_file
-    from .stacks import busctl_hint, private_cluster, register, runtime_dir, stack_key
+    from .stacks import busctl_hint, register, runtime_dir
 
-    key = cluster_key(args)        # a bad key file fails before anything starts
-    if args.key_file is not None and args.insecure:
-        raise ValueError("--insecure and --key-file: choose one")
     if args.device == "cuda":      # no GPU: say why before anything starts
         from services.shard.cli import device_unavailable
         why = device_unavailable(args.device)
@@ -153,12 +156,6 @@ async def _up(args) -> int:
     # streams, bench.serve), 3 gave 62-66; a fourth only split the batch (55-65), and a second
     # batch for a lone 2-thread shard cost 16% (it runs one batch at a time anyway).
     inflight = args.inflight or len(ranges)
-    cluster = args.cluster or private_cluster()
-    own_key = None
-    if key is None and not args.insecure:
-        # Keyed by default: another user's process on this machine gets no answer.
-        own_key = stack_key(cluster)
-        args.key_file, key = own_key, read_key_file(own_key)
     logs = args.logs or runtime_dir() / "logs" / cluster
     sched_port = args.port or free_port()
     # The watcher first: a directory confirms static peers one by one, and one that is down
@@ -241,8 +238,6 @@ async def _up(args) -> int:
         ctx.destroy(linger=0)          # a socket left open must not hold the shutdown
         if stack_file is not None:
             stack_file.unlink(missing_ok=True)
-        if own_key is not None:
-            own_key.unlink(missing_ok=True)
         say("stopped")
 
 
