@@ -19,13 +19,22 @@ import sys
 import time
 from pathlib import Path
 
-from bus.options import add_options, argv_of
+from bus.options import add_options, argv_of, options_of
 from services.scheduler.config import SchedulerServiceConfig
 from services.shard.config import ShardConfig, positive   # light: no numpy
 from services.tokenizer.cli import CHAT_TEMPLATE_HELP, chat_template
 
 SHARD_OPTIONS = ("codec", "num_pages", "device")
 SCHEDULER_OPTIONS = ("max_queue", "max_batch_tokens", "phrase_repeats")
+GATEWAY_OPTIONS = ("allowed_hosts", "cors_origins")
+
+
+def gateway_config() -> type:
+    """The gateway's config dataclass, whose GATEWAY_OPTIONS `up` takes and hands on (the
+    commands start the gateway by name, as `llmbus run gateway`, and never import it)."""
+    from .run import kind_module
+    return kind_module("gateway").CONFIG
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("up", help="run tokenizer, scheduler, shards and gateway here until Ctrl-C")
@@ -45,6 +54,7 @@ def add_parser(sub) -> None:
     # What the shards and the scheduler take as their own options, handed on as given.
     add_options(p, ShardConfig, SHARD_OPTIONS)
     add_options(p, SchedulerServiceConfig, SCHEDULER_OPTIONS)
+    add_options(p, gateway_config(), GATEWAY_OPTIONS)
     p.add_argument("--cluster", default=None, help="bus cluster name (default: a private one)")
     p.add_argument("--port", type=int, default=0, help="scheduler RPC port (default: any free)")
     p.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
@@ -115,8 +125,10 @@ def say(text: str) -> None:
 async def _up(args) -> int:
     from .stacks import private_cluster, stack_key_of
 
+    config = gateway_config()
+    config(**options_of(config, args))   # a bad --cors-origin fails before anything starts
     cluster = args.cluster or private_cluster()
-    key, own_key = stack_key_of(args, cluster)   # a bad key file fails before anything starts
+    key, own_key = stack_key_of(args, cluster)   # so does a bad key file
     try:
         return await _serve(args, cluster, key)
     finally:
@@ -178,7 +190,8 @@ async def _serve(args, cluster: str, key) -> int:
             for a, b in ranges for r in range(args.replicas)},
         "scheduler-0": ["run", "scheduler", "--inflight", str(inflight),
                         *argv_of(SchedulerServiceConfig, args, SCHEDULER_OPTIONS)],
-        "gateway-0": ["run", "gateway", "--http", _fixed_port(args.http)]
+        "gateway-0": ["run", "gateway", "--http", _fixed_port(args.http),
+                      *argv_of(gateway_config(), args, GATEWAY_OPTIONS)]
         + (["--api-key-file", str(args.api_key_file.resolve())] if args.api_key_file else []),
     }
     specs = {name: [*spec, "--name", name, "--rpc-port", str(ports[name]),
