@@ -72,13 +72,13 @@ async def _generate(args) -> int:
     pages = (len(ids) + args.max_tokens + page - 1) // page + 1
 
     cluster = private_cluster()
-    key, own_key = stack_key_of(args, cluster)
     ports = [free_port() for _ in ranges]
     me = free_port()        # this process on the bus: the last shard sends it every answer
     peers_args = [a for p in (*ports, me) for a in ("--peer", f"127.0.0.1:{p}")]
+    kids = Children(log_dir=args.logs)
+    key, own_key = stack_key_of(args, cluster)
     # The shards take this key file, and no other ($LLMBUS_KEY_FILE is only --key-file's default).
     key_args = ["--key-file", str(args.key_file.resolve())] if key is not None else []
-    kids = Children(log_dir=args.logs)
     client = PipelineClient(ServiceConfig(
         name="generate", kind="client", rpc_port=me, discover=True,
         bus=BusConfig(cluster=cluster, mdns=False, peers=tuple(f"127.0.0.1:{p}" for p in ports),
