@@ -7,7 +7,7 @@ asking for gigabytes ('a' * 10**10).
   the output is counted as it is rendered.
 - Time: a watchdog thread (template_watchdog.py) looks at the rendering thread's CPU time
   every few milliseconds and, past its limit, raises into it: nothing is paid per template
-  line (a trace function of every line made a 35,000-message chat render 5x slower). A chat
+  line (a trace function of every line made a 35,000-message chat take 4x the CPU). A chat
   gets RENDER_CPU_S and PER_MESSAGE_CPU_S per message (a real template takes microseconds a
   message); CPU time, so a loaded machine does not fail a long chat, with a wall-time
   backstop.
