@@ -230,22 +230,7 @@ class Backend:
     async def _embed(self, request: Embed) -> Embeddings:
         """Nothing of an embedding streams, so a scheduler lost under it (or stopping) is asked
         again from the start, of the one that serves next, up to carry_s."""
-        card = self.model()
-        give_up = time.monotonic() + self.carry_s
-        why = "no scheduler is ready"
-        while True:
-            if self.stopping:
-                raise self._stopping_error()
-            if (sched := self.directory.pick("scheduler", card.identity)) is not None:
-                try:
-                    return await self.peers.call(sched.name, request, timeout=EMBED_TIMEOUT)
-                except BusError as e:
-                    if code_of(e) not in SCHEDULER_LOST or time.monotonic() >= give_up:
-                        raise from_bus(e) from None
-                    why = f"{sched.name} did not answer: {e}"
-            if time.monotonic() >= give_up:
-                raise Unavailable(f"{why} (waited {self.carry_s:g} s)", retry_after=1.0)
-            await asyncio.sleep(0.05)
+        return await self._ask("scheduler", request, SCHEDULER_LOST, EMBED_TIMEOUT)
 
     # ------------------------------------------------------------------ tokenizer calls
     async def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
@@ -267,18 +252,29 @@ class Backend:
     async def _tokenizer_call(self, body):
         """A tokenizer's answer. One that dies or restarts under the call (or is between
         processes, or still loading) is waited for up to carry_s, as the scheduler waits for it."""
+        return await self._ask("tokenizer", body, TOKENIZER_LOST, CALL_TIMEOUT,
+                               self.metrics.tokenizer_retries)
+
+    async def _ask(self, kind: str, body, lost: frozenset[str], timeout: float, retries=None):
+        """The answer to `body` of a `kind` service of the served model. A call that fails
+        with a code in `lost` (the service died, restarted, is between processes) is asked
+        again of the one that serves next, up to carry_s from the first try; `retries`
+        counts those."""
         card = self.model()
         give_up = time.monotonic() + self.carry_s
-        why = "no tokenizer of the served model is live"
+        why = f"no {kind} of the served model is ready"
         while True:
-            if (tok := self.directory.pick("tokenizer", card.identity)) is not None:
+            if self.stopping:
+                raise self._stopping_error()
+            if (e := self.directory.pick(kind, card.identity)) is not None:
                 try:
-                    return await self.peers.call(tok.name, body, timeout=CALL_TIMEOUT)
-                except BusError as e:
-                    if code_of(e) not in TOKENIZER_LOST or time.monotonic() >= give_up:
-                        raise from_bus(e) from None
-                    why = f"{tok.name} did not answer: {e}"
-                    self.metrics.tokenizer_retries.inc()
+                    return await self.peers.call(e.name, body, timeout=timeout)
+                except BusError as err:
+                    if code_of(err) not in lost or time.monotonic() >= give_up:
+                        raise from_bus(err) from None
+                    why = f"{e.name} did not answer: {err}"
+                    if retries is not None:
+                        retries.inc()
             if time.monotonic() >= give_up:
                 raise Unavailable(f"{why} (waited {self.carry_s:g} s)", retry_after=1.0)
             await asyncio.sleep(0.05)

@@ -10,6 +10,8 @@ from bus.options import add_options, options_of
 
 from .config import DEFAULT_HTTP, GatewayConfig
 
+CONFIG = GatewayConfig    # the settings whose options it takes (`llmbus up` hands some on)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--http", default=DEFAULT_HTTP, metavar="HOST:PORT",

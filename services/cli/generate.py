@@ -2,6 +2,9 @@
 
 One request, one sequence, driven step by step through real shard processes: the smallest
 whole path from text to text. The scheduler-driven stack (`llmbus up`) serves many at once.
+Its shards are a private stack of this command, keyed as `llmbus up` keys its own (a key of
+their own unless --key-file or --insecure says otherwise). A base model (no chat template)
+continues the prompt as it is, as Ollama's /api/generate does.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ def add_parser(sub) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--logs", type=Path, default=None, help="folder for the shards' logs")
+    from .stacks import add_key_arguments
+    add_key_arguments(p)
     p.set_defaults(func=main)
 
 
@@ -53,7 +58,7 @@ async def _generate(args) -> int:
     from wire.messages.sampling import SamplingParams
     from wire.messages.shard import Forward, RouteStage
 
-    from .stacks import private_cluster
+    from .stacks import private_cluster, stack_key_of
 
     model = args.model or pull(quiet=False)
     meta = read_metadata(model)
@@ -62,9 +67,7 @@ async def _generate(args) -> int:
     ranges = split_layers(n_layers, args.shards)
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, seed=args.seed).resolved()
     tok = Tokenizer.from_gguf(model)
-    messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
-               [{"role": "user", "content": args.prompt}]
-    ids = tok.encode_chat(messages)
+    ids = prompt_ids(tok, args.prompt, args.system)
     page = 16
     pages = (len(ids) + args.max_tokens + page - 1) // page + 1
 
@@ -73,14 +76,18 @@ async def _generate(args) -> int:
     me = free_port()        # this process on the bus: the last shard sends it every answer
     peers_args = [a for p in (*ports, me) for a in ("--peer", f"127.0.0.1:{p}")]
     kids = Children(log_dir=args.logs)
+    key, own_key = stack_key_of(args, cluster)
+    # The shards take this key file, and no other ($LLMBUS_KEY_FILE is only --key-file's default).
+    key_args = ["--key-file", str(args.key_file.resolve())] if key is not None else []
     client = PipelineClient(ServiceConfig(
         name="generate", kind="client", rpc_port=me, discover=True,
-        bus=BusConfig(cluster=cluster, mdns=False, peers=tuple(f"127.0.0.1:{p}" for p in ports))))
+        bus=BusConfig(cluster=cluster, mdns=False, peers=tuple(f"127.0.0.1:{p}" for p in ports),
+                      key=key)))
     t0 = time.monotonic()
     try:
         for (a, b), port in zip(ranges, ports):
             kids.start(f"shard-{a}", ["run", "shard", "--name", f"shard-{a}", "--cluster", cluster,
-                                      "--no-mdns", "--rpc-port", str(port), *peers_args,
+                                      "--no-mdns", "--rpc-port", str(port), *peers_args, *key_args,
                                       "--model", str(model), "--layers", f"{a}:{b}",
                                       "--codec", args.codec, "--pages", str(pages)])
         await client.start()
@@ -136,3 +143,17 @@ async def _generate(args) -> int:
     finally:
         await client.shutdown()
         kids.stop()
+        if own_key is not None:
+            own_key.unlink(missing_ok=True)
+
+
+def prompt_ids(tok, prompt: str, system: str | None) -> list[int]:
+    """The prompt's ids: the chat of `system` and `prompt` rendered by the model's template, or
+    for a base model (none), the prompt as it is, as Ollama's /api/generate sends it."""
+    if tok.templates.default_name is not None:
+        return tok.encode_chat(([{"role": "system", "content": system}] if system else [])
+                               + [{"role": "user", "content": prompt}])
+    if system:
+        raise ValueError("--system needs a chat template, which this model (a base model) has "
+                         "none of: write it into the prompt")
+    return tok.encode(prompt, add_special=True)

@@ -24,6 +24,12 @@ KINDS = {
 }
 
 
+def kind_module(kind: str):
+    """The light module of `llmbus run KIND`, loaded by name: a command that starts the service
+    (`llmbus up`) hands on options its config declares, declared there once."""
+    return importlib.import_module(KINDS[kind])
+
+
 def add_parser(sub: argparse._SubParsersAction, env: dict) -> None:
     run = sub.add_parser("run", help="run one service in this process")
     kinds = run.add_subparsers(dest="kind", required=True)

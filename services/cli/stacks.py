@@ -33,6 +33,33 @@ def stack_key(cluster: str, env: dict | None = None) -> Path:
     return path
 
 
+def add_key_arguments(p) -> None:
+    """--key-file (or $LLMBUS_KEY_FILE) and --insecure: how a stack this command starts is keyed
+    (`llmbus up`, `llmbus generate`; see stack_key_of)."""
+    from bus.cli_args import add_key_argument
+    add_key_argument(p, dict(os.environ))
+    p.add_argument("--insecure", action="store_true",
+                   help="no CURVE key for the stack (default: a key of its own, mode 0600 in the "
+                        "runtime folder): any local user's process may then call its services")
+
+
+def stack_key_of(args, cluster: str):
+    """The key a stack of `cluster` runs with: the file given (--key-file, $LLMBUS_KEY_FILE),
+    none with --insecure, else a new one of its own (stack_key). Returns (the key or None, the
+    file made for it or None: the stack removes it when it stops), and leaves in args.key_file
+    the file every process of the stack is given. A bad key file is a ValueError."""
+    from bus.cli_args import cluster_key
+    from bus.curve import read_key_file
+    key = cluster_key(args)
+    if args.key_file is not None and args.insecure:
+        raise ValueError("--insecure and --key-file: choose one")
+    if key is not None or args.insecure:
+        return key, None
+    # Keyed by default: another user's process on this machine gets no answer.
+    args.key_file = stack_key(cluster)
+    return read_key_file(args.key_file), args.key_file
+
+
 def register(cluster: str, info: dict, env: dict | None = None) -> Path:
     folder = private_folder(env)
     path = folder / f"{cluster}.json"

@@ -14,19 +14,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
 import time
 from pathlib import Path
 
-from bus.options import add_options, argv_of
+from bus.options import add_options, argv_of, options_of
 from services.scheduler.config import SchedulerServiceConfig
 from services.shard.config import ShardConfig, positive   # light: no numpy
 from services.tokenizer.cli import CHAT_TEMPLATE_HELP, chat_template
 
 SHARD_OPTIONS = ("codec", "num_pages", "device")
 SCHEDULER_OPTIONS = ("max_queue", "max_batch_tokens", "phrase_repeats")
+GATEWAY_OPTIONS = ("allowed_hosts", "cors_origins")
+
+
+def gateway_config() -> type:
+    """The gateway's config dataclass, whose GATEWAY_OPTIONS `up` takes and hands on (the
+    commands start the gateway by name, as `llmbus run gateway`, and never import it)."""
+    from .run import kind_module
+    return kind_module("gateway").CONFIG
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("up", help="run tokenizer, scheduler, shards and gateway here until Ctrl-C")
@@ -46,17 +54,15 @@ def add_parser(sub) -> None:
     # What the shards and the scheduler take as their own options, handed on as given.
     add_options(p, ShardConfig, SHARD_OPTIONS)
     add_options(p, SchedulerServiceConfig, SCHEDULER_OPTIONS)
+    add_options(p, gateway_config(), GATEWAY_OPTIONS)
     p.add_argument("--cluster", default=None, help="bus cluster name (default: a private one)")
     p.add_argument("--port", type=int, default=0, help="scheduler RPC port (default: any free)")
     p.add_argument("--http", default="127.0.0.1:8080", metavar="HOST:PORT",
                    help="address of the gateway's HTTP API (OpenAI, Anthropic, Ollama)")
     p.add_argument("--api-key-file", type=Path, default=None,
                    help="file with the API key HTTP clients must send (default: $LLMBUS_API_KEY)")
-    from bus.cli_args import add_key_argument
-    add_key_argument(p, dict(os.environ))
-    p.add_argument("--insecure", action="store_true",
-                   help="no CURVE key for the stack (default: a key of its own, mode 0600 in the "
-                        "runtime folder): any local user's process may then call its services")
+    from .stacks import add_key_arguments
+    add_key_arguments(p)
     p.add_argument("--logs", type=Path, default=None,
                    help="folder for the services' logs (default: in the runtime folder)")
     p.add_argument("-d", "--detach", action="store_true",
@@ -117,9 +123,22 @@ def say(text: str) -> None:
 
 
 async def _up(args) -> int:
+    from .stacks import private_cluster, stack_key_of
+
+    config = gateway_config()
+    config(**options_of(config, args))   # a bad --cors-origin fails before anything starts
+    cluster = args.cluster or private_cluster()
+    key, own_key = stack_key_of(args, cluster)   # so does a bad key file
+    try:
+        return await _serve(args, cluster, key)
+    finally:
+        if own_key is not None:
+            own_key.unlink(missing_ok=True)
+
+
+async def _serve(args, cluster: str, key) -> int:
     import zmq.asyncio
 
-    from bus.cli_args import cluster_key
     from bus.config import BusConfig, ServiceConfig
     from services.health.children import ChildrenMode
     from services.health.processes import Children, free_port
@@ -130,12 +149,8 @@ async def _up(args) -> int:
 
     from services.shard.config import default_threads
     from services.scheduler.placement.policy import head_cost_in_layers, split_layers
-    from bus.curve import read_key_file
-    from .stacks import busctl_hint, private_cluster, register, runtime_dir, stack_key
+    from .stacks import busctl_hint, register, runtime_dir
 
-    key = cluster_key(args)        # a bad key file fails before anything starts
-    if args.key_file is not None and args.insecure:
-        raise ValueError("--insecure and --key-file: choose one")
     if args.device == "cuda":      # no GPU: say why before anything starts
         from services.shard.cli import device_unavailable
         why = device_unavailable(args.device)
@@ -153,12 +168,6 @@ async def _up(args) -> int:
     # streams, bench.serve), 3 gave 62-66; a fourth only split the batch (55-65), and a second
     # batch for a lone 2-thread shard cost 16% (it runs one batch at a time anyway).
     inflight = args.inflight or len(ranges)
-    cluster = args.cluster or private_cluster()
-    own_key = None
-    if key is None and not args.insecure:
-        # Keyed by default: another user's process on this machine gets no answer.
-        own_key = stack_key(cluster)
-        args.key_file, key = own_key, read_key_file(own_key)
     logs = args.logs or runtime_dir() / "logs" / cluster
     sched_port = args.port or free_port()
     # The watcher first: a directory confirms static peers one by one, and one that is down
@@ -181,7 +190,8 @@ async def _up(args) -> int:
             for a, b in ranges for r in range(args.replicas)},
         "scheduler-0": ["run", "scheduler", "--inflight", str(inflight),
                         *argv_of(SchedulerServiceConfig, args, SCHEDULER_OPTIONS)],
-        "gateway-0": ["run", "gateway", "--http", _fixed_port(args.http)]
+        "gateway-0": ["run", "gateway", "--http", _fixed_port(args.http),
+                      *argv_of(gateway_config(), args, GATEWAY_OPTIONS)]
         + (["--api-key-file", str(args.api_key_file.resolve())] if args.api_key_file else []),
     }
     specs = {name: [*spec, "--name", name, "--rpc-port", str(ports[name]),
@@ -241,8 +251,6 @@ async def _up(args) -> int:
         ctx.destroy(linger=0)          # a socket left open must not hold the shutdown
         if stack_file is not None:
             stack_file.unlink(missing_ok=True)
-        if own_key is not None:
-            own_key.unlink(missing_ok=True)
         say("stopped")
 
 

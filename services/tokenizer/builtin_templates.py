@@ -20,8 +20,10 @@ LLAMA3 = (
     "{% endif %}"
 )
 
-# Mistral-7B-Instruct's [INST] format; a system message is put before the first user turn.
-MISTRAL = (
+# The opening of templates whose models have no system turn: a system message (`system`) is
+# put into the first user turn, and the other turns (`turns`) must alternate, the user's first.
+# It opens the loop over the turns; each template writes a turn and closes it.
+_SYSTEM_INTO_FIRST_TURN = (
     "{% if messages[0]['role'] == 'system' %}"
     "{% set system = messages[0]['content'] + '\\n\\n' %}{% set turns = messages[1:] %}"
     "{% else %}{% set system = '' %}{% set turns = messages %}{% endif %}"
@@ -30,6 +32,10 @@ MISTRAL = (
     "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
     "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
     "{% endif %}"
+)
+
+# Mistral-7B-Instruct's [INST] format; a system message is put before the first user turn.
+MISTRAL = _SYSTEM_INTO_FIRST_TURN + (
     "{% if message['role'] == 'user' %}"
     "{{ '[INST] ' + (system if loop.first else '') + message['content'] + ' [/INST]' }}"
     "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}"
@@ -39,15 +45,7 @@ MISTRAL = (
 )
 
 # Gemma's turns; Gemma has no system role, so (as Gemma 3 does) it opens the first user turn.
-GEMMA = (
-    "{% if messages[0]['role'] == 'system' %}"
-    "{% set system = messages[0]['content'] + '\\n\\n' %}{% set turns = messages[1:] %}"
-    "{% else %}{% set system = '' %}{% set turns = messages %}{% endif %}"
-    "{{ bos_token }}"
-    "{% for message in turns %}"
-    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
-    "{% endif %}"
+GEMMA = _SYSTEM_INTO_FIRST_TURN + (
     "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
     "{{ '<start_of_turn>' + role + '\\n' + (system if loop.first else '')"
     " + message['content'] | trim + '<end_of_turn>\\n' }}"

@@ -5,32 +5,29 @@ asking for gigabytes ('a' * 10**10).
 - Size: `*`, `**` and `+` are checked before they run (a result over MAX_CHARS items, an
   exponent past MAX_EXPONENT), as are the widths given to str methods (ljust, center...), and
   the output is counted as it is rendered.
-- Time: while a template's own code runs, a trace function counts its lines and checks the
-  thread's CPU time every CHECK_EVERY of them (only frames of template code are traced: the
-  cost is on the template, not on Python). A chat gets RENDER_CPU_S and PER_MESSAGE_CPU_S per
-  message (a real template takes microseconds a message); CPU time, so a loaded machine does
-  not fail a long chat, with a wall-time backstop.
+- Time: a watchdog thread (template_watchdog.py) looks at the rendering thread's CPU time
+  every few milliseconds and, past its limit, raises into it: nothing is paid per template
+  line (a trace function of every line made a 35,000-message chat take 4x the CPU). A chat
+  gets RENDER_CPU_S and PER_MESSAGE_CPU_S per message (a real template takes microseconds a
+  message); CPU time, so a loaded machine does not fail a long chat, with a wall-time
+  backstop.
 """
 
 from __future__ import annotations
 
-
-import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from services.tokenizer.errors import TemplateOverLimit
+from services.tokenizer.template_watchdog import OverTime, watchdog
 
 MAX_CHARS = 4 << 20         # of one value a template builds, and of its output
 MAX_EXPONENT = 4096
 RENDER_CPU_S = 2.0           # a chat's render: this, and PER_MESSAGE_CPU_S per message, of CPU
 PER_MESSAGE_CPU_S = 1e-3
 WALL_PER_CPU = 10.0          # wall time allowed per second of CPU (a loaded machine)
-CHECK_EVERY = 64             # template lines between two looks at the clocks
-_TEMPLATE_FILE = "<template>"  # the file name jinja2 compiles templates under
 _WIDTH_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs"})
 
 
@@ -69,31 +66,24 @@ def render_bounded(chunks: Iterator[str], cpu_s: float = RENDER_CPU_S,
     """The text of a template's `generate()`, within the output limit and `cpu_s` seconds of
     this thread's CPU time (a loaded machine does not make a long chat fail), and `wall_s`
     seconds of wall time at most (default: WALL_PER_CPU times `cpu_s`)."""
-    started_cpu, started = time.thread_time(), time.monotonic()
-    wall_s = WALL_PER_CPU * cpu_s if wall_s is None else wall_s
-    lines = 0
-
-    def on_line(frame, event, arg):
-        nonlocal lines
-        lines += 1
-        if event == "line" and lines % CHECK_EVERY == 0 and (
-                time.thread_time() - started_cpu > cpu_s or time.monotonic() - started > wall_s):
-            raise TemplateOverLimit(f"the chat template ran past its time limit of {cpu_s:g} s")
-        return on_line
-
-    def on_call(frame, event, arg):
-        return on_line if frame.f_code.co_filename == _TEMPLATE_FILE else None
-
-    before = sys.gettrace()
-    sys.settrace(on_call)
+    watch = watchdog().watch(cpu_s, WALL_PER_CPU * cpu_s if wall_s is None else wall_s)
     try:
-        out, size = [], 0
-        for chunk in chunks:
-            size += len(chunk)
-            if size > MAX_CHARS:
-                raise TemplateOverLimit(f"the chat template wrote more than {MAX_CHARS} "
-                                        f"characters")
-            out.append(chunk)
-        return "".join(out)
-    finally:
-        sys.settrace(before)
+        try:
+            text = _collect(chunks)
+        finally:
+            watchdog().release(watch)    # its exception, if not raised yet, never will be
+    except OverTime:
+        pass
+    if watch.fired:
+        raise TemplateOverLimit(f"the chat template ran past its time limit of {cpu_s:g} s")
+    return text
+
+
+def _collect(chunks: Iterator[str]) -> str:
+    out, size = [], 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > MAX_CHARS:
+            raise TemplateOverLimit(f"the chat template wrote more than {MAX_CHARS} characters")
+        out.append(chunk)
+    return "".join(out)

@@ -59,3 +59,23 @@ def test_the_policy_takes_the_settings_the_service_was_given_and_no_others():
     policy = SchedulerConfig(**service.batching(), token_bytes=(b"a",))
     assert (policy.max_batch_tokens, policy.pace_step_s) == (128, 0.05)
     assert set(service.batching()) == {f.name for f in dataclasses.fields(BatchingSettings)}
+
+
+def test_up_takes_the_gateways_cross_site_options_as_the_gateway_declares_them():
+    from bus.options import argv_of
+    from services.cli.up import GATEWAY_OPTIONS
+    up = next(a for a in build_parser()._subparsers._group_actions if "up" in a.choices)
+    help_text = " ".join(up.choices["up"].format_help().split())
+    fields = {f.name: f for f in dataclasses.fields(GatewayConfig)}
+    for name in GATEWAY_OPTIONS:
+        o = fields[name].metadata["option"]
+        assert flag_of(fields[name], o) in help_text and " ".join(o["help"].split()) in help_text
+    args = build_parser().parse_args(["up", "--allowed-host", "a.lan", "--allowed-host", "b.lan",
+                                      "--cors-origin", "https://front.example"])
+    # What `up` hands to `llmbus run gateway`, which reads it back into the same fields.
+    argv = argv_of(GatewayConfig, args, GATEWAY_OPTIONS)
+    assert argv == ["--allowed-host", "a.lan", "--allowed-host", "b.lan",
+                    "--cors-origin", "https://front.example"]
+    from bus.options import options_of
+    given = options_of(GatewayConfig, build_parser().parse_args(["run", "gateway", *argv]))
+    assert given == {"allowed_hosts": ("a.lan", "b.lan"), "cors_origins": ("https://front.example",)}

@@ -10,6 +10,7 @@ import tomllib
 
 import pytest
 
+from services.cli import build_parser
 from services.cli.preflight import refusal, split_address
 from services.cli.stacks import register
 from tests.bus.procs import ROOT, cli, env
@@ -80,6 +81,16 @@ def test_up_refuses_a_busy_port_and_a_running_stack_before_starting_anything(tmp
     assert "an llmbus stack is already running here (cluster local-abcd" in r.stderr
     # Nothing started: no services' logs, no second stack file.
     assert [p.name for p in tmp_path.iterdir()] == ["local-abcd.json"]
+
+
+def test_a_bad_gateway_option_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LLMBUS_RUNTIME_DIR", str(tmp_path))
+    args = build_parser().parse_args(["up", "--http", "127.0.0.1:0", "--allowed-host", "llm.lan",
+                                      "--cors-origin", "front.example"])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err == ("llmbus up: --cors-origin 'front.example': give an origin "
+                                       "such as https://chat.example.com\n")
+    assert list(tmp_path.iterdir()) == []         # no key made, no model pulled, nothing started
 
 
 def test_version_is_the_packages():

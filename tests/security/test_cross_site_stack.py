@@ -1,9 +1,10 @@
 """Finding (on a real stack): a `text/plain` POST with a foreign `Origin` got a 200 completion.
 It gets 403 now, and what the official clients and the README's curl commands send still
-works."""
+works. `llmbus up --allowed-host` and `--cors-origin` reach the gateway it starts."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import urllib.error
@@ -12,6 +13,8 @@ import urllib.request
 import anthropic
 import ollama
 import openai
+
+from .conftest import ALLOWED_HOST, FRONT
 
 CHAT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2, "temperature": 0}
 
@@ -59,3 +62,29 @@ def test_the_official_clients_and_curl_still_work(gw_stack):
         out = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", *argv, "-d", body,
                               gw_stack.http + path], capture_output=True, text=True, timeout=120)
         assert out.stdout.rsplit("\n", 1)[-1] == "200", out.stdout
+
+
+def ask(stack, method: str, path: str, headers: dict) -> tuple[int, dict, bytes]:
+    host, port = stack.http.removeprefix("http://").rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        c.request(method, path, headers=headers)    # its Host header, as given
+        r = c.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
+    finally:
+        c.close()
+
+
+def test_up_hands_allowed_hosts_and_cors_origins_to_its_gateway(gw_stack):
+    port = gw_stack.http.rsplit(":", 1)[1]
+    for host in (ALLOWED_HOST, f"{ALLOWED_HOST}:{port}"):
+        status, _, body = ask(gw_stack, "GET", "/v1/models", {"Host": host})
+        assert status == 200, body
+    status, _, body = ask(gw_stack, "GET", "/v1/models", {"Host": "other.example"})
+    assert status == 403 and b"--allowed-host other.example" in body, body
+    status, headers, body = ask(gw_stack, "OPTIONS", "/v1/chat/completions", {
+        "Origin": FRONT, "Access-Control-Request-Method": "POST"})
+    assert status == 204 and headers.get("Access-Control-Allow-Origin") == FRONT, (headers, body)
+    status, _, body = ask(gw_stack, "OPTIONS", "/v1/chat/completions", {
+        "Origin": "https://other.example", "Access-Control-Request-Method": "POST"})
+    assert status == 403, body
