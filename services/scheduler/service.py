@@ -58,7 +58,10 @@ log = logging.getLogger("llmbus.scheduler")
 
 PIPELINE_TOPIC = "scheduler.pipeline"   # a pipeline came, left rotation, or handed work over
 PROBE_S = 2.0                           # how long a last shard may take to find and call us
-START_POLL_S = 0.25                     # how often a starting scheduler looks for its peers again
+# How often a starting scheduler looks for its tokenizer and a whole pipeline again: a respawned
+# one finds them within moments, and each moment of its start is a pause for every stream the
+# gateway carries over to it.
+START_POLL_S = 0.05
 
 
 class SchedulerService(AnswerInbox, Service):
