@@ -13,7 +13,7 @@ from wire.messages.bus import (Echo, EchoReply, Hello, Probe, ProbeReply, Status
                                Welcome)
 
 from .dispatch import handles
-from .errors import ServiceError
+from .errors import PeerRestarted, ServiceError
 
 # Answered in every state and past the request cap: they are how peers and people see a service.
 ALWAYS = frozenset({Hello.TYPE, Status.TYPE, Echo.TYPE})
@@ -51,6 +51,12 @@ class BusMethods:
         target = msg.body.target
         client = await self.peers.client(target, wait=msg.body.timeout)
         t0 = time.perf_counter()
-        await client.call(Echo(text=f"probe from {self.name}"), msg.body.timeout)
+        try:
+            await client.call(Echo(text=f"probe from {self.name}"), msg.body.timeout)
+        except PeerRestarted:
+            # The target's new process answered (a respawn on the same address, not yet heard
+            # here): the client knows its epoch now, and the question is whether it answers.
+            left = msg.body.timeout - (time.perf_counter() - t0)
+            await client.call(Echo(text=f"probe from {self.name}"), max(left, 0.1))
         return ProbeReply(target=target, epoch=client.peer_epoch, endpoint=client.endpoint,
                           rtt_ms=(time.perf_counter() - t0) * 1e3)

@@ -36,8 +36,12 @@ class SocketLimits:
     rcvhwm: int = 10_000
     linger_ms: int = 0             # never hang on close waiting for a dead peer
     max_msg_size: int = MAX_HEADER_BYTES  # per frame, in zmq terms; frames are checked again on decode
+    # A connecting socket whose peer is down tries again every interval, never backing off: a
+    # service respawned on its port (`llmbus up` fixes every child's ports, as units do) is
+    # reached within one interval of binding it; a retry to a closed port costs one refused
+    # connect (one to a host that is down waits out TCP's own connect timeout first).
     reconnect_ivl_ms: int = 100
-    reconnect_ivl_max_ms: int = 2000
+    reconnect_ivl_max_ms: int = 0
     read_frame_bytes: int = 0      # zmq's MAXMSGSIZE, when it reads more than it sends (0: same)
 
     def __post_init__(self):
@@ -52,10 +56,8 @@ ANSWERED_FRAME_BYTES = 4 * MAX_HEADER_BYTES
 CONTROL = SocketLimits(read_frame_bytes=ANSWERED_FRAME_BYTES)
 ACTIVATIONS = SocketLimits(sndhwm=64, rcvhwm=64, max_msg_size=64 << 20)
 # A directory's SUB socket stays connected to every peer's PUB address. A peer restarted on the
-# same port (`llmbus up` fixes them) is heard once the SUB reconnects, so it retries every
-# reconnect interval instead of backing off to seconds; a retry to a closed port costs one
-# refused connect.
-SUBSCRIPTIONS = SocketLimits(reconnect_ivl_max_ms=0)
+# same port (`llmbus up` fixes them) is heard once the SUB reconnects.
+SUBSCRIPTIONS = SocketLimits()
 DEFAULT_LIMITS = CONTROL
 
 # The request socket of a service of this kind, and every client calling one, use these limits;

@@ -22,11 +22,13 @@ import sys
 
 from .processes import LLMBUS, die_with_parent
 
-# What `llmbus run KIND` imports before its first heartbeat, for every kind `llmbus up` runs.
+# What `llmbus run KIND` imports before it is ready, for every kind `llmbus up` runs (the
+# scheduler's grammars: llguidance, imported as the scheduler starts).
 WARM = ("services.cli", "services.cli.run", "bus.service", "services.shard.cli",
         "services.shard.service", "services.shard.model", "services.shard.kv_cache",
         "services.modelstore.weight_cache", "services.tokenizer.cli", "services.tokenizer.service",
-        "services.scheduler.cli", "services.scheduler.service", "gateway.cli", "gateway.service")
+        "services.scheduler.cli", "services.scheduler.service",
+        "services.scheduler.grammar.matcher", "gateway.cli", "gateway.service")
 
 
 class NotForkSafe(RuntimeError):

@@ -58,6 +58,10 @@ log = logging.getLogger("llmbus.scheduler")
 
 PIPELINE_TOPIC = "scheduler.pipeline"   # a pipeline came, left rotation, or handed work over
 PROBE_S = 2.0                           # how long a last shard may take to find and call us
+# How often a starting scheduler looks for its tokenizer and a whole pipeline again: a respawned
+# one finds them within moments, and each moment of its start is a pause for every stream the
+# gateway carries over to it.
+START_POLL_S = 0.05
 
 
 class SchedulerService(AnswerInbox, Service):
@@ -88,10 +92,11 @@ class SchedulerService(AnswerInbox, Service):
         self.directory.on_event.append(self._on_health_event)
         self.directory.on_expire.append(self._on_peer_expired)
         self.watch_stages()        # a batch's answer comes straight: hear of its stages' loss
-        tok = await self._wait_for(self._tokenizer, "a tokenizer")
-        info, self.token_bytes = await fetch_model(self.peers, tok)
+        took = {}                  # how long each step of the start took: in the log
+        tok = await self._timed(took, "tokenizer", self._wait_for(self._tokenizer, "a tokenizer"))
+        info, self.token_bytes = await self._timed(took, "vocabulary", fetch_model(self.peers, tok))
         self.model = info.model
-        await self._make_grammars(info)
+        await self._timed(took, "grammars", self._make_grammars(info))
         # Shards without --layers wait for a range: the placer gives them one from here on.
         self.placer = Placer(self.directory, self.peers_call, lambda: self.model,
                              idle=lambda: self.pipelines is None or self.pipelines.idle(),
@@ -99,7 +104,8 @@ class SchedulerService(AnswerInbox, Service):
                              served=self._batches_done,
                              idle_timeout=self.sched.batch_timeout)
         self._tasks.append(asyncio.get_running_loop().create_task(self.placer.run()))
-        chain = await self._wait_for(self._first_chain, "a whole shard pipeline")
+        chain = await self._timed(took, "pipeline",
+                                  self._wait_for(self._first_chain, "a whole shard pipeline"))
         # Every pipeline takes the first one's context (a request may move to another).
         pool = min(s.num_pages * s.page_size for s in chain)
         self._ctx_len = min(c for c in (self.sched.context_length, info.context_length, pool) if c > 0)
@@ -108,8 +114,10 @@ class SchedulerService(AnswerInbox, Service):
         pipelines.refresh()
         self.pipelines = pipelines
         self._tasks.append(asyncio.get_running_loop().create_task(self._watch_pipelines()))
-        log.info("serving %s over %s (context %d)", self.model,
-                 [pipeline.shards for pipeline in pipelines], self._ctx_len)
+        log.info("serving %s over %s (context %d), %.2f s after the start (%s)", self.model,
+                 [pipeline.shards for pipeline in pipelines], self._ctx_len,
+                 time.monotonic() - self.started_at,
+                 ", ".join(f"{k} {v:.2f} s" for k, v in took.items()))
 
     def _make_pipeline(self, name: str, chain: list[Stage]) -> Pipeline:
         """A policy over this pipeline's KV pages and a driver running it."""
@@ -176,13 +184,23 @@ class SchedulerService(AnswerInbox, Service):
                     await pipeline.driver.stop()
         await self.reach.close()
 
+    @staticmethod
+    async def _timed(took: dict, step: str, work):
+        t0 = time.monotonic()
+        try:
+            return await work
+        finally:
+            took[step] = time.monotonic() - t0
+
     async def _wait_for(self, find, what: str):
-        waited = 0.0
+        """What `find` finds, looked for every START_POLL_S (saying why not every 10 s)."""
+        loop = asyncio.get_running_loop()
+        said = loop.time()
         while (found := find()) is None:
-            if waited and waited % 10 < 0.25:
+            if loop.time() - said >= 10:
                 log.info("waiting for %s: %s", what, self._explain())
-            await asyncio.sleep(0.25)
-            waited += 0.25
+                said = loop.time()
+            await asyncio.sleep(START_POLL_S)
         return found
 
     def _tokenizer(self) -> str | None:

@@ -43,6 +43,10 @@ class Flow:
     def first_after(self, t: float) -> float | None:
         return next((at for at, _ in self.arrivals if at > t), None)
 
+    def first_of_after(self, stream: int, t: float) -> float | None:
+        """When `stream`'s first tokens after `t` came."""
+        return next((at for at, i in self.arrivals if i == stream and at > t), None)
+
 
 class Watch:
     """A directory of the stack's bus (every heartbeat) and a poll of the scheduler's counters."""

@@ -3,20 +3,18 @@ SIGKILLs and a SIGSTOP of the scheduler, greedy and seeded (temperature 0.8), an
 exactly its undisturbed text, every token once (the gateway carries each request to the respawned
 scheduler as a continuation; the client sees a pause). A tokenizer killed under 8 new requests
 through the gateway loses none of them either. After the drills no shard holds a page of a
-scheduler run that is gone. Prints the longest pause and how soon tokens flowed after each
-respawn."""
+scheduler run that is gone. Prints, for each loss, how long after the watcher's respawn the new
+scheduler was ready and the first and every stream moved again, and the longest pause a client
+saw (the issue's goal: every stream moving again within 3 s of the respawn)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import time
-from dataclasses import dataclass, field
 
-import aiohttp
 import pytest
 
 from wire.messages.scheduler import StatsRequest
@@ -24,12 +22,10 @@ from wire.messages.scheduler import StatsRequest
 from ..serve.stack import call
 from ..waiting import until
 from .chaos_watch import Flow, Watch, gone_at
+from .chats import TOPICS, assert_undisturbed, chat, model_id
 
 pytestmark = pytest.mark.slow
 
-TOPICS = ["the sea", "a mountain village", "winter in a city", "an old library", "a desert road",
-          "a rainy harbour", "a garden at night", "a train journey", "a market at dawn",
-          "a lighthouse", "a river in autumn", "a snowy forest"]
 MAX_TOKENS = 96
 DISRUPTIONS = ("kill", "stop", "kill")
 SCHEDULER = "scheduler-0"
@@ -40,68 +36,20 @@ def stack(up3):
     return up3
 
 
-@dataclass
-class Chat:
-    """One streamed chat as its client saw it: text, the token of each logprob entry, times."""
-    text: str = ""
-    tokens: list[str] = field(default_factory=list)
-    arrivals: list[float] = field(default_factory=list)
-    finish: str | None = None
-    completion_tokens: int | None = None
-    error: dict | None = None
-
-    def longest_pause(self) -> float:
-        return max((b - a for a, b in zip(self.arrivals, self.arrivals[1:])), default=0.0)
-
-
-async def chat(stack, model: str, i: int, sampling: dict, flow: Flow | None = None) -> Chat:
-    body = {"model": model, "stream": True, "max_tokens": MAX_TOKENS, "logprobs": True,
-            "stream_options": {"include_usage": True},
-            "messages": [{"role": "user", "content": f"Write a long, detailed description of "
-                                                     f"{TOPICS[i]}."}], **sampling}
-    out = Chat()
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as s:
-        async with s.post(stack.http + "/v1/chat/completions", json=body) as r:
-            assert r.status == 200, await r.text()
-            async for line in r.content:
-                if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
-                    continue
-                ev = json.loads(line[6:])
-                if "error" in ev:
-                    out.error = ev["error"]
-                    continue
-                if ev.get("usage"):
-                    out.completion_tokens = ev["usage"]["completion_tokens"]
-                for choice in ev["choices"]:
-                    lp = (choice.get("logprobs") or {}).get("content") or []
-                    if lp:
-                        out.tokens += [t["token"] for t in lp]
-                        out.arrivals.append(time.monotonic())
-                        if flow is not None:
-                            flow.saw(i)(len(out.tokens))
-                    out.text += choice["delta"].get("content") or ""
-                    out.finish = choice.get("finish_reason") or out.finish
-    return out
-
-
-async def model_id(stack) -> str:
-    async with aiohttp.ClientSession() as s, s.get(stack.http + "/v1/models") as r:
-        return (await r.json())["data"][0]["id"]
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.8, "seed": 1234}],
                          ids=["greedy", "seeded"])
 async def test_twelve_streams_live_through_two_kills_and_a_stop_of_the_scheduler(stack, sampling):
-    model = await model_id(stack)
-    want = await asyncio.gather(*(chat(stack, model, i, sampling) for i in range(len(TOPICS))))
+    model = await model_id(stack.http)
+    want = await asyncio.gather(*(chat(stack.http, model, i, sampling, MAX_TOKENS)
+                                  for i in range(len(TOPICS))))
     assert all(w.finish == "length" and w.error is None for w in want), \
         [(w.finish, w.error) for w in want]         # each lasts long enough to be disturbed
     report = []
     async with Watch(stack) as watch:
         await until(lambda: watch.directory.get(SCHEDULER), 30, what="the scheduler")
         flow = Flow(len(TOPICS))
-        runs = [asyncio.ensure_future(chat(stack, model, i, sampling, flow))
+        runs = [asyncio.ensure_future(chat(stack.http, model, i, sampling, MAX_TOKENS, flow))
                 for i in range(len(TOPICS))]
         await until(lambda: min(flow.counts) >= 2, 120, what="every stream's first tokens")
         for how in DISRUPTIONS:
@@ -113,36 +61,37 @@ async def test_twelve_streams_live_through_two_kills_and_a_stop_of_the_scheduler
     print("\n" + "\n".join(report) + f"\nlongest pause a client saw: {pause:.2f} s; shards' "
           f"pages: { {k: v for k, v in stats.items() if k.startswith('shard')} }")
     for i, (g, w) in enumerate(zip(got, want)):
-        assert g.error is None, (TOPICS[i], g.error)
-        assert g.finish == w.finish and g.completion_tokens == w.completion_tokens, TOPICS[i]
-        # Every token once, in order, and the text exactly the undisturbed text.
-        assert g.tokens == w.tokens and g.text == w.text, TOPICS[i]
-        assert len(g.tokens) == g.completion_tokens, TOPICS[i]
+        assert_undisturbed(g, w, TOPICS[i])
 
 
 async def disrupt(watch: Watch, flow: Flow, how: str) -> str:
+    """Kill or stop the scheduler, wait until every stream has moved again, and say when each
+    step came, counted from the watcher's respawn (the new process's start)."""
     epoch = watch.epoch_of(SCHEDULER)
     pid = await watch.pid_of(SCHEDULER)
     t0 = time.monotonic()
+    killed = ""
     if how == "kill":
         os.kill(pid, signal.SIGKILL)
     else:   # stopped until the watcher kills it (SIGCONT after, should it still be there)
         os.kill(pid, signal.SIGSTOP)
         try:
-            await asyncio.wait_for(gone_at(pid), 30)
+            killed = f"killed by the watcher {await asyncio.wait_for(gone_at(pid), 30) - t0:.2f} s, "
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-    back = await until(lambda: watch.ready_after(SCHEDULER, epoch), 60,
-                       what="a new scheduler ready")
-    flowing = await until(lambda: flow.first_after(back), 60, what="tokens after the respawn")
-    # Each stream goes on before the next disruption.
-    seen = list(flow.counts)
-    await until(lambda: all(c > s for c, s in zip(flow.counts, seen)), 60,
+    ready = await until(lambda: watch.ready_after(SCHEDULER, epoch), 60,
+                        what="a new scheduler ready")
+    respawned = watch.started_after(SCHEDULER, epoch) or ready
+    # Each stream goes on before the next disruption (no token comes from the new scheduler
+    # before it is ready; one still on its way from the old one may come after the signal).
+    await until(lambda: all(flow.first_of_after(i, ready) for i in range(len(flow.counts))), 60,
                 what="every stream's tokens again")
-    return (f"SIG{how.upper()} {SCHEDULER}: a new one ready after {back - t0:.2f} s, tokens "
-            f"again {flowing - back:.2f} s after that, every stream again "
-            f"{time.monotonic() - back:.2f} s after it")
+    moved = [flow.first_of_after(i, ready) for i in range(len(flow.counts))]
+    return (f"SIG{how.upper()} {SCHEDULER}: {killed}respawned {respawned - t0:.2f} s after the "
+            f"signal; after the respawn: ready {ready - respawned:.2f} s, first tokens "
+            f"{min(moved) - respawned:.2f} s, every stream moving again "
+            f"{max(moved) - respawned:.2f} s")
 
 
 async def _settled(watch: Watch) -> dict | None:
@@ -159,16 +108,17 @@ async def _settled(watch: Watch) -> dict | None:
 
 @pytest.mark.timeout(300)
 async def test_a_tokenizer_killed_under_eight_new_chats_loses_none(stack):
-    model = await model_id(stack)
+    model = await model_id(stack.http)
     greedy = {"temperature": 0}
-    want = await asyncio.gather(*(chat(stack, model, i, greedy) for i in range(8)))
+    want = await asyncio.gather(*(chat(stack.http, model, i, greedy, MAX_TOKENS)
+                                  for i in range(8)))
     async with Watch(stack) as watch:
         await until(lambda: watch.directory.get("tokenizer-0"), 30, what="the tokenizer")
         epoch, pid = watch.epoch_of("tokenizer-0"), await watch.pid_of("tokenizer-0")
         os.kill(pid, signal.SIGKILL)
         # Sent while it is dead or restarting: their prompts wait for the tokenizer that is next.
-        got = await asyncio.wait_for(asyncio.gather(*(chat(stack, model, i, greedy)
-                                                      for i in range(8))), 240)
+        got = await asyncio.wait_for(asyncio.gather(
+            *(chat(stack.http, model, i, greedy, MAX_TOKENS) for i in range(8))), 240)
         await until(lambda: watch.ready_after("tokenizer-0", epoch), 60, what="a new tokenizer")
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.error is None and g.finish == w.finish, (TOPICS[i], g.error)

@@ -219,3 +219,55 @@ def test_the_policy_stops_pacing_once_a_request_has_waited_too_long():
     clock.t += 6.0                                                 # "long" still has no token
     plan, _ = step(sched)
     assert [len(c.token_ids) for c in plan.chunks] == [1, 47]      # the whole budget
+
+
+# ---- streams paused by a loss -----------------------------------------------------------------
+
+def _paused_beside_a_stream(**config):
+    """A policy whose one shard costs 10 ms a token (12 tokens a 0.12 s step), one stream
+    decoding, and behind it continuations: two requests carried from a lost scheduler with 20
+    tokens each already sent, and a new prompt."""
+    sched = Scheduler(small(max_batch_tokens=64, pace_step_s=0.12, pace_min_chunk=4,
+                            max_refill_tokens=40, num_pages=64, context_length=128, **config))
+    _measured(sched)
+    sched.submit(req("streaming", n=4, max_tokens=30))
+    step(sched)
+    for i, rid in enumerate(("carried-a", "carried-b")):
+        sched.submit(req(rid, n=10, first=100 + 20 * i, max_tokens=30,
+                         generated=tuple(range(40, 60))))
+    sched.submit(req("new", n=30, first=200, max_tokens=2))
+    return sched
+
+
+def test_continuations_come_back_at_the_refill_pace_not_cut_to_the_step():
+    sched = _paused_beside_a_stream()
+    sizes = [{c.request_id: len(c.token_ids) for c in step(sched)[0].chunks} for _ in range(2)]
+    # Each 30 tokens long: the first whole and 10 of the second, then the rest of the second
+    # (40 refill tokens a batch; the step's pace would give 11). The new prompt waits: the
+    # recoveries took more than the step's pace.
+    assert sizes[0] == {"streaming": 1, "carried-a": 30, "carried-b": 10}
+    assert sizes[1] == {"streaming": 1, "carried-a": 1, "carried-b": 20}
+
+
+def test_a_continuation_decodes_as_any_stream_once_back():
+    sched = _paused_beside_a_stream()
+    step(sched)
+    step(sched)
+    plan, _ = step(sched)
+    sizes = {c.request_id: len(c.token_ids) for c in plan.chunks}
+    # Back, both only decode; the new prompt is paced: 12 tokens a step, 3 of them decodes.
+    assert sizes == {"streaming": 1, "carried-a": 1, "carried-b": 1, "new": 9}
+
+
+def test_a_shard_loss_refill_is_not_cut_to_the_step_either():
+    sched = Scheduler(small(max_batch_tokens=64, pace_step_s=0.12, pace_min_chunk=4,
+                            max_refill_tokens=40, num_pages=64, context_length=128))
+    _measured(sched)
+    for rid, first in (("a", 10), ("b", 50)):
+        sched.submit(req(rid, n=30, first=first, max_tokens=30))
+    step(sched)
+    step(sched)                                   # both decode: 32 tokens each
+    sched.reset_for_recovery()
+    sizes = [{c.request_id: len(c.token_ids) for c in step(sched)[0].chunks} for _ in range(2)]
+    # "a" back whole and 8 of "b"; then "b"'s other 24 beside "a"'s decode (the pace: 11).
+    assert sizes == [{"a": 32, "b": 8}, {"a": 1, "b": 24}]

@@ -16,16 +16,18 @@ class BatchingSettings:
     max_batch_seqs: int = option(64, "sequences in one micro-batch")
     max_queue: int = option(256, "waiting requests; past it a request is refused with retry-after")
     # Tokens of sequences being re-prefilled after a loss in one micro-batch: they come back
-    # oldest first a few at a time, beside the decodes of those already back.
+    # oldest first a few at a time, beside the decodes of those already back, and pacing does
+    # not cut them further. A continuation (a request carried over from a lost scheduler) is one.
     max_refill_tokens: int = option(
-        128, "tokens of sequences re-prefilled after a shard loss per micro-batch: they come back "
-        "oldest first beside the decodes of those already back", flag="--refill-tokens", metavar="N")
-    # While any stream decodes, a batch's prefill is cut to keep its predicted compute, with the
-    # prefill of the batches already in flight, near pace_step_s (a decode waits for the batches
-    # ahead of it), but never below pace_min_chunk tokens, so that waiting requests still
-    # advance; the cost is fitted on pace_window batches. Past pace_max_wait_s without a first
-    # token, a request's prefill is not paced: under heavy load pacing alone would starve the
-    # queue (prompts need far more tokens than decodes).
+        128, "tokens of sequences re-prefilled after a loss (of a shard, or of the scheduler a "
+        "continuation comes from) per micro-batch: they come back oldest first beside the "
+        "decodes of those already back", flag="--refill-tokens", metavar="N")
+    # While any stream decodes, a batch's prefill (not a re-prefill after a loss) is cut to keep
+    # its predicted compute, with the prefill of the batches already in flight, near pace_step_s
+    # (a decode waits for the batches ahead of it), but never below pace_min_chunk tokens, so
+    # that waiting requests still advance; the cost is fitted on pace_window batches. Past
+    # pace_max_wait_s without a first token, a request's prefill is not paced: under heavy load
+    # pacing alone would starve the queue (prompts need far more tokens than decodes).
     pace_step_s: float = option(
         0.12, "while any stream decodes (or a first token is on its way), prefill chunks are cut to "
         "keep a batch's predicted compute near this many ms (a decode waits for the batches ahead)",

@@ -87,6 +87,9 @@ class Scheduler:
         deadline = None if request.deadline_s is None else self.clock() + request.deadline_s
         seq = Sequence(request, terms.max_tokens, next(self._arrivals), text, deadline)
         seq.submitted_at = self.clock()
+        # A continuation's client is paused mid-answer, as after a shard loss: it comes back at
+        # the pace of recoveries.
+        seq.refilling = bool(request.generated)
         self._seqs[seq.request_id] = seq
         self._enqueue(seq)
         self._counts["submitted"] += 1
@@ -146,10 +149,14 @@ class Scheduler:
                 draft.add(seq, 1)
                 refill -= seq.refilling      # the last token of a re-prefill
         # Then prefill chunks: running prefills and waiting requests, by priority then arrival,
-        # paced while any stream decodes or a first token is on its way.
+        # paced while any stream decodes or a first token is on its way. A stream paused by a
+        # loss comes back at the pace of recoveries alone: its pause is the stall that pacing
+        # keeps from the streams already decoding, and cutting its chunks further only makes
+        # the last paused stream wait longer.
         prefills = [s for s in ready if s.remaining > 1]
+        paced = draft.budget
         if prefills or self._waiting:   # the fit costs ~0.1 ms: not for a batch of decodes only
-            draft.budget = self._prefill_budget(len(draft.parts), draft.budget)
+            paced = self._prefill_budget(len(draft.parts), draft.budget)
         for seq in sorted(prefills + self._waiting, key=lambda s: s.key):
             if draft.full():
                 break
@@ -159,7 +166,7 @@ class Scheduler:
                 if seq.status is Status.WAITING:
                     break  # FIFO, as for any request that could not be admitted
                 continue
-            cap = refill if seq.refilling else draft.budget
+            cap = refill if seq.refilling else max(paced, 0)
             if seq.status is Status.WAITING:
                 if not self._admit(seq, draft, preempted, cap):
                     break  # FIFO: a later request does not jump a blocked earlier one
@@ -167,8 +174,10 @@ class Scheduler:
                 n = self._fit(seq, min(seq.remaining, draft.budget, cap), draft, preempted)
                 if n:
                     draft.add(seq, n)
-            if seq.refilling and seq.request_id in draft.parts:
-                refill -= draft.parts[seq.request_id][1]
+            if seq.request_id in draft.parts:     # (what a recovery takes counts in the step)
+                paced -= draft.parts[seq.request_id][1]
+                if seq.refilling:
+                    refill -= draft.parts[seq.request_id][1]
         if not draft.parts:
             return None
         return self._launch(draft)
