@@ -61,6 +61,18 @@ void lb_act_k_free(lb_act_k *a) {
     a->mem = NULL;
 }
 
+void lb_qk_pairs(const lb_act_k *a, int64_t groups, int8_t *xv) {
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t b = 0; b < a->nb; b++)
+            for (int p = 0; p < 32; p++) {
+                const int quad[2] = {16 * (p / 8) + p % 8, 16 * (p / 8) + 8 + p % 8};
+                int8_t *o = xv + ((g * a->nb + b) * 32 + p) * LB_PAIR_BYTES;
+                for (int r = 0; r < 8; r++)
+                    for (int e = 0; e < 2; e++)
+                        memcpy(o + 8 * r + 4 * e, a->q + (8 * g + r) * a->K + b * QKK + 4 * quad[e], 4);
+            }
+}
+
 int lb_qk_round(int kind, const float *x, int64_t T, int64_t K, lb_qk_act *a) {
     if (lb_is_qk(kind)) return lb_act_k_init(&a->ak, x, T, K);
     return lb_act_init(&a->a5, LB_Q8_0, x, T, K, lb_chosen_rounder());    /* Q8_0's order: the elements' own */

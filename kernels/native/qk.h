@@ -51,6 +51,14 @@ static inline void lb_zero_block_k(int8_t *q, int16_t *bsums) {
 int lb_act_k_init(lb_act_k *a, const float *x, int64_t T, int64_t K);   /* LB_OK, LB_ENOMEM */
 void lb_act_k_free(lb_act_k *a);
 
+/* The batch tiles' layout of x's quants (the vector paths' many-row tiles): rows in groups of 8, and
+ * a block's 64 quads (4 quants each) in 32 pairs, pair p = 8i + j (i < 4, j < 8) the quads 16i + j
+ * and 16i + 8 + j: elements 64i + 4j .. + 3 (32-element sub-block 2i, 16-group 4i + j / 4) and 32
+ * later (sub-block 2i + 1, 16-group 4i + 2 + j / 4). Group g's pair p of block b is the 64 bytes at
+ * ((g * nb + b) * 32 + p) * 64: row r's two quads in bytes 8r .. 8r + 7. */
+#define LB_PAIR_BYTES 64
+void lb_qk_pairs(const lb_act_k *a, int64_t groups, int8_t *xv);
+
 /* x rounded for one of these kinds: Q8_K (ak) for the K kinds, Q8_0 / Q8_1 (a5) for Q5_0 / Q5_1. */
 typedef union {
     lb_act_k ak;

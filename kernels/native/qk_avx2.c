@@ -183,6 +183,6 @@ TGT void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const
         q32_matmul(kind == LB_Q4_0 ? q32_rows_2 : kind == LB_Q5_0 ? q32_rows_6 : q32_rows_7, kind, a5, w, N, out);
         return;
     }
-    k_tiles(kind, ak, w, N, out);
+    k_tiles(kind, ak, 0, w, N, out);
 }
 #endif

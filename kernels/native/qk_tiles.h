@@ -140,11 +140,12 @@ K_ROWS(12)
 K_ROWS(13)
 K_ROWS(14)
 
-/* out (T, N) for a K kind: rows of x by the widest tile that fits (every row sums alike in any). */
-INLINE void k_tiles(int kind, const lb_act_k *a, const uint8_t *w, int64_t N, float *out) {
+/* out (T, N) for a K kind from row t0 (the rows before it done by the caller): rows of x by the
+ * widest tile that fits (every row sums alike in any). */
+INLINE void k_tiles(int kind, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
     void (*const *fn)(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) =
         kind == LB_Q4_K ? rows_k_12 : kind == LB_Q5_K ? rows_k_13 : rows_k_14;
-    for (int64_t t = 0; t < a->T;) {
+    for (int64_t t = t0; t < a->T;) {
         const int64_t left = a->T - t;
         const int R = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : (int)left;
         fn[R](a, t, w, N, out + t * N);
