@@ -5,7 +5,6 @@
  * each output is qk_generic.c's float operations in its order: the same bits on every path. The
  * tiles over these blocks are qk_tiles.h's, as on AVX2. Q5_0 and Q5_1 run qk_avx2.c's code. */
 #if defined(__x86_64__)
-#include <stdlib.h>
 
 #include "qk.h"
 
@@ -171,42 +170,14 @@ INLINE void unpack_v(int kind, const uint8_t *blk, vblock *v) {
     v->dmin = _cvtsh_ss(lb_u16(blk + 2));
 }
 
-/* x's side of the batch tiles, for groups of 8 rows: pairs (lb_qk_pairs), and per group and block
- * d_x in the lanes of the sums (lane 4k + 2q + m: row 2k + m, both q) and bs[v] the int16 pairs of
- * bsums each lane meets (lane 4k + 2h + m: row 2k + m's 16-groups 4v + 2h, 4v + 2h + 1). */
-typedef struct {
-    int8_t *xv;
-    float *dx;          /* (g * nb + b) * 16 */
-    int32_t *bs;        /* ((g * nb + b) * 4 + v) * 16 */
-    int64_t nb;
-    void *mem;
-} vx;
-
-static int vx_init(vx *x, const lb_act_k *a, int64_t G) {
-    const int64_t n = G * a->nb;
-    x->nb = a->nb;
-    x->mem = malloc((size_t)(n * (32 * LB_PAIR_BYTES + 16 * 4 + 64 * 4)) + 64);
-    if (x->mem == NULL) return LB_ENOMEM;
-    x->dx = (float *)(((uintptr_t)x->mem + 63) & ~(uintptr_t)63);
-    x->bs = (int32_t *)(x->dx + n * 16);
-    x->xv = (int8_t *)(x->bs + n * 64);
-    lb_qk_pairs(a, G, x->xv);
-    for (int64_t g = 0; g < G; g++)
-        for (int64_t b = 0; b < a->nb; b++)
-            for (int L = 0; L < 16; L++) {
-                const int64_t t = 8 * g + 2 * (L / 4) + L % 2;
-                const int16_t *bs = a->bsums + (t * a->nb + b) * 16;
-                x->dx[(g * a->nb + b) * 16 + L] = a->d[t * a->nb + b];
-                for (int v = 0; v < 4; v++) {
-                    const int grp = 4 * v + 2 * (L / 2 % 2);
-                    x->bs[((g * a->nb + b) * 4 + v) * 16 + L] = (int32_t)((uint32_t)(uint16_t)bs[grp] | (uint32_t)(uint16_t)bs[grp + 1] << 16);
-                }
-            }
-    return LB_OK;
-}
+/* The lanes of the sums (lb_lanes): 32-bit lane 4k + 2h + m holds row 2k + m's products of half h
+ * (A or B); once the halves are added, lane 4k + 2q + m row 2k + m of group q of the tile. */
+static const lb_lanes LANES = {{0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7},
+                               {0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7},
+                               {0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1}};
 
 /* Rows 8 g0 .. 8 (g0 + H) - 1 of x (H groups) against C weight rows from w0: out0's rows N apart. */
-INLINE void vtile(int kind, int C, int H, const vx *x, int64_t g0, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
+INLINE void vtile(int kind, int C, int H, const lb_batch_x *x, int64_t g0, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
     const int64_t nb = x->nb, bb = lb_qk_block_bytes(kind);
     const int m = kind == LB_Q4_K ? 4 : kind == LB_Q5_K ? 2 : 1;     /* pairs a sum of a lane covers */
     vblock vbs[2][4];
@@ -286,7 +257,7 @@ INLINE void vtile(int kind, int C, int H, const vx *x, int64_t g0, const uint8_t
 }
 
 /* nn weight rows from w against H groups from g0: C at a time, then the rest one by one. */
-INLINE void vrows(int kind, int C, int H, const vx *x, int64_t g0, const uint8_t *w, int64_t nn, int64_t N, float *out0) {
+INLINE void vrows(int kind, int C, int H, const lb_batch_x *x, int64_t g0, const uint8_t *w, int64_t nn, int64_t N, float *out0) {
     const int64_t row_bytes = x->nb * lb_qk_block_bytes(kind);
     int64_t n = 0;
     for (; n + C <= nn; n += C) vtile(kind, C, H, x, g0, w + n * row_bytes, row_bytes, out0 + n, N);
@@ -294,19 +265,19 @@ INLINE void vrows(int kind, int C, int H, const vx *x, int64_t g0, const uint8_t
 }
 
 #define V_ROWS(KIND) \
-    static TGT void vrows_##KIND##_1(const vx *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 4, 1, x, g, w, nn, N, o); } \
-    static TGT void vrows_##KIND##_2(const vx *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 2, 2, x, g, w, nn, N, o); }
+    static TGT void vrows_##KIND##_1(const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 4, 1, x, g, w, nn, N, o); } \
+    static TGT void vrows_##KIND##_2(const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 2, 2, x, g, w, nn, N, o); }
 V_ROWS(12)
 V_ROWS(13)
 V_ROWS(14)
 
 /* Rows 0 .. 8G - 1 of x: NB weight rows at a time (kept in L2) against every 16 rows, then 8. */
 static int batch(int kind, const lb_act_k *a, int64_t G, const uint8_t *w, int64_t N, float *out) {
-    vx x;
-    if (vx_init(&x, a, G) != LB_OK) return LB_ENOMEM;
-    void (*f1)(const vx *, int64_t, const uint8_t *, int64_t, int64_t, float *) =
+    lb_batch_x x;
+    if (lb_batch_x_init(&x, a, G, &LANES) != LB_OK) return LB_ENOMEM;
+    void (*f1)(const lb_batch_x *, int64_t, const uint8_t *, int64_t, int64_t, float *) =
         kind == LB_Q4_K ? vrows_12_1 : kind == LB_Q5_K ? vrows_13_1 : vrows_14_1;
-    void (*f2)(const vx *, int64_t, const uint8_t *, int64_t, int64_t, float *) =
+    void (*f2)(const lb_batch_x *, int64_t, const uint8_t *, int64_t, int64_t, float *) =
         kind == LB_Q4_K ? vrows_12_2 : kind == LB_Q5_K ? vrows_13_2 : vrows_14_2;
     const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind), NB = G > 2 ? 32 : N;
     for (int64_t n = 0; n < N; n += NB) {
@@ -314,7 +285,7 @@ static int batch(int kind, const lb_act_k *a, int64_t G, const uint8_t *w, int64
         for (int64_t g = 0; g < G; g += 2)
             (G - g >= 2 ? f2 : f1)(&x, g, w + n * row_bytes, nn, N, out + 8 * g * N + n);
     }
-    free(x.mem);
+    lb_batch_x_free(&x);
     return LB_OK;
 }
 
