@@ -4,9 +4,10 @@
  * integers are summed across lanes before any float is touched, so each output is the same float
  * operations in the same order as qk_generic.c: the same bits. Q6_K's -32 comes back as
  * -32 * scale . bsums. Q5_0/Q5_1 also sum a block's integers first, in qk_generic.c's order (see
- * q5_tile8), the fifth bit spread from qh to bytes. Up to 16 rows of x (for Q5, 16 weight rows at a
- * time) share each unpacked weight block, so a batch of 16 streams the weights once; up to 4 take the
- * K kinds' weight rows 8 at a time (the K kinds' tiles are qk_tiles.h's, shared with AVX-512). */
+ * q5_tile8), the fifth bit spread from qh to bytes, 16 weight rows at a time. The K kinds take
+ * batches 8 rows of x at a time in the batch tiles below (4 rows a vector, 8 or 16 a tile), and up
+ * to 4 rows (decode, and a batch's rest) against 8 weight rows at a time in qk_tiles.h's tiles,
+ * shared with AVX-512. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -170,13 +171,14 @@ static const lb_lanes LANES = {{0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5, 2, 3, 6, 7},
                                {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7},
                                {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}};
 
-/* Rows 8 g .. 8 g + 7 of x against C weight rows from w0: out0's rows N apart. */
-INLINE void vtile(int kind, int C, const lb_batch_x *x, int64_t g, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
+/* Rows 8 g .. 8 (g + H) - 1 of x (H groups) against C weight rows from w0: out0's rows N apart. */
+INLINE void vtile(int kind, int C, int H, const lb_batch_x *x, int64_t g, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
     const int64_t nb = x->nb, bb = lb_qk_block_bytes(kind);
     const int M = kind == LB_Q4_K ? 8 : kind == LB_Q5_K ? 4 : 2;     /* pairs a 16-bit sum covers */
-    vblock vbs[2][4];
-    __m256 acc[4], accm[4];
-    for (int c = 0; c < C; c++) acc[c] = accm[c] = _mm256_setzero_ps();
+    vblock vbs[2][2];
+    __m256 acc[2][2], accm[2][2];
+    for (int c = 0; c < C; c++)
+        for (int q = 0; q < H; q++) acc[c][q] = accm[c][q] = _mm256_setzero_ps();
     for (int c = 0; c < C; c++) unpack_v(kind, w0 + c * row_bytes, &vbs[0][c]);
     for (int64_t b = 0; b < nb; b++) {
         if (b + 1 < nb)            /* a block ahead, as qk_avx512.c's */
@@ -184,85 +186,96 @@ INLINE void vtile(int kind, int C, const lb_batch_x *x, int64_t g, const uint8_t
         const vblock *vb = vbs[b & 1];
         const char *ahead = (const char *)w0 + C * row_bytes + b * C * bb;
         for (int l = 0; l < C * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T1);
-        const int8_t *xp = x->xv + (g * nb + b) * 32 * LB_PAIR_BYTES;
-        __m256i sumi[4][2];
-        for (int c = 0; c < C; c++) sumi[c][0] = sumi[c][1] = _mm256_setzero_si256();
+        __m256i sumi[2][2][2];     /* [c][q][h]: weight row, group, its rows 4h .. 4h + 3 */
+        for (int c = 0; c < C; c++)
+            for (int q = 0; q < H; q++) sumi[c][q][0] = sumi[c][q][1] = _mm256_setzero_si256();
         for (int i = 0; i < 4; i++)
             for (int s = 0; s < 8; s += M) {
-                __m256i p16[4][2];
+                __m256i p16[2][2][2];
                 for (int jj = 0; jj < M; jj++) {
-                    const int8_t *xq = xp + (8 * i + s + jj) * LB_PAIR_BYTES;
-                    const __m256i x0 = _mm256_load_si256((const __m256i *)xq), x1 = _mm256_load_si256((const __m256i *)(xq + 32));
+                    const int p = 8 * i + s + jj;
+                    __m256i xs[2][2];
+                    for (int q = 0; q < H; q++)
+                        for (int h = 0; h < 2; h++)
+                            xs[q][h] = _mm256_load_si256((const __m256i *)(x->xv + (((g + q) * nb + b) * 32 + p) * LB_PAIR_BYTES + 32 * h));
                     for (int c = 0; c < C; c++) {
-                        const __m256i wv = _mm256_set1_epi64x((long long)vb[c].u[8 * i + s + jj]);
-                        const __m256i a0 = _mm256_maddubs_epi16(wv, x0), a1 = _mm256_maddubs_epi16(wv, x1);
-                        p16[c][0] = jj ? _mm256_add_epi16(p16[c][0], a0) : a0;
-                        p16[c][1] = jj ? _mm256_add_epi16(p16[c][1], a1) : a1;
-                        /* in this order: GCC otherwise reassociates the sums into a tree and spills */
-                        __asm__("" : "+x"(p16[c][0]), "+x"(p16[c][1]));
+                        const __m256i wv = _mm256_set1_epi64x((long long)vb[c].u[p]);
+                        for (int q = 0; q < H; q++)
+                            for (int h = 0; h < 2; h++) {
+                                const __m256i a = _mm256_maddubs_epi16(wv, xs[q][h]);
+                                p16[c][q][h] = jj ? _mm256_add_epi16(p16[c][q][h], a) : a;
+                                /* in this order: GCC otherwise reassociates the sums into a tree and spills */
+                                __asm__("" : "+x"(p16[c][q][h]));
+                            }
                     }
                 }
                 for (int c = 0; c < C; c++) {
                     const __m256i sc = _mm256_set1_epi64x((long long)vb[c].sc[kind == LB_Q6_K ? 2 * i + s / 4 : i]);
-                    for (int h = 0; h < 2; h++) sumi[c][h] = _mm256_add_epi32(sumi[c][h], _mm256_madd_epi16(p16[c][h], sc));
+                    for (int q = 0; q < H; q++)
+                        for (int h = 0; h < 2; h++) sumi[c][q][h] = _mm256_add_epi32(sumi[c][q][h], _mm256_madd_epi16(p16[c][q][h], sc));
                 }
             }
-        __m256i mins[4][2];
-        const int32_t *bs = x->bs + (g * nb + b) * 64;
-        for (int v = 0; v < 4; v++)
-            for (int h = 0; h < 2; h++) {
-                const __m256i bv = _mm256_load_si256((const __m256i *)(bs + 16 * v + 8 * h));
-                for (int c = 0; c < C; c++) {
-                    const __m256i m = _mm256_madd_epi16(bv, _mm256_set1_epi64x((long long)vb[c].pat[v]));
-                    mins[c][h] = v ? _mm256_add_epi32(mins[c][h], m) : m;
+        for (int q = 0; q < H; q++) {
+            __m256i mins[2][2];
+            const int32_t *bs = x->bs + ((g + q) * nb + b) * 64;
+            for (int v = 0; v < 4; v++)
+                for (int h = 0; h < 2; h++) {
+                    const __m256i bv = _mm256_load_si256((const __m256i *)(bs + 16 * v + 8 * h));
+                    for (int c = 0; c < C; c++) {
+                        const __m256i m = _mm256_madd_epi16(bv, _mm256_set1_epi64x((long long)vb[c].pat[v]));
+                        mins[c][h] = v ? _mm256_add_epi32(mins[c][h], m) : m;
+                    }
                 }
-            }
-        const __m256 dx = _mm256_load_ps(x->dx + (g * nb + b) * 16);
-        for (int c = 0; c < C; c++) {
-            if (kind == LB_Q6_K)
-                for (int h = 0; h < 2; h++) sumi[c][h] = _mm256_sub_epi32(sumi[c][h], _mm256_slli_epi32(mins[c][h], 5));
-            const __m256i si = _mm256_hadd_epi32(sumi[c][0], sumi[c][1]);
-            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(vb[c].d), dx), _mm256_cvtepi32_ps(si)));
-            if (kind != LB_Q6_K) {
-                const __m256i sm = _mm256_hadd_epi32(mins[c][0], mins[c][1]);
-                accm[c] = _mm256_add_ps(accm[c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(vb[c].dmin), dx), _mm256_cvtepi32_ps(sm)));
+            const __m256 dx = _mm256_load_ps(x->dx + ((g + q) * nb + b) * 16);
+            for (int c = 0; c < C; c++) {
+                if (kind == LB_Q6_K)
+                    for (int h = 0; h < 2; h++) sumi[c][q][h] = _mm256_sub_epi32(sumi[c][q][h], _mm256_slli_epi32(mins[c][h], 5));
+                const __m256i si = _mm256_hadd_epi32(sumi[c][q][0], sumi[c][q][1]);
+                acc[c][q] = _mm256_add_ps(acc[c][q], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(vb[c].d), dx), _mm256_cvtepi32_ps(si)));
+                if (kind != LB_Q6_K) {
+                    const __m256i sm = _mm256_hadd_epi32(mins[c][0], mins[c][1]);
+                    accm[c][q] = _mm256_add_ps(accm[c][q], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(vb[c].dmin), dx), _mm256_cvtepi32_ps(sm)));
+                }
             }
         }
     }
-    for (int c = 0; c < C; c++) {
-        float lane[8];
-        _mm256_storeu_ps(lane, _mm256_sub_ps(acc[c], accm[c]));
-        for (int L = 0; L < 8; L++) out0[LANES.dx_row[L] * N + c] = lane[L];
-    }
+    for (int c = 0; c < C; c++)
+        for (int q = 0; q < H; q++) {
+            float lane[8];
+            _mm256_storeu_ps(lane, _mm256_sub_ps(acc[c][q], accm[c][q]));
+            for (int L = 0; L < 8; L++) out0[(8 * q + LANES.dx_row[L]) * N + c] = lane[L];
+        }
 }
 
-/* nn weight rows from w against group g: C at a time, then the rest one by one. */
-INLINE void vrows(int kind, int C, const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *out0) {
+/* nn weight rows from w against H groups from g: C at a time, then the rest one by one. */
+INLINE void vrows(int kind, int C, int H, const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *out0) {
     const int64_t row_bytes = x->nb * lb_qk_block_bytes(kind);
     int64_t n = 0;
-    for (; n + C <= nn; n += C) vtile(kind, C, x, g, w + n * row_bytes, row_bytes, out0 + n, N);
-    for (; n < nn; n++) vtile(kind, 1, x, g, w + n * row_bytes, row_bytes, out0 + n, N);
+    for (; n + C <= nn; n += C) vtile(kind, C, H, x, g, w + n * row_bytes, row_bytes, out0 + n, N);
+    for (; n < nn; n++) vtile(kind, 1, H, x, g, w + n * row_bytes, row_bytes, out0 + n, N);
 }
 
-#ifndef VC
-#define VC 2
-#endif
+/* 8 rows: 2 weight rows a tile; 16: 1 (the registers of 2 groups) */
 #define V_ROWS(KIND) \
-    static TGT void vrows_##KIND(const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, VC, x, g, w, nn, N, o); }
+    static TGT void vrows_##KIND##_1(const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 2, 1, x, g, w, nn, N, o); } \
+    static TGT void vrows_##KIND##_2(const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 1, 2, x, g, w, nn, N, o); }
 V_ROWS(12)
 V_ROWS(13)
 V_ROWS(14)
 
-/* Rows 0 .. 8G - 1 of x: NB weight rows at a time (kept in L2) against every 8. */
+/* Rows 0 .. 8G - 1 of x: NB weight rows at a time (kept in L2) against every 16 rows, then 8. */
 static int batch(int kind, const lb_act_k *a, int64_t G, const uint8_t *w, int64_t N, float *out) {
     lb_batch_x x;
     if (lb_batch_x_init(&x, a, G, &LANES) != LB_OK) return LB_ENOMEM;
-    void (*f)(const lb_batch_x *, int64_t, const uint8_t *, int64_t, int64_t, float *) =
-        kind == LB_Q4_K ? vrows_12 : kind == LB_Q5_K ? vrows_13 : vrows_14;
-    const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind), NB = G > 1 ? 32 : N;
+    void (*f1)(const lb_batch_x *, int64_t, const uint8_t *, int64_t, int64_t, float *) =
+        kind == LB_Q4_K ? vrows_12_1 : kind == LB_Q5_K ? vrows_13_1 : vrows_14_1;
+    void (*f2)(const lb_batch_x *, int64_t, const uint8_t *, int64_t, int64_t, float *) =
+        kind == LB_Q4_K ? vrows_12_2 : kind == LB_Q5_K ? vrows_13_2 : vrows_14_2;
+    const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind), NB = G > 2 ? 32 : N;
     for (int64_t n = 0; n < N; n += NB) {
         const int64_t nn = N - n < NB ? N - n : NB;
-        for (int64_t g = 0; g < G; g++) f(&x, g, w + n * row_bytes, nn, N, out + 8 * g * N + n);
+        for (int64_t g = 0; g < G; g += 2)
+            (G - g >= 2 ? f2 : f1)(&x, g, w + n * row_bytes, nn, N, out + 8 * g * N + n);
     }
     lb_batch_x_free(&x);
     return LB_OK;

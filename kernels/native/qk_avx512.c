@@ -2,8 +2,9 @@
  * instruction. vpmaddubsw multiplies the unsigned weight quants (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63
  * before its -32) by x's int8 quants into 16-bit pairs and vpdpwssd applies each group's scale and
  * adds into 32-bit lanes. A block's integers are summed across lanes before any float is touched, so
- * each output is qk_generic.c's float operations in its order: the same bits on every path. The
- * tiles over these blocks are qk_tiles.h's, as on AVX2. Q5_0 and Q5_1 run qk_avx2.c's code. */
+ * each output is qk_generic.c's float operations in its order: the same bits on every path. Up to 4
+ * rows of x (decode, and a batch's rest) run qk_tiles.h's tiles over these blocks, as on AVX2;
+ * batches, 8 rows at a time, the batch tiles below. Q5_0 and Q5_1 run qk_avx2.c's code. */
 #if defined(__x86_64__)
 
 #include "qk.h"
