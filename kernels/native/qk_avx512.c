@@ -267,7 +267,7 @@ INLINE void vrows(int kind, int C, int H, const lb_batch_x *x, int64_t g0, const
 
 #define V_ROWS(KIND) \
     static TGT void vrows_##KIND##_1(const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 4, 1, x, g, w, nn, N, o); } \
-    static TGT void vrows_##KIND##_2(const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 2, 2, x, g, w, nn, N, o); }
+    static TGT void vrows_##KIND##_2(const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 3, 2, x, g, w, nn, N, o); }
 V_ROWS(12)
 V_ROWS(13)
 V_ROWS(14)
