@@ -61,6 +61,46 @@ void lb_act_k_free(lb_act_k *a) {
     a->mem = NULL;
 }
 
+void lb_qk_pairs(const lb_act_k *a, int64_t groups, int8_t *xv) {
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t b = 0; b < a->nb; b++)
+            for (int p = 0; p < 32; p++) {
+                const int quad[2] = {16 * (p / 8) + p % 8, 16 * (p / 8) + 8 + p % 8};
+                int8_t *o = xv + ((g * a->nb + b) * 32 + p) * LB_PAIR_BYTES;
+                for (int r = 0; r < 8; r++)
+                    for (int e = 0; e < 2; e++)
+                        memcpy(o + 8 * r + 4 * e, a->q + (8 * g + r) * a->K + b * QKK + 4 * quad[e], 4);
+            }
+}
+
+int lb_batch_x_init(lb_batch_x *x, const lb_act_k *a, int64_t groups, const lb_lanes *map) {
+    const int64_t n = groups * a->nb;
+    x->nb = a->nb;
+    x->mem = malloc((size_t)(n * (32 * LB_PAIR_BYTES + 16 * 4 + 64 * 4)) + 64);
+    if (x->mem == NULL) return LB_ENOMEM;
+    x->dx = (float *)(((uintptr_t)x->mem + 63) & ~(uintptr_t)63);
+    x->bs = (int32_t *)(x->dx + n * 16);
+    x->xv = (int8_t *)(x->bs + n * 64);
+    lb_qk_pairs(a, groups, x->xv);
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t b = 0; b < a->nb; b++)
+            for (int L = 0; L < 16; L++) {
+                x->dx[(g * a->nb + b) * 16 + L] = a->d[(8 * g + map->dx_row[L]) * a->nb + b];
+                const int16_t *bs = a->bsums + ((8 * g + map->bs_row[L]) * a->nb + b) * 16;
+                for (int v = 0; v < 4; v++) {
+                    const int grp = 4 * v + 2 * map->bs_e[L];
+                    x->bs[((g * a->nb + b) * 4 + v) * 16 + L] =
+                        (int32_t)((uint32_t)(uint16_t)bs[grp] | (uint32_t)(uint16_t)bs[grp + 1] << 16);
+                }
+            }
+    return LB_OK;
+}
+
+void lb_batch_x_free(lb_batch_x *x) {
+    free(x->mem);
+    x->mem = NULL;
+}
+
 int lb_qk_round(int kind, const float *x, int64_t T, int64_t K, lb_qk_act *a) {
     if (lb_is_qk(kind)) return lb_act_k_init(&a->ak, x, T, K);
     return lb_act_init(&a->a5, LB_Q8_0, x, T, K, lb_chosen_rounder());    /* Q8_0's order: the elements' own */

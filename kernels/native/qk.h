@@ -51,6 +51,34 @@ static inline void lb_zero_block_k(int8_t *q, int16_t *bsums) {
 int lb_act_k_init(lb_act_k *a, const float *x, int64_t T, int64_t K);   /* LB_OK, LB_ENOMEM */
 void lb_act_k_free(lb_act_k *a);
 
+/* The batch tiles' layout of x's quants (the vector paths' many-row tiles): rows in groups of 8, and
+ * a block's 64 quads (4 quants each) in 32 pairs, pair p = 8i + j (i < 4, j < 8) the quads 16i + j
+ * and 16i + 8 + j: elements 64i + 4j .. + 3 (32-element sub-block 2i, 16-group 4i + j / 4) and 32
+ * later (sub-block 2i + 1, 16-group 4i + 2 + j / 4). Group g's pair p of block b is the 64 bytes at
+ * ((g * nb + b) * 32 + p) * 64: row r's two quads in bytes 8r .. 8r + 7. */
+#define LB_PAIR_BYTES 64
+void lb_qk_pairs(const lb_act_k *a, int64_t groups, int8_t *xv);
+
+/* Where a path's batch tile keeps each row of a group of 8 in its vectors of sums: d_x lane L is
+ * row dx_row[L]'s, and 32-bit lane L of bsum vector v (16 lanes, 16-groups 4v .. 4v + 3) meets row
+ * bs_row[L]'s bsums of 16-groups 4v + 2 bs_e[L] and the one after, as two int16. */
+typedef struct {
+    int8_t dx_row[16], bs_row[16], bs_e[16];
+} lb_lanes;
+
+/* x's side of a batch tile for groups of 8 rows: the pairs (xv, lb_qk_pairs), and per group g and
+ * block b d_x by lane (dx + (g * nb + b) * 16) and the bsum vectors (bs + ((g * nb + b) * 4 + v) * 16). */
+typedef struct {
+    int8_t *xv;
+    float *dx;
+    int32_t *bs;
+    int64_t nb;
+    void *mem;
+} lb_batch_x;
+
+int lb_batch_x_init(lb_batch_x *x, const lb_act_k *a, int64_t groups, const lb_lanes *map);   /* LB_OK, LB_ENOMEM */
+void lb_batch_x_free(lb_batch_x *x);
+
 /* x rounded for one of these kinds: Q8_K (ak) for the K kinds, Q8_0 / Q8_1 (a5) for Q5_0 / Q5_1. */
 typedef union {
     lb_act_k ak;

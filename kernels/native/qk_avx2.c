@@ -4,9 +4,10 @@
  * integers are summed across lanes before any float is touched, so each output is the same float
  * operations in the same order as qk_generic.c: the same bits. Q6_K's -32 comes back as
  * -32 * scale . bsums. Q5_0/Q5_1 also sum a block's integers first, in qk_generic.c's order (see
- * q5_tile8), the fifth bit spread from qh to bytes. Up to 16 rows of x (for Q5, 16 weight rows at a
- * time) share each unpacked weight block, so a batch of 16 streams the weights once; up to 4 take the
- * K kinds' weight rows 8 at a time (the K kinds' tiles are qk_tiles.h's, shared with AVX-512). */
+ * q5_tile8), the fifth bit spread from qh to bytes, 16 weight rows at a time. The K kinds take
+ * batches 8 rows of x at a time in the batch tiles below (4 rows a vector, 8 or 16 a tile), and up
+ * to 4 rows (decode, and a batch's rest) against 8 weight rows at a time in qk_tiles.h's tiles,
+ * shared with AVX-512. */
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -92,6 +93,193 @@ INLINE __m256i k_dot(int kind, const kblock *k, const int8_t *xq, const int16_t 
 }
 
 #include "qk_tiles.h"
+
+/* Batches: 4 rows of x a vector, in lb_qk_pairs' layout (a group's pair: rows 0..3, then 4..7).
+ * vpmaddubsw multiplies a weight row's pair of quads (broadcast) by 4 rows' own, two products a
+ * 16-bit lane, and those lanes add in 16 bits while they cover one scale of each quad (Q4_K: the 8
+ * pairs of a sub-block, at most 8 * 2 * 15 * 127; Q5_K: 4; Q6_K: 2); vpmaddwd then applies the
+ * scales (32-bit lane 2r + e: row r's quad e), exactly. Mins and Q6_K's -32 come from x's bsums by
+ * vpmaddwd into the same lanes; vphaddd meets each row's two lanes (rows 0, 1, 4, 5, 2, 3, 6, 7 in
+ * that order) and qk_generic.c's float steps run for every row in its lane: the same bits. */
+
+/* A weight block for the batch tiles: u[8i + j] its quants of pair 8i + j (as on AVX-512); sc[k]
+ * the scales of sum k as int16 (a's, a's, b's, b's: Q4_K, Q5_K k = i, sub-blocks 2i and 2i + 1;
+ * Q6_K k = 2i + t, 16-groups 4i + t, 4i + 2 + t); pat[v]: the factors of x's bsums of 16-groups
+ * 4v .. 4v + 3 (Q4_K, Q5_K: the mins, Q6_K: the scales). */
+typedef struct {
+    uint64_t u[32];
+    uint64_t sc[8];
+    uint64_t pat[4];
+    float d, dmin;
+} __attribute__((aligned(32))) vblock;
+
+#define W2(a, b) (a), -128, (a), -128, (b), -128, (b), -128         /* int16 a, a, b, b from bytes */
+static const int8_t SC4_IDX[32] = {W2(0, 1), W2(2, 3), W2(4, 5), W2(6, 7)};
+static const int8_t MN4_IDX[32] = {W2(8, 9), W2(10, 11), W2(12, 13), W2(14, 15)};
+/* Q6_K from its int16 scales (each 128-bit lane: scales 8h .. 8h + 7): sums 2i + t for i = 2h, 2h + 1 */
+#define V2(a, b) 2 * (a), 2 * (a) + 1, 2 * (a), 2 * (a) + 1, 2 * (b), 2 * (b) + 1, 2 * (b), 2 * (b) + 1
+static const int8_t SC6_IDX[32] = {V2(0, 2), V2(1, 3), V2(4, 6), V2(5, 7)};
+
+INLINE __m256i zext_q(const uint8_t *p) { return _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i *)p)); }
+
+INLINE void unpack_v(int kind, const uint8_t *blk, vblock *v) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    if (kind == LB_Q6_K) {
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+        for (int h = 0; h < 2; h++)
+            for (int k = 0; k < 2; k++) {
+                const __m256i q = _mm256_or_si256(zext_q(blk + 64 * h + 16 * k), _mm256_slli_epi64(zext_q(blk + 64 * h + 32 + 16 * k), 32));
+                const __m256i z = zext_q(blk + 128 + 32 * h + 16 * k), hh = _mm256_or_si256(z, _mm256_slli_epi64(z, 32));
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4),
+                                                   _mm256_and_si256(_mm256_sllv_epi32(hh, _mm256_set1_epi64x(2ll << 32 | 4)), m30));
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi64(q, 4), m4),
+                                                   _mm256_and_si256(_mm256_srlv_epi32(hh, _mm256_set1_epi64x(2ll << 32 | 0)), m30));
+                _mm256_store_si256((__m256i *)(v->u + 16 * h + 4 * k), lo);
+                _mm256_store_si256((__m256i *)(v->u + 16 * h + 8 + 4 * k), hi);
+            }
+        const __m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+        const __m256i idx = _mm256_loadu_si256((const __m256i *)SC6_IDX);
+        _mm256_store_si256((__m256i *)v->sc, _mm256_shuffle_epi8(_mm256_permute4x64_epi64(s, 0x44), idx));
+        _mm256_store_si256((__m256i *)(v->sc + 4), _mm256_shuffle_epi8(_mm256_permute4x64_epi64(s, 0xee), idx));
+        _mm256_store_si256((__m256i *)v->pat, s);
+        v->d = _cvtsh_ss(lb_u16(blk + 208));
+        v->dmin = 0.0f;
+        return;
+    }
+    const __m256i s = _mm256_broadcastsi128_si256(k4_scales(blk + 4));     /* bytes sc[0..7] mn[0..7], twice */
+    _mm256_store_si256((__m256i *)v->sc, _mm256_shuffle_epi8(s, _mm256_loadu_si256((const __m256i *)SC4_IDX)));
+    _mm256_store_si256((__m256i *)v->pat, _mm256_shuffle_epi8(s, _mm256_loadu_si256((const __m256i *)MN4_IDX)));
+    const uint8_t *qs = blk + (kind == LB_Q5_K ? 48 : 16);
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 2; k++) {
+            const __m256i q = zext_q(qs + 32 * i + 16 * k);
+            __m256i u = _mm256_and_si256(_mm256_or_si256(q, _mm256_slli_epi64(q, 28)), m4);
+            if (kind == LB_Q5_K) {
+                const __m256i t = _mm256_srli_epi64(zext_q(blk + 16 + 16 * k), 2 * i);
+                u = _mm256_or_si256(u, _mm256_slli_epi64(_mm256_and_si256(_mm256_or_si256(t, _mm256_slli_epi64(t, 31)),
+                                                                          _mm256_set1_epi8(1)), 4));
+            }
+            _mm256_store_si256((__m256i *)(v->u + 8 * i + 4 * k), u);
+        }
+    v->d = _cvtsh_ss(lb_u16(blk));
+    v->dmin = _cvtsh_ss(lb_u16(blk + 2));
+}
+
+/* 32-bit lane 2r + e of a vector of 4 rows (rows 4h .. 4h + 3 in half h of a group's bsum vector):
+ * row r's 16-groups 4v + 2e, + 1; d_x lanes: rows 0, 1, 4, 5, 2, 3, 6, 7 (vphaddd's order). */
+static const lb_lanes LANES = {{0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5, 2, 3, 6, 7},
+                               {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7},
+                               {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}};
+
+/* Rows 8 g .. 8 (g + H) - 1 of x (H groups) against C weight rows from w0: out0's rows N apart. */
+INLINE void vtile(int kind, int C, int H, const lb_batch_x *x, int64_t g, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
+    const int64_t nb = x->nb, bb = lb_qk_block_bytes(kind);
+    const int M = kind == LB_Q4_K ? 8 : kind == LB_Q5_K ? 4 : 2;     /* pairs a 16-bit sum covers */
+    vblock vbs[2][2];
+    __m256 acc[2][2], accm[2][2];
+    for (int c = 0; c < C; c++)
+        for (int q = 0; q < H; q++) acc[c][q] = accm[c][q] = _mm256_setzero_ps();
+    for (int c = 0; c < C; c++) unpack_v(kind, w0 + c * row_bytes, &vbs[0][c]);
+    for (int64_t b = 0; b < nb; b++) {
+        if (b + 1 < nb)            /* a block ahead, as qk_avx512.c's */
+            for (int c = 0; c < C; c++) unpack_v(kind, w0 + c * row_bytes + (b + 1) * bb, &vbs[(b + 1) & 1][c]);
+        const vblock *vb = vbs[b & 1];
+        const char *ahead = (const char *)w0 + C * row_bytes + b * C * bb;
+        for (int l = 0; l < C * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T1);
+        __m256i sumi[2][2][2];     /* [c][q][h]: weight row, group, its rows 4h .. 4h + 3 */
+        for (int c = 0; c < C; c++)
+            for (int q = 0; q < H; q++) sumi[c][q][0] = sumi[c][q][1] = _mm256_setzero_si256();
+        for (int i = 0; i < 4; i++)
+            for (int s = 0; s < 8; s += M) {
+                __m256i p16[2][2][2];
+                for (int jj = 0; jj < M; jj++) {
+                    const int p = 8 * i + s + jj;
+                    __m256i xs[2][2];
+                    for (int q = 0; q < H; q++)
+                        for (int h = 0; h < 2; h++)
+                            xs[q][h] = _mm256_load_si256((const __m256i *)(x->xv + (((g + q) * nb + b) * 32 + p) * LB_PAIR_BYTES + 32 * h));
+                    for (int c = 0; c < C; c++) {
+                        const __m256i wv = _mm256_set1_epi64x((long long)vb[c].u[p]);
+                        for (int q = 0; q < H; q++)
+                            for (int h = 0; h < 2; h++) {
+                                const __m256i a = _mm256_maddubs_epi16(wv, xs[q][h]);
+                                p16[c][q][h] = jj ? _mm256_add_epi16(p16[c][q][h], a) : a;
+                                /* in this order: GCC otherwise reassociates the sums into a tree and spills */
+                                __asm__("" : "+x"(p16[c][q][h]));
+                            }
+                    }
+                }
+                for (int c = 0; c < C; c++) {
+                    const __m256i sc = _mm256_set1_epi64x((long long)vb[c].sc[kind == LB_Q6_K ? 2 * i + s / 4 : i]);
+                    for (int q = 0; q < H; q++)
+                        for (int h = 0; h < 2; h++) sumi[c][q][h] = _mm256_add_epi32(sumi[c][q][h], _mm256_madd_epi16(p16[c][q][h], sc));
+                }
+            }
+        for (int q = 0; q < H; q++) {
+            __m256i mins[2][2];
+            const int32_t *bs = x->bs + ((g + q) * nb + b) * 64;
+            for (int v = 0; v < 4; v++)
+                for (int h = 0; h < 2; h++) {
+                    const __m256i bv = _mm256_load_si256((const __m256i *)(bs + 16 * v + 8 * h));
+                    for (int c = 0; c < C; c++) {
+                        const __m256i m = _mm256_madd_epi16(bv, _mm256_set1_epi64x((long long)vb[c].pat[v]));
+                        mins[c][h] = v ? _mm256_add_epi32(mins[c][h], m) : m;
+                    }
+                }
+            const __m256 dx = _mm256_load_ps(x->dx + ((g + q) * nb + b) * 16);
+            for (int c = 0; c < C; c++) {
+                if (kind == LB_Q6_K)
+                    for (int h = 0; h < 2; h++) sumi[c][q][h] = _mm256_sub_epi32(sumi[c][q][h], _mm256_slli_epi32(mins[c][h], 5));
+                const __m256i si = _mm256_hadd_epi32(sumi[c][q][0], sumi[c][q][1]);
+                acc[c][q] = _mm256_add_ps(acc[c][q], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(vb[c].d), dx), _mm256_cvtepi32_ps(si)));
+                if (kind != LB_Q6_K) {
+                    const __m256i sm = _mm256_hadd_epi32(mins[c][0], mins[c][1]);
+                    accm[c][q] = _mm256_add_ps(accm[c][q], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(vb[c].dmin), dx), _mm256_cvtepi32_ps(sm)));
+                }
+            }
+        }
+    }
+    for (int c = 0; c < C; c++)
+        for (int q = 0; q < H; q++) {
+            float lane[8];
+            _mm256_storeu_ps(lane, _mm256_sub_ps(acc[c][q], accm[c][q]));
+            for (int L = 0; L < 8; L++) out0[(8 * q + LANES.dx_row[L]) * N + c] = lane[L];
+        }
+}
+
+/* nn weight rows from w against H groups from g: C at a time, then the rest one by one. */
+INLINE void vrows(int kind, int C, int H, const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *out0) {
+    const int64_t row_bytes = x->nb * lb_qk_block_bytes(kind);
+    int64_t n = 0;
+    for (; n + C <= nn; n += C) vtile(kind, C, H, x, g, w + n * row_bytes, row_bytes, out0 + n, N);
+    for (; n < nn; n++) vtile(kind, 1, H, x, g, w + n * row_bytes, row_bytes, out0 + n, N);
+}
+
+/* one weight row a tile: with 2 (8 rows) GCC spilled, and 8 rows ran 1.10x slower */
+#define V_ROWS(KIND) \
+    static TGT void vrows_##KIND##_1(const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 1, 1, x, g, w, nn, N, o); } \
+    static TGT void vrows_##KIND##_2(const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 1, 2, x, g, w, nn, N, o); }
+V_ROWS(12)
+V_ROWS(13)
+V_ROWS(14)
+
+/* Rows 0 .. 8G - 1 of x: NB weight rows at a time (kept in L2) against every 16 rows, then 8. */
+static int batch(int kind, const lb_act_k *a, int64_t G, const uint8_t *w, int64_t N, float *out) {
+    lb_batch_x x;
+    if (lb_batch_x_init(&x, a, G, &LANES) != LB_OK) return LB_ENOMEM;
+    void (*f1)(const lb_batch_x *, int64_t, const uint8_t *, int64_t, int64_t, float *) =
+        kind == LB_Q4_K ? vrows_12_1 : kind == LB_Q5_K ? vrows_13_1 : vrows_14_1;
+    void (*f2)(const lb_batch_x *, int64_t, const uint8_t *, int64_t, int64_t, float *) =
+        kind == LB_Q4_K ? vrows_12_2 : kind == LB_Q5_K ? vrows_13_2 : vrows_14_2;
+    const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind), NB = G > 2 ? 32 : N;
+    for (int64_t n = 0; n < N; n += NB) {
+        const int64_t nn = N - n < NB ? N - n : NB;
+        for (int64_t g = 0; g < G; g += 2)
+            (G - g >= 2 ? f2 : f1)(&x, g, w + n * row_bytes, nn, N, out + 8 * g * N + n);
+    }
+    lb_batch_x_free(&x);
+    return LB_OK;
+}
 
 /* A block's products of unsigned quants u and x's quants in 8 int32 lanes. */
 INLINE __m256i q32_dot(__m256i u, const int8_t *x) {
@@ -183,6 +371,11 @@ TGT void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const
         q32_matmul(kind == LB_Q4_0 ? q32_rows_2 : kind == LB_Q5_0 ? q32_rows_6 : q32_rows_7, kind, a5, w, N, out);
         return;
     }
-    k_tiles(kind, ak, w, N, out);
+    const int64_t G = ak->T / 8;
+    if (G && batch(kind, ak, G, w, N, out) == LB_OK) {
+        k_tiles(kind, ak, 8 * G, w, N, out);
+        return;
+    }
+    k_tiles(kind, ak, 0, w, N, out);
 }
 #endif

@@ -2,9 +2,11 @@
  * instruction. vpmaddubsw multiplies the unsigned weight quants (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63
  * before its -32) by x's int8 quants into 16-bit pairs and vpdpwssd applies each group's scale and
  * adds into 32-bit lanes. A block's integers are summed across lanes before any float is touched, so
- * each output is qk_generic.c's float operations in its order: the same bits on every path. The
- * tiles over these blocks are qk_tiles.h's, as on AVX2. Q5_0 and Q5_1 run qk_avx2.c's code. */
+ * each output is qk_generic.c's float operations in its order: the same bits on every path. Up to 4
+ * rows of x (decode, and a batch's rest) run qk_tiles.h's tiles over these blocks, as on AVX2;
+ * batches, 8 rows at a time, the batch tiles below. Q5_0 and Q5_1 run qk_avx2.c's code. */
 #if defined(__x86_64__)
+
 #include "qk.h"
 
 #ifdef LB_SIMDE_AVX512
@@ -94,7 +96,207 @@ INLINE __m256i k_dot(int kind, const kblock *k, const int8_t *xq, const int16_t 
 
 #include "qk_tiles.h"
 
+/* Batches: 8 rows of x a vector, in lb_qk_pairs' layout. vpdpbusd multiplies a pair of a weight
+ * row's quads (broadcast: quads 16i + j and 16i + 8 + j) by 8 rows' own pair, 4 products a 32-bit
+ * lane; lane 2r + e holds row r's quad e. Sums of a lane stay within int16 while they cover one
+ * scale of each quad (Q4_K: 4 pairs, 16 quants of a sub-block, at most 16 * 15 * 127; Q5_K: 2 pairs;
+ * Q6_K: 1), so two such sums A, B meet in vpackssdw (exact) and vpdpwssd applies the scales, a's and
+ * b's: per 128-bit lane k the 32-bit lanes 4k + 2h + m add row 2k + m's A (h = 0) or B (h = 1)
+ * products, scaled. Min (Q4_K, Q5_K) and Q6_K's -32 come from x's bsums by vpmaddwd into the same
+ * lanes; the halves h are added once a block, then qk_generic.c's float steps for every row in its
+ * lane: the same bits as every path. */
+
+/* A weight block for the batch tiles: u[8i + j] its quants of pair 8i + j (a's 4 bytes, then b's);
+ * sc[p]: (a's scale, b's scale) of pack p as two int16 (Q4_K, Q5_K: p = i, sub-blocks 2i, 2i + 1;
+ * Q6_K: p = 2i + t, 16-groups 4i + t, 4i + 2 + t for pairs j = 4t ..); pat[8v ..]: for 16-groups
+ * 4v .. 4v + 3 the factors f0 f1 f0 f1 f2 f3 f2 f3 of their bsums (Q4_K, Q5_K: the mins; Q6_K: the
+ * scales, for its -32). */
+typedef struct {
+    uint64_t u[32];
+    int16_t pat[32];
+    int32_t sc[8];
+    float d, dmin;
+} __attribute__((aligned(64))) vblock;
+
+static const int16_t PAT4[32] = {8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11,
+                                 12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15};
+static const int16_t PAT6[32] = {0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7,
+                                 8, 9, 8, 9, 10, 11, 10, 11, 12, 13, 12, 13, 14, 15, 14, 15};
+static const int16_t SC6[32] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
+
+INLINE __m512i zext_q(const uint8_t *p) { return _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)p)); }
+
+INLINE void unpack_v(int kind, const uint8_t *blk, vblock *v) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i s;                     /* int16 factors: sc[0..7] mn[0..7], or Q6_K's 16 scales */
+    if (kind == LB_Q6_K) {
+        const __m512i m30 = _mm512_set1_epi8(0x30);
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = _mm512_or_si512(zext_q(blk + 64 * h), _mm512_slli_epi64(zext_q(blk + 64 * h + 32), 32));
+            const __m512i z = zext_q(blk + 128 + 32 * h), hh = _mm512_or_si512(z, _mm512_slli_epi64(z, 32));
+            /* i = 2h: low nibbles, qh bits 0-1 (a) and 2-3 (b); i = 2h + 1: high nibbles, bits 4-5, 6-7 */
+            const __m512i lo = _mm512_or_si512(_mm512_and_si512(q, m4),
+                                               _mm512_and_si512(_mm512_sllv_epi32(hh, _mm512_set1_epi64(2ll << 32 | 4)), m30));
+            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi64(q, 4), m4),
+                                               _mm512_and_si512(_mm512_srlv_epi32(hh, _mm512_set1_epi64(2ll << 32 | 0)), m30));
+            _mm512_store_si512(v->u + 16 * h, lo);
+            _mm512_store_si512(v->u + 16 * h + 8, hi);
+        }
+        s = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192))));
+        _mm256_store_si256((__m256i *)v->sc, _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(SC6), s)));
+        _mm512_store_si512(v->pat, _mm512_permutexvar_epi16(_mm512_loadu_si512(PAT6), s));
+        v->d = _cvtsh_ss(lb_u16(blk + 208));
+        v->dmin = 0.0f;
+        return;
+    }
+    uint32_t words[4];
+    lb_k4_scale_words(blk + 4, words);
+    s = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)words)));
+    _mm_store_si128((__m128i *)v->sc, _mm512_castsi512_si128(s));           /* (sc[2i], sc[2i + 1]) */
+    _mm512_store_si512(v->pat, _mm512_permutexvar_epi16(_mm512_loadu_si512(PAT4), s));
+    const uint8_t *qs = blk + (kind == LB_Q5_K ? 48 : 16);
+    const __m512i qh = kind == LB_Q5_K ? zext_q(blk + 16) : _mm512_setzero_si512();
+    for (int i = 0; i < 4; i++) {
+        /* a: the low nibbles of qs[32i + 4j ..], b: their high nibbles (shifted into the high dword) */
+        const __m512i q = zext_q(qs + 32 * i);
+        __m512i u = _mm512_and_si512(_mm512_or_si512(q, _mm512_slli_epi64(q, 28)), m4);
+        if (kind == LB_Q5_K) {     /* fifth bits: qh bit 2i (a), 2i + 1 (b) of the same bytes */
+            const __m512i t = _mm512_srli_epi64(qh, 2 * i);
+            u = _mm512_or_si512(u, _mm512_slli_epi64(_mm512_and_si512(_mm512_or_si512(t, _mm512_slli_epi64(t, 31)),
+                                                                       _mm512_set1_epi8(1)), 4));
+        }
+        _mm512_store_si512(v->u + 8 * i, u);
+    }
+    v->d = _cvtsh_ss(lb_u16(blk));
+    v->dmin = _cvtsh_ss(lb_u16(blk + 2));
+}
+
+/* The lanes of the sums (lb_lanes): 32-bit lane 4k + 2h + m holds row 2k + m's products of half h
+ * (A or B); once the halves are added, lane 4k + 2q + m row 2k + m of group q of the tile. */
+static const lb_lanes LANES = {{0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7},
+                               {0, 1, 0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7, 6, 7},
+                               {0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1}};
+
+/* Rows 8 g0 .. 8 (g0 + H) - 1 of x (H groups) against C weight rows from w0: out0's rows N apart. */
+INLINE void vtile(int kind, int C, int H, const lb_batch_x *x, int64_t g0, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
+    const int64_t nb = x->nb, bb = lb_qk_block_bytes(kind);
+    const int m = kind == LB_Q4_K ? 4 : kind == LB_Q5_K ? 2 : 1;     /* pairs a sum of a lane covers */
+    vblock vbs[2][4];
+    __m512 acc[4], accm[4];
+    for (int c = 0; c < C; c++) acc[c] = accm[c] = _mm512_setzero_ps();
+    for (int c = 0; c < C; c++) unpack_v(kind, w0 + c * row_bytes, &vbs[0][c]);
+    for (int64_t b = 0; b < nb; b++) {
+        /* the next block unpacked a block ahead: its stores are done before their loads */
+        if (b + 1 < nb)
+            for (int c = 0; c < C; c++) unpack_v(kind, w0 + c * row_bytes + (b + 1) * bb, &vbs[(b + 1) & 1][c]);
+        const vblock *vb = vbs[b & 1];
+        /* the next tile's rows (contiguous after this one's) fetched into L2 at this tile's pace */
+        const char *ahead = (const char *)w0 + C * row_bytes + b * C * bb;
+        for (int l = 0; l < C * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T1);
+        const int8_t *xp[2];
+        for (int q = 0; q < H; q++) xp[q] = x->xv + ((g0 + q) * nb + b) * 32 * LB_PAIR_BYTES;
+        __m512i sumi[4][2];
+        for (int c = 0; c < C; c++)
+            for (int q = 0; q < H; q++) sumi[c][q] = _mm512_setzero_si512();
+        for (int i = 0; i < 4; i++)
+            for (int s = 0; s < 8; s += 2 * m) {
+                __m512i A[4][2], B[4][2];
+                for (int jj = 0; jj < m; jj++) {
+                    const int pa = 8 * i + s + jj, pb = pa + m;
+                    __m512i xa[2], xb[2];
+                    for (int q = 0; q < H; q++) {
+                        xa[q] = _mm512_load_si512(xp[q] + pa * LB_PAIR_BYTES);
+                        xb[q] = _mm512_load_si512(xp[q] + pb * LB_PAIR_BYTES);
+                    }
+                    for (int c = 0; c < C; c++) {
+                        const __m512i wa = _mm512_set1_epi64((long long)vb[c].u[pa]), wb = _mm512_set1_epi64((long long)vb[c].u[pb]);
+                        for (int q = 0; q < H; q++) {
+                            A[c][q] = _mm512_dpbusd_epi32(jj ? A[c][q] : _mm512_setzero_si512(), wa, xa[q]);
+                            B[c][q] = _mm512_dpbusd_epi32(jj ? B[c][q] : _mm512_setzero_si512(), wb, xb[q]);
+                        }
+                    }
+                }
+                for (int c = 0; c < C; c++) {
+                    const __m512i sc = _mm512_set1_epi32(vb[c].sc[kind == LB_Q6_K ? 2 * i + s / 4 : i]);
+                    for (int q = 0; q < H; q++)
+                        sumi[c][q] = _mm512_dpwssd_epi32(sumi[c][q], _mm512_packs_epi32(A[c][q], B[c][q]), sc);
+                }
+            }
+        __m512i mins[4][2];
+        for (int q = 0; q < H; q++) {
+            const int32_t *bs = x->bs + ((g0 + q) * nb + b) * 64;
+            for (int v = 0; v < 4; v++) {
+                const __m512i bv = _mm512_load_si512(bs + 16 * v);
+                for (int c = 0; c < C; c++) {
+                    const __m512i f = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(vb[c].pat + 8 * v)));
+                    mins[c][q] = _mm512_dpwssd_epi32(v ? mins[c][q] : _mm512_setzero_si512(), bv, f);
+                }
+            }
+        }
+        __m512 dx = _mm512_load_ps(x->dx + (g0 * nb + b) * 16);
+        if (H == 2) dx = _mm512_mask_blend_ps(0xcccc, dx, _mm512_load_ps(x->dx + ((g0 + 1) * nb + b) * 16));
+        for (int c = 0; c < C; c++) {
+            if (kind == LB_Q6_K)
+                for (int q = 0; q < H; q++) sumi[c][q] = _mm512_sub_epi32(sumi[c][q], _mm512_slli_epi32(mins[c][q], 5));
+            /* the halves h added: lane 4k + 2q + m holds row 8q + 2k + m's block sums */
+            const __m512i si = _mm512_add_epi32(_mm512_unpacklo_epi64(sumi[c][0], sumi[c][H - 1]),
+                                                _mm512_unpackhi_epi64(sumi[c][0], sumi[c][H - 1]));
+            acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(vb[c].d), dx), _mm512_cvtepi32_ps(si)));
+            if (kind != LB_Q6_K) {
+                const __m512i sm = _mm512_add_epi32(_mm512_unpacklo_epi64(mins[c][0], mins[c][H - 1]),
+                                                    _mm512_unpackhi_epi64(mins[c][0], mins[c][H - 1]));
+                accm[c] = _mm512_add_ps(accm[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(vb[c].dmin), dx), _mm512_cvtepi32_ps(sm)));
+            }
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        float lane[16];
+        _mm512_storeu_ps(lane, _mm512_sub_ps(acc[c], accm[c]));
+        for (int q = 0; q < H; q++)
+            for (int r = 0; r < 8; r++) out0[(8 * q + r) * N + c] = lane[4 * (r / 2) + 2 * q + r % 2];
+    }
+}
+
+/* nn weight rows from w against H groups from g0: C at a time, then the rest one by one. */
+INLINE void vrows(int kind, int C, int H, const lb_batch_x *x, int64_t g0, const uint8_t *w, int64_t nn, int64_t N, float *out0) {
+    const int64_t row_bytes = x->nb * lb_qk_block_bytes(kind);
+    int64_t n = 0;
+    for (; n + C <= nn; n += C) vtile(kind, C, H, x, g0, w + n * row_bytes, row_bytes, out0 + n, N);
+    for (; n < nn; n++) vtile(kind, 1, H, x, g0, w + n * row_bytes, row_bytes, out0 + n, N);
+}
+
+/* 8 rows: 4 weight rows a tile (5 ran 0.95x); 16: 3 (1.07-1.10x over 2) */
+#define V_ROWS(KIND) \
+    static TGT void vrows_##KIND##_1(const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 4, 1, x, g, w, nn, N, o); } \
+    static TGT void vrows_##KIND##_2(const lb_batch_x *x, int64_t g, const uint8_t *w, int64_t nn, int64_t N, float *o) { vrows(KIND, 3, 2, x, g, w, nn, N, o); }
+V_ROWS(12)
+V_ROWS(13)
+V_ROWS(14)
+
+/* Rows 0 .. 8G - 1 of x: NB weight rows at a time (kept in L2) against every 16 rows, then 8. */
+static int batch(int kind, const lb_act_k *a, int64_t G, const uint8_t *w, int64_t N, float *out) {
+    lb_batch_x x;
+    if (lb_batch_x_init(&x, a, G, &LANES) != LB_OK) return LB_ENOMEM;
+    void (*f1)(const lb_batch_x *, int64_t, const uint8_t *, int64_t, int64_t, float *) =
+        kind == LB_Q4_K ? vrows_12_1 : kind == LB_Q5_K ? vrows_13_1 : vrows_14_1;
+    void (*f2)(const lb_batch_x *, int64_t, const uint8_t *, int64_t, int64_t, float *) =
+        kind == LB_Q4_K ? vrows_12_2 : kind == LB_Q5_K ? vrows_13_2 : vrows_14_2;
+    const int64_t row_bytes = a->nb * lb_qk_block_bytes(kind), NB = G > 2 ? 32 : N;
+    for (int64_t n = 0; n < N; n += NB) {
+        const int64_t nn = N - n < NB ? N - n : NB;
+        for (int64_t g = 0; g < G; g += 2)
+            (G - g >= 2 ? f2 : f1)(&x, g, w + n * row_bytes, nn, N, out + 8 * g * N + n);
+    }
+    lb_batch_x_free(&x);
+    return LB_OK;
+}
+
 TGT void lb_qk_matmul_avx512(int kind, const lb_act_k *a, const uint8_t *w, int64_t N, float *out) {
-    k_tiles(kind, a, w, N, out);
+    const int64_t G = a->T / 8;
+    if (G && batch(kind, a, G, w, N, out) == LB_OK) {
+        k_tiles(kind, a, 8 * G, w, N, out);
+        return;
+    }
+    k_tiles(kind, a, 0, w, N, out);
 }
 #endif

@@ -1,7 +1,9 @@
-/* What the K kinds' vector paths share, written once: qk_avx2.c and qk_avx512.c each include it after
- * their own TGT, INLINE, kblock, unpack_k (a block's quants and scales) and k_dot (a block's integer
- * sums against one row of x in 8 int32 lanes; Q4_K/Q5_K's min sums in *m), so that it is compiled for
- * each path's instructions. Every output takes qk_generic.c's float steps in its order, per block
+/* What the K kinds' vector paths share for up to 4 rows of x at a time (decode, and the rows of a
+ * batch past its multiple of 8: the 8s go to each path's own batch tiles, qk_avx2.c's and
+ * qk_avx512.c's), written once: qk_avx2.c and qk_avx512.c each include it after their own TGT,
+ * INLINE, kblock, unpack_k (a block's quants and scales) and k_dot (a block's integer sums against
+ * one row of x in 8 int32 lanes; Q4_K/Q5_K's min sums in *m), so that it is compiled for each path's
+ * instructions. Every output takes qk_generic.c's float steps in its order, per block
  * acc += (d * d_x) * sumi and accm += (dmin * d_x) * summin, then out = acc - accm: the same bits
  * on every path, whatever tile its row falls in. */
 #ifndef LB_QK_TILES_H
@@ -24,37 +26,19 @@ INLINE void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
     *sb = _mm_extract_epi32(s, 1);
 }
 
-/* R rows of x from t0 against each weight row, its blocks unpacked once for the R. Per row and block the
- * float steps of qk_generic.c: acc += (d * d_x) * sumi, accm += (dmin * d_x) * summin; with 8 rows
- * or more they run as vectors, lane r for row r (the same operations, so the same bits). */
+/* R (<= 4) rows of x from t0 against each of nn weight rows alone, its blocks unpacked once for the
+ * R: per row and block qk_generic.c's float steps, acc += (d * d_x) * sumi, accm += (dmin * d_x) *
+ * summin. The rows tile8_k leaves. */
 INLINE void rows_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t nn, int64_t N, float *out) {
     const int64_t nb = a->nb, bb = lb_qk_block_bytes(kind);
-    const int G = R / 8;                            /* groups of 8 rows summed as vectors */
-    float dxt[G ? nb * R : 1];                      /* d_x by block, then row */
-    for (int64_t b = 0; G && b < nb; b++)
-        for (int r = 0; r < R; r++) dxt[b * R + r] = a->d[(t0 + r) * nb + b];
     kblock k;
     for (int64_t n = 0; n < nn; n++) {
-        float acc[16] = {0}, accm[16] = {0};
-        __m256 accv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, accmv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        float acc[4] = {0}, accm[4] = {0};
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *blk = w + (n * nb + b) * bb;
             unpack_k(kind, blk, &k);
             const float d = k_d(kind, blk), dmin = k_dmin(kind, blk);
-            for (int g = 0; g < G; g++) {
-                __m256i sv[8], mv[8];
-                for (int r = 0; r < 8; r++) {
-                    const int64_t t = t0 + 8 * g + r;
-                    sv[r] = k_dot(kind, &k, a->q + t * a->K + b * QKK, a->bsums + (t * nb + b) * 16, &mv[r]);
-                }
-                const __m256 dx = _mm256_loadu_ps(dxt + b * R + 8 * g);
-                accv[g] = _mm256_add_ps(accv[g], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), dx),
-                                                               _mm256_cvtepi32_ps(sum8_epi32(sv))));
-                if (kind != LB_Q6_K)
-                    accmv[g] = _mm256_add_ps(accmv[g], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dx),
-                                                                     _mm256_cvtepi32_ps(sum8_epi32(mv))));
-            }
-            for (int r = 8 * G; r < R; r++) {
+            for (int r = 0; r < R; r++) {
                 __m256i m;
                 const __m256i s = k_dot(kind, &k, a->q + (t0 + r) * a->K + b * QKK, a->bsums + ((t0 + r) * nb + b) * 16, &m);
                 const float dx = a->d[(t0 + r) * nb + b];
@@ -63,10 +47,6 @@ INLINE void rows_k(int kind, int R, const lb_act_k *a, int64_t t0, const uint8_t
                 acc[r] += d * dx * (float)sumi;
                 if (kind != LB_Q6_K) accm[r] += dmin * dx * (float)summin;
             }
-        }
-        for (int g = 0; g < G; g++) {
-            _mm256_storeu_ps(acc + 8 * g, accv[g]);
-            _mm256_storeu_ps(accm + 8 * g, accmv[g]);
         }
         for (int r = 0; r < R; r++) out[r * N + n] = acc[r] - accm[r];
     }
@@ -130,23 +110,21 @@ INLINE void rows_few_k(int kind, int R, const lb_act_k *a, int64_t t0, const uin
 /* One instantiation per (kind, rows of x): the shape is known to the compiler. */
 #define K_FEW(KIND, R) static TGT void rows_k_##KIND##_##R(const lb_act_k *a, int64_t t, const uint8_t *w, int64_t N, \
                                                            float *o) { rows_few_k(KIND, R, a, t, w, N, o); }
-#define K_MANY(KIND, R) static TGT void rows_k_##KIND##_##R(const lb_act_k *a, int64_t t, const uint8_t *w, int64_t N, \
-                                                            float *o) { rows_k(KIND, R, a, t, w, N, N, o); }
-#define K_ROWS(KIND) K_FEW(KIND, 1) K_FEW(KIND, 2) K_FEW(KIND, 3) K_FEW(KIND, 4) K_MANY(KIND, 8) K_MANY(KIND, 16) \
-    static void (*const rows_k_##KIND[17])(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) = { \
-        0, rows_k_##KIND##_1, rows_k_##KIND##_2, rows_k_##KIND##_3, rows_k_##KIND##_4, 0, 0, 0, rows_k_##KIND##_8, \
-        0, 0, 0, 0, 0, 0, 0, rows_k_##KIND##_16};
+#define K_ROWS(KIND) K_FEW(KIND, 1) K_FEW(KIND, 2) K_FEW(KIND, 3) K_FEW(KIND, 4) \
+    static void (*const rows_k_##KIND[5])(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) = { \
+        0, rows_k_##KIND##_1, rows_k_##KIND##_2, rows_k_##KIND##_3, rows_k_##KIND##_4};
 K_ROWS(12)
 K_ROWS(13)
 K_ROWS(14)
 
-/* out (T, N) for a K kind: rows of x by the widest tile that fits (every row sums alike in any). */
-INLINE void k_tiles(int kind, const lb_act_k *a, const uint8_t *w, int64_t N, float *out) {
+/* out (T, N) for a K kind from row t0 (the rows before it are the caller's batch tiles'; all of
+ * them if those could not get their memory): 4 rows of x at a time, then the rest (every row sums
+ * alike in any tile). */
+INLINE void k_tiles(int kind, const lb_act_k *a, int64_t t0, const uint8_t *w, int64_t N, float *out) {
     void (*const *fn)(const lb_act_k *, int64_t, const uint8_t *, int64_t, float *) =
         kind == LB_Q4_K ? rows_k_12 : kind == LB_Q5_K ? rows_k_13 : rows_k_14;
-    for (int64_t t = 0; t < a->T;) {
-        const int64_t left = a->T - t;
-        const int R = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : (int)left;
+    for (int64_t t = t0; t < a->T;) {
+        const int R = a->T - t >= 4 ? 4 : (int)(a->T - t);
         fn[R](a, t, w, N, out + t * N);
         t += R;
     }

@@ -32,6 +32,14 @@ static inline simde__m512 lb_emu_maskz_loadu_ps(uint16_t k, const void *p) {
     return simde_mm512_loadu_ps(v);
 }
 
+static inline simde__m512i lb_emu_cvtepu32_epi64(simde__m256i a) {
+    uint32_t u[8];
+    uint64_t v[8];
+    simde_mm256_storeu_si256((simde__m256i *)u, a);
+    for (int i = 0; i < 8; i++) v[i] = u[i];
+    return simde_mm512_loadu_si512(v);
+}
+
 static inline simde__m512 lb_emu_cvtph_ps(simde__m256i h) {
     const simde__m256 lo = simde_mm256_cvtph_ps(simde_mm256_castsi256_si128(h));
     const simde__m256 hi = simde_mm256_cvtph_ps(simde_mm256_extracti128_si256(h, 1));
@@ -115,6 +123,7 @@ static inline uint16_t lb_emu_cvtss_sh(float f) {          /* round to nearest e
 #define _mm512_maskz_loadu_epi32(k, p) lb_emu_maskz_loadu_epi32((k), (p))
 #define _mm512_maskz_loadu_ps(k, p) lb_emu_maskz_loadu_ps((k), (p))
 #define _mm512_cvtph_ps(h) lb_emu_cvtph_ps(h)
+#define _mm512_cvtepu32_epi64(a) lb_emu_cvtepu32_epi64(a)
 #define _mm512_cvtepi32_ps(a) lb_emu_cvtepi32_ps(a)
 #define _mm512_cvtps_epi32(a) lb_emu_cvtps_epi32(a)
 #define _mm512_cvtepi32_epi8(a) lb_emu_cvtepi32_epi8(a)

@@ -99,12 +99,13 @@ def test_integer_sums_are_exact(isa, kind):
 @pytest.mark.parametrize("kind", K_KINDS)
 def test_k_kinds_give_the_generic_bits_on_every_path(isa, kind):
     """qk_avx2.c and qk_avx512.c sum a K block's integers before any float, in qk_generic.c's float
-    order. Rows of x: 1, 3 and 4 (AVX-512: tiles of 8 weight rows, then 5 alone), 8, and 19 (a tile
-    of 16, whose rows' float steps run as vectors, then 2 and 1)."""
+    order. Rows of x: 1, 3 and 4 (tiles of 8 weight rows, then the 5 left one by one), 8, 19 (the
+    batch tiles' 16, then 2 and 1) and 43 (16, 16, 8, then 3: past 16 the batch tiles take the
+    weight rows 32 at a time, so 45 of them end in a part block and tiles of fewer weight rows)."""
     rng = np.random.default_rng(4)
-    w = weights(rng, kind, 21, 768)
-    x = rng.standard_normal((19, 768)).astype(np.float32)
-    for t in (1, 3, 4, 8, 19):
+    w = weights(rng, kind, 45, 768)
+    x = rng.standard_normal((43, 768)).astype(np.float32)
+    for t in (1, 3, 4, 8, 19, 43):
         got = qm.qmatmul(x[:t], w)
         qm.set_isa("generic")
         want = qm.qmatmul(x[:t], w)
