@@ -113,6 +113,34 @@ def test_k_kinds_give_the_generic_bits_on_every_path(isa, kind):
         np.testing.assert_array_equal(got, want, err_msg=f"{t} rows")
 
 
+@pytest.mark.parametrize("kind", K_KINDS)
+def test_the_batch_tiles_largest_sums_give_the_generic_bits(isa, kind):
+    """The batch tiles add several quads' products in 16-bit lanes before a scale is applied (Q4_K
+    4 pairs, Q5_K 2, Q6_K 1: qk.h): at the extremes they must still be exact. Every quant and scale
+    byte 0xff (unsigned quants 15, 31, 63; 6-bit scales and mins 63) against x rounded to -127
+    everywhere (a constant row) or +127 but for each block's first element (-c, then +c)."""
+    rng = np.random.default_rng(8)
+    w = k_blocks(rng, kind, 12, 512)
+    per, bb = QUANT_KINDS[kind]
+    data = w.data.reshape(-1, bb).copy()
+    keep = slice(208, 210) if kind == "q6_k" else slice(0, 4)       # the float16 d (and dmin)
+    saved = data[:, keep].copy()
+    data[:] = 0xFF
+    data[:, keep] = saved
+    w = QMatrix(kind, data.reshape(w.data.shape), w.shape[1])
+    x = np.full((16, 512), 0.5, dtype=np.float32)
+    x[8:] *= -1
+    x[8:, ::256] = 0.5                                                 # -127 first, then +127
+    q = np.minimum(np.rint(np.float32(-127) / x[:, :1] * x), 127)   # every block's max is its first
+    assert (q[:8] == -127).all() and (q[8:, ::256] == -127).all() and (q[8:, 1:256] == 127).all()
+    for t in (8, 16):
+        got = qm.qmatmul(x[:t], w)
+        qm.set_isa("generic")
+        want = qm.qmatmul(x[:t], w)
+        qm.set_isa(isa)
+        np.testing.assert_array_equal(got, want, err_msg=f"{t} rows")
+
+
 @pytest.mark.parametrize("kind", Q5_KINDS)
 def test_q5_kinds_give_the_generic_bits_on_every_path(isa, kind):
     """qk_avx2.c's Q5 tiles (the AVX-512 path runs them too) sum a block's integers (Q5_0's -16 among
