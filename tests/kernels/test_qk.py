@@ -69,6 +69,16 @@ def reference(x: np.ndarray, w: QMatrix) -> tuple[np.ndarray, np.ndarray]:
     return xr @ wd.T, np.abs(xr) @ np.abs(wd).T + 1e-30
 
 
+def assert_generic_bits(isa: str, x: np.ndarray, w: QMatrix, rows) -> None:
+    """The first t rows of x against w give on `isa` the generic path's bits, for each t in rows."""
+    for t in rows:
+        got = qm.qmatmul(x[:t], w)
+        qm.set_isa("generic")
+        want = qm.qmatmul(x[:t], w)
+        qm.set_isa(isa)
+        np.testing.assert_array_equal(got, want, err_msg=f"{t} rows")
+
+
 @pytest.mark.parametrize("kind", K_KINDS + Q5_KINDS)
 def test_product_is_gguf_dequantization_times_rounded_x(isa, kind):
     rng = np.random.default_rng(sum(map(ord, isa + kind)))
@@ -105,12 +115,7 @@ def test_k_kinds_give_the_generic_bits_on_every_path(isa, kind):
     rng = np.random.default_rng(4)
     w = weights(rng, kind, 45, 768)
     x = rng.standard_normal((43, 768)).astype(np.float32)
-    for t in (1, 3, 4, 8, 19, 43):
-        got = qm.qmatmul(x[:t], w)
-        qm.set_isa("generic")
-        want = qm.qmatmul(x[:t], w)
-        qm.set_isa(isa)
-        np.testing.assert_array_equal(got, want, err_msg=f"{t} rows")
+    assert_generic_bits(isa, x, w, (1, 3, 4, 8, 19, 43))
 
 
 @pytest.mark.parametrize("kind", K_KINDS)
@@ -133,12 +138,7 @@ def test_the_batch_tiles_largest_sums_give_the_generic_bits(isa, kind):
     x[8:, ::256] = 0.5                                                 # -127 first, then +127
     q = np.minimum(np.rint(np.float32(-127) / x[:, :1] * x), 127)   # every block's max is its first
     assert (q[:8] == -127).all() and (q[8:, ::256] == -127).all() and (q[8:, 1:256] == 127).all()
-    for t in (8, 16):
-        got = qm.qmatmul(x[:t], w)
-        qm.set_isa("generic")
-        want = qm.qmatmul(x[:t], w)
-        qm.set_isa(isa)
-        np.testing.assert_array_equal(got, want, err_msg=f"{t} rows")
+    assert_generic_bits(isa, x, w, (8, 16))
 
 
 @pytest.mark.parametrize("kind", Q5_KINDS)
@@ -149,12 +149,7 @@ def test_q5_kinds_give_the_generic_bits_on_every_path(isa, kind):
     rng = np.random.default_rng(6)
     w = weights(rng, kind, 21, 768)
     x = rng.standard_normal((19, 768)).astype(np.float32)
-    for t in (1, 19):
-        got = qm.qmatmul(x[:t], w)
-        qm.set_isa("generic")
-        want = qm.qmatmul(x[:t], w)
-        qm.set_isa(isa)
-        np.testing.assert_array_equal(got, want, err_msg=f"{t} rows")
+    assert_generic_bits(isa, x, w, (1, 19))
 
 
 @pytest.mark.parametrize("kind", K_KINDS + Q5_KINDS)
