@@ -69,7 +69,7 @@ def parse() -> argparse.Namespace:
                     help="after the rounds, start each engine again this many times (timed)")
     ap.add_argument("--engines", default="llmbus,llamacpp")
     ap.add_argument("--inflight", type=int, default=0, help="llmbus micro-batches in flight "
-                    "(0: the scheduler's default, stages + 1)")
+                    "(0: the scheduler's default, services/scheduler/pipelines/overlap.py)")
     ap.add_argument("--sequential", action="store_true",
                     help="one engine up at a time, each round starting both in turn (half the "
                          "memory; a round's engines run minutes apart instead of side by side)")
@@ -127,7 +127,9 @@ class Bench:
         cold = engine == "llamacpp" or not any((self.hosts.cache(h) / "weights").exists() for h in names)
         before = {h: self.hosts.net.link_bytes(h) for h in names}
         if engine == "llmbus":
-            extra = ("--inflight", str(a.inflight)) if a.inflight else ()
+            # Every answer runs its full length, as llama.cpp's with ignore_eos: no phrase-loop
+            # detection (greedy answers of random weights loop at once, and would end early).
+            extra = ("--phrase-repeats", "0") + (("--inflight", str(a.inflight)) if a.inflight else ())
             run = hosts_llmbus.start(self.hosts, names, self.model, pages=PAGES, threads=a.threads,
                                      scheduler_args=extra)
         else:

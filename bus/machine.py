@@ -20,6 +20,20 @@ def machine_id() -> str:
     return hashed(_raw_machine_id())
 
 
+@functools.cache
+def kernel_id() -> str:
+    """Which running kernel this process is under, as llmbus shows it: a hash of its boot id.
+    Processes that show the same one compete for the same cores and memory, whatever their
+    network namespace, container or host name (and unlike /etc/machine-id, which cloned images
+    share); "" where the kernel does not tell."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            raw = f.read().strip()
+    except OSError:
+        return ""
+    return hashed("boot " + raw) if raw else ""
+
+
 def hashed(raw: str) -> str:
     return hmac.new(_APP_KEY, raw.encode(), hashlib.sha256).hexdigest()[:32]
 

@@ -15,7 +15,8 @@ class SchedulerServiceConfig(BatchingSettings):
     model: str = option("", "model identity to serve (default: the first tokenizer's)",
                         flag="--model-id")
     inflight: int = option(0, "micro-batches in the pipeline at once (0: one more than the "
-                           "pipeline has stages)", metavar="N")
+                           "stages that can compute at once; shards on one machine share its "
+                           "cores)", metavar="N")
     context_length: int = option(0, "tokens per sequence (0: the model's, bounded by the KV "
                                  "pages)", flag="--context", metavar="TOKENS")
     unserved_budget_s: float = option(

@@ -48,6 +48,7 @@ from .pipelines.chains import Stage, assign_pipelines, assignment_key, explain_m
 from .pipelines.driver import Driver
 from .pipelines.failed_ranges import FAILED_TOPIC, FailedRanges
 from .pipelines.hops import HopStats
+from .pipelines.overlap import micro_batches
 from .pipelines.pooling import BadPooling, Pooled, embedding_inputs, finish_vector
 from .pipelines.reach import Reach
 from .pipelines.replicas import Pipeline, Pipelines
@@ -129,7 +130,7 @@ class SchedulerService(AnswerInbox, Service):
         policy = Scheduler(SchedulerConfig(
             **self.sched.batching(), num_pages=num_pages, page_size=page_size,
             context_length=min(self._ctx_len, num_pages * page_size),
-            max_inflight=self.sched.inflight or len(chain) + 1,
+            max_inflight=self.sched.inflight or micro_batches(chain),
             vocab_size=info.vocab_size, eos_ids=frozenset(info.eot_ids),
             token_bytes=tuple(self.token_bytes)), arrivals=self._arrivals)
         pipeline = Pipeline(name, policy)

@@ -16,10 +16,14 @@ DEVICES = ("cpu", "cuda")
 WEIGHT_FORMATS = ("auto", "quantized", "float32")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def default_threads(shards_here: int = 1) -> int:
     """The cores this process may use, shared among the shard processes on this machine (at least 1)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, shards_here))
+    return max(1, usable_cores() // max(1, shards_here))
 
 
 def positive(text: str) -> int:

@@ -28,6 +28,7 @@ import numpy as np
 import wire
 from bus.config import ServiceConfig
 from bus.errors import BusError, ServiceError, code_of
+from bus.machine import kernel_id
 from bus.service import Service, handles
 from wire.failures import (BAD_BATCH, BAD_RANGE, DEADLINE_EXCEEDED, KV_MISSING, LOADING, NOT_STAGED,
                            PINNED, RANGE_MISMATCH, STALE_ROUTE, SUPERSEDED, UNREACHABLE)
@@ -37,7 +38,7 @@ from wire.messages.placement import (FootprintReply, FootprintRequest, Place, Pl
 from wire.messages.shard import (Forward, ForwardFailed, ForwardResult, HandedOn, Hop, ReplyTo,
                                  RouteStage)
 
-from .config import ShardConfig
+from .config import ShardConfig, usable_cores
 from .kv_owner import DROP, STALE, KVOwner
 from .route import BadRoute, StaleRoute, check_self, next_stage
 
@@ -192,7 +193,8 @@ class ShardService(Service):
             num_pages=self.shard.num_pages, page_size=self.shard.page_size,
             load_s=round(self.loaded.seconds, 3), cold_load=self.loaded.cold,
             kv_mb=round(self.kv_bytes / 2**20, 1), max_rss_mb=round(rss_mb, 1),
-            threads=self.threads, kv_pages=self.model.kv.pages_held,
+            threads=self.threads, kernel=kernel_id(), cores=usable_cores(),
+            kv_pages=self.model.kv.pages_held,
             kv_owner=self.kv_owner.name, kv_owner_epoch=self.kv_owner.epoch,
             gpu_mb=round(self.model.device_bytes() / 2**20, 1) if self.shard.device == "cuda" else 0.0)
 

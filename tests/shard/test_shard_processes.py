@@ -86,6 +86,11 @@ async def test_three_processes_with_fp32_give_the_logits_of_one_in_process_model
     from services.shard.service import weight_format
     assert {d.get(n).info.weights for n in ("shard-0", "shard-10", "shard-20")} == {weight_format("cpu", "auto")}
     assert [d.get(n).info.threads for n in NAMES] == list(THREADS)
+    # each tells where it computes: three processes of this one kernel, on this process's cores
+    from bus.machine import kernel_id
+    from services.shard.config import usable_cores
+    assert {(d.get(n).info.kernel, d.get(n).info.cores) for n in NAMES} == {(kernel_id(), usable_cores())}
+    assert kernel_id() != ""
     for chat in REFERENCE["chats"][:2]:
         replies = await drive.teacher_forced(chat, steps=6)
         expected = local_logits(local_model, chat, steps=6)

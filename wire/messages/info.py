@@ -41,6 +41,10 @@ class ShardInfo(ServiceInfo):
     cold_load: bool = False          # GGUF (cold) or the range cache
     max_rss_mb: float = 0.0
     threads: int = 0
+    # Where its threads run: shards that show one kernel (bus.machine.kernel_id) share its
+    # `cores`, so the scheduler keeps no more of its micro-batches computing at once than fit.
+    kernel: str = ""
+    cores: int = 0
     gpu_mb: float = 0.0              # what a cuda shard holds on its GPU: weights, KV, step buffers
     # The scheduler run whose page tables the KV follows ("": none), and the pages that hold
     # keys written for it: a page of a run that is gone is dropped (services.shard.kv_owner).

@@ -21,6 +21,9 @@ class Stage:
     end: int
     num_pages: int
     page_size: int
+    kernel: str = ""         # where it computes (ShardInfo.kernel, cores, threads); "": unknown
+    cores: int = 0
+    threads: int = 0
 
 
 def ready_stages(entries: Iterable, model: str) -> tuple[list[Stage], int | None]:
@@ -31,7 +34,8 @@ def ready_stages(entries: Iterable, model: str) -> tuple[list[Stage], int | None
         if e.state != "ready" or info.model != model or not info.layers:
             continue
         n_layers = info.n_layers or n_layers
-        stages.append(Stage(e.name, e.epoch, *info.layers, info.num_pages, info.page_size))
+        stages.append(Stage(e.name, e.epoch, *info.layers, info.num_pages, info.page_size,
+                            info.kernel, info.cores, info.threads))
     return stages, n_layers
 
 
