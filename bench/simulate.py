@@ -121,7 +121,7 @@ def predictions(costs: Costs, run: dict, cpu_share: float = 1.0) -> list[tuple]:
         rounds = [r for r in run["rounds"] if f"llmbus@{c}" in r]
         got = [r[f"llmbus@{c}"] for r in rounds]
         rate = statistics.median(g["decode_tok_s"] for g in got)
-        inflight = statistics.median(g.get("inflight", 1.0) for g in got)
+        inflight = statistics.median(micro_batches_of(g, c) for g in got)
         own = [in_run(bench, r[f"llmbus@{c}"], r["llmbus@1"], c) for r in rounds
                if r[f"llmbus@{c}"].get("scheduler") and r.get("llmbus@1", {}).get("scheduler")]
         out.append((f"decode tok/s, c={c}", rate,
@@ -133,6 +133,17 @@ def predictions(costs: Costs, run: dict, cpu_share: float = 1.0) -> list[tuple]:
             out.append(("first token s, c=1", ttft,
                         statistics.median(p[1] for p in own) if own else None, bench.ttft(int(prompt))))
     return out
+
+
+def micro_batches_of(level: dict, c: int) -> float:
+    """The micro-batches a level kept in flight while its sequences decoded: the sequences over
+    the rows a decode batch carried. (rpc_compare's `inflight` counts the prefill batches too:
+    8 prompts in chunks made a level whose decode ran in 1 micro-batch read as 1.4.)"""
+    s = level.get("scheduler") or {}
+    batches, tokens, requests = s.get("driver.decode_batches", 0.0), level.get("tokens"), level.get("requests")
+    if batches and tokens and requests and sum(tokens) > requests:
+        return max(1.0, min(float(c), c * batches / (sum(tokens) - requests)))
+    return max(1.0, min(level.get("inflight", 1.0), float(c)))
 
 
 def in_run(pipe: Pipeline, level: dict, alone: dict, c: int) -> tuple[float, float]:
@@ -154,7 +165,7 @@ def in_run(pipe: Pipeline, level: dict, alone: dict, c: int) -> tuple[float, flo
 
     compute, _, _ = split(alone)
     _, prefill_s, _ = split(level)
-    m = max(1.0, min(level.get("inflight", 1.0), c))
+    m = micro_batches_of(level, c)
     rows = c / m
     grow = at(pipe.costs.layer_decode, rows) / at(pipe.costs.layer_decode, 1)
     prompt = (level.get("prompt_tokens") or [40])[0] or 40

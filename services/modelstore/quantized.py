@@ -102,10 +102,11 @@ def _fused(parts: list) -> QMatrix | QRows:
     return ms[0] if len(ms) == 1 else QRows(tuple(ms))
 
 
-def quantized_stack(layer_tensors: list[list]) -> QStack | QLayers | None:
+def quantized_stack(layer_tensors: list[list], alloc=None) -> QStack | QLayers | None:
     """Per layer, tensors fused along `out` (q|k|v, gate|up): one QStack when every tensor has one
     kind, else a QLayers; None when any tensor has no kernel or the parts differ in width (then:
-    dequantize)."""
+    dequantize). `alloc(shape)` gives the QStack's uint8 array to fill (default: np.empty; the
+    range cache gives its file's mapping, so a range is built straight into it)."""
     flat = [t for parts in layer_tensors for t in parts]
     kinds = {kind_of(t) for t in flat}
     widths = {int(t.shape[0]) for t in flat}
@@ -118,7 +119,8 @@ def quantized_stack(layer_tensors: list[list]) -> QStack | QLayers | None:
         width = flat[0].data.shape[-1]
         if len(set(rows)) != 1 or any(t.data.shape[-1] != width for t in flat):
             return None
-        data = np.empty((len(layer_tensors), rows[0], width), dtype=np.uint8)
+        shape = (len(layer_tensors), rows[0], width)
+        data = alloc(shape) if alloc is not None else np.empty(shape, dtype=np.uint8)
         for layer, parts in zip(data, layer_tensors):
             at = 0
             for t in parts:

@@ -74,31 +74,65 @@ def load_weights(model: Path, start: int, end: int, dtype: str = "float32",
             return LoadedWeights(config, weights, False, time.perf_counter() - t0, entry)
         except (OSError, ValueError, KeyError):
             shutil.rmtree(entry, ignore_errors=True)   # damaged entry: rebuild it below
-    built = _read_gguf(Path(model), start, end, dtype)
     try:
-        _write_entry(entry, *built)
+        _build_entry(Path(model), start, end, dtype, entry)
     except OSError as e:
         # The cache is an optimisation: a read-only or full cache serves from the GGUF.
         _warn_once(entry.parent.parent, e)
-        return LoadedWeights(*built, True, time.perf_counter() - t0, entry)
+        return LoadedWeights(*_read_gguf(Path(model), start, end, dtype), True, time.perf_counter() - t0, entry)
     prune(entry.parent.parent, keep=entry)
-    # Served from the entry just written, as a warm load would be: the arrays read_weights built
-    # (the layers stacked in anonymous memory) and the GGUF's mapping (whose pages the build read,
-    # and which an embedding or head kept as a view of it would hold resident) are let go, so a
-    # shard that built its own range holds that range's bytes once, not twice.
+    # Served from the entry just written, as a warm load would be: its pages are the ones the
+    # build wrote (still in memory), and the GGUF's mapping (whose pages the build read, and
+    # which an embedding or head kept as a view of it would hold resident) is let go, so a shard
+    # that built its own range holds that range's bytes once, not twice.
     try:
         config, weights = _read_entry(entry, start, end)
         _touch(entry)
     except (OSError, ValueError, KeyError):      # removed at once by another process's prune
-        config, weights = built
-    del built
+        config, weights = _read_gguf(Path(model), start, end, dtype)
     return LoadedWeights(config, weights, True, time.perf_counter() - t0, entry)
 
 
-def _read_gguf(model: Path, start: int, end: int, dtype: str) -> tuple[ModelConfig, ShardWeights]:
-    """Layers [start, end) read from the GGUF."""
+def _build_entry(model: Path, start: int, end: int, dtype: str, entry: Path) -> None:
+    """Write the entry for layers [start, end) of `model`. The stacked layer matrices are copied
+    from the GGUF straight into their files' mappings (space reserved first: a full disk is an
+    OSError here, not a SIGBUS on a page later), never into anonymous memory: a range of an 8B
+    model is 1.3 GB, and on a host whose memory limit counts page cache, that copy and the
+    written pages together (2.6 GB under a 2.2 GiB limit) made the kernel write the new pages
+    back to disk before it could free them, then read them in again (a cold start of 33 s where
+    a warm one took 8.5)."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+    try:
+        built = _read_gguf(model, start, end, dtype,
+                           stack_into=lambda name, shape: _npy_for_writing(tmp / f"{name}.npy", shape))
+        _write_entry(tmp, *built)
+        del built
+        try:
+            os.rename(tmp, entry)
+        except OSError:
+            if not entry.is_dir():                     # lost a race to a complete entry is fine
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _npy_for_writing(path: Path, shape: tuple[int, ...]) -> np.ndarray:
+    """A new .npy file of uint8 `shape`, its space reserved, mapped for writing."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "|u1", "fortran_order": False, "shape": shape})
+        offset = f.tell()
+        size = int(np.prod(shape))
+        if size:
+            os.posix_fallocate(f.fileno(), offset, size)
+    return np.lib.format.open_memmap(path, mode="r+")
+
+
+def _read_gguf(model: Path, start: int, end: int, dtype: str,
+               stack_into=None) -> tuple[ModelConfig, ShardWeights]:
+    """Layers [start, end) read from the GGUF (`stack_into`: see read_weights)."""
     if dtype == QUANTIZED:
-        return read_weights(model, start, end, np.float32, quantized=True)
+        return read_weights(model, start, end, np.float32, quantized=True, stack_into=stack_into)
     return read_weights(model, start, end, np.dtype(dtype))
 
 
@@ -190,34 +224,30 @@ def _read_entry(entry: Path, start: int, end: int) -> tuple[ModelConfig, ShardWe
     return config, ShardWeights(start=start, end=end, **arrays)
 
 
-def _write_entry(entry: Path, config: ModelConfig, weights: ShardWeights) -> None:
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
-    try:
-        arrays = weights.arrays()
-        aliases = {}
-        if weights.output is not None and weights.output is weights.token_embd:
-            aliases["output"] = "token_embd"                  # a tied head: stored once
-            del arrays["output"]
-        quant = {}
-        mixed = {}
-        for name, a in arrays.items():
-            if isinstance(a, QLayers):
-                mixed[name], a = _mixed_bytes(a)
-            elif isinstance(a, (QStack, QMatrix)):
-                quant[name] = [a.kind, a.cols]
-                a = a.data
-            np.save(tmp / f"{name}.npy", a)
-        (tmp / "manifest.json").write_text(json.dumps({"config": config.to_json(), "arrays": sorted(arrays),
-                                                       "quantized": quant, "mixed": mixed,
-                                                       "aliases": aliases}))
-        try:
-            os.rename(tmp, entry)
-        except OSError:
-            if not entry.is_dir():                     # lost a race to a complete entry is fine
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def _write_entry(tmp: Path, config: ModelConfig, weights: ShardWeights) -> None:
+    """The arrays not yet in `tmp` (each built straight into its file is there already), then
+    the manifest."""
+    arrays = weights.arrays()
+    aliases = {}
+    if weights.output is not None and weights.output is weights.token_embd:
+        aliases["output"] = "token_embd"                  # a tied head: stored once
+        del arrays["output"]
+    quant = {}
+    mixed = {}
+    for name, a in arrays.items():
+        if isinstance(a, QLayers):
+            mixed[name], a = _mixed_bytes(a)
+        elif isinstance(a, (QStack, QMatrix)):
+            quant[name] = [a.kind, a.cols]
+            a = a.data
+        path = tmp / f"{name}.npy"
+        if isinstance(a, np.memmap) and a.filename and Path(a.filename).resolve() == path.resolve():
+            a.flush()                                     # built in place
+        else:
+            np.save(path, a)
+    (tmp / "manifest.json").write_text(json.dumps({"config": config.to_json(), "arrays": sorted(arrays),
+                                                   "quantized": quant, "mixed": mixed,
+                                                   "aliases": aliases}))
 
 
 def _mixed_bytes(layers: QLayers) -> tuple[list, np.ndarray]:

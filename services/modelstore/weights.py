@@ -139,19 +139,21 @@ def read_config(path: Path) -> tuple[ModelConfig, GGUFReader]:
     return config_from_gguf(reader), reader
 
 
-def read_weights(path: Path, start: int, end: int, dtype=np.float32,
-                 quantized: bool = False) -> tuple[ModelConfig, ShardWeights]:
+def read_weights(path: Path, start: int, end: int, dtype=np.float32, quantized: bool = False,
+                 stack_into=None) -> tuple[ModelConfig, ShardWeights]:
     """The tensors of layers [start, end) (and embeddings / head at the ends) only: dequantized
-    to `dtype`, or with `quantized` kept in blocks where the native kernel has their kind."""
+    to `dtype`, or with `quantized` kept in blocks where the native kernel has their kind.
+    `stack_into(field, shape)`, where given, gives the uint8 array a field's stacked blocks are
+    copied into (the range cache's file for it)."""
     config, reader = read_config(path)
     check_range(config, start, end)
     tensors = {t.name: t for t in reader.tensors}
 
-    def layers(*names: str, kind: str = "weight") -> np.ndarray | QStack | QLayers:
+    def layers(*names: str, kind: str = "weight", field: str = "") -> np.ndarray | QStack | QLayers:
         """Stack over the range one matrix per layer, (out, in) as GGUF stores it, fused along out."""
         if quantized and kind == "weight":
             parts = [[_tensor(tensors, f"blk.{i}.{name}.weight") for name in names] for i in range(start, end)]
-            stack = quantized_stack(parts)
+            stack = quantized_stack(parts, (lambda shape: stack_into(field, shape)) if stack_into and field else None)
             if stack is not None:
                 return stack
         return np.ascontiguousarray(np.stack([
@@ -163,11 +165,11 @@ def read_weights(path: Path, start: int, end: int, dtype=np.float32,
     w = ShardWeights(
         start=start, end=end,
         attn_norm=layers("attn_norm"),
-        wqkv=layers(*qkv_names),
-        wo=layers("attn_output"),
+        wqkv=layers(*qkv_names, field="wqkv"),
+        wo=layers("attn_output", field="wo"),
         ffn_norm=layers("ffn_norm"),
-        w_gate_up=layers(*spec.gate_up_names),
-        w_down=layers("ffn_down"),
+        w_gate_up=layers(*spec.gate_up_names, field="w_gate_up"),
+        w_down=layers("ffn_down", field="w_down"),
     )
     if spec.qkv_bias:
         w.qkv_bias = layers(*qkv_names, kind="bias")

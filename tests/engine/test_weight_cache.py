@@ -101,3 +101,25 @@ def test_a_cold_load_serves_from_its_new_entry_and_lets_the_gguf_go(tmp_path):
         for name, a in cold.weights.arrays().items():
             b = getattr(warm.weights, name)
             np.testing.assert_array_equal(getattr(b, "data", b), getattr(a, "data", a))
+
+
+def test_a_cache_with_no_room_serves_from_the_gguf_and_leaves_no_partial_entry(tmp_path, monkeypatch, caplog):
+    """The build reserves each stacked matrix's space before writing into its mapping: a full
+    disk is an OSError at that point (not a SIGBUS at a page later), the shard serves from the
+    GGUF, and nothing half-built stays in the cache."""
+    import errno
+
+    path = write_tiny_llama(tmp_path / "m.gguf", seed=3)
+
+    def full(fd, offset, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    want = load_weights(path, 0, 3, "quantized", root=tmp_path / "other")
+    monkeypatch.setattr("os.posix_fallocate", full)
+    got = load_weights(path, 0, 3, "quantized", root=tmp_path / "c")
+    assert got.cold and not got.path.exists()
+    assert not any(p.is_file() for p in (tmp_path / "c").rglob("*")), "a partial entry was left"
+    for name, a in want.weights.arrays().items():
+        b = getattr(got.weights, name)
+        np.testing.assert_array_equal(getattr(b, "data", b), getattr(a, "data", a))
+    assert "cannot write" in caplog.text

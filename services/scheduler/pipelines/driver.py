@@ -341,6 +341,7 @@ class Driver:
             self.timing[f"compute_ms.{shard}"] += ms
         if batch.num_tokens == len(batch.chunks):   # decodes only: the engine's own step
             self.timing["decode_compute_ms"] += sum(compute.values())
+            self.timing["decode_batch_ms"] += seconds * 1e3    # its round trip, hops and all
             self.counters["decode_batches"] += 1
         self.policy.record_step({k: ms / 1e3 for k, ms in compute.items()}, batch.num_tokens)
         samples, failures, tops = {}, {}, {}
