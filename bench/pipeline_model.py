@@ -7,8 +7,8 @@ its compute). With M micro-batches in flight, each sequence gets one token per c
 lasts at least one micro-batch's round trip and at least what the busiest stage must do for all
 M; where every host shares one CPU (the namespace hosts of bench/rpc_compare.py on one machine)
 the stages' work together bounds it too: a stage alone keeps a share u of that CPU busy (its
-threads' gain over one thread, over the cores: u = 1 where one stage fills the machine and no
-two stages compute at once to any gain):
+threads over the cores, at most 1: u = 1 where one stage's threads fill the machine, and two
+stages at once only contend):
 
     rate(C) = C / max(T(b), M * max_s t_s(b))                          each host its own CPU
     rate(C) = C / max(T(b), M * max_s t_s(b), M * u * sum_s t_s(b))    hosts sharing one CPU

@@ -84,8 +84,9 @@ def check(args) -> int:
     print(f"{'run':30} {'what':20} {'measured':>9} {'run':>16} {'bench':>16}")
     for path in args.runs:
         results = json.loads(Path(path).read_text())
-        # A stage alone keeps its threads' gain over one thread busy of the run's cores.
-        share = min(1.0, costs.thread_gain / results["cores"]) if costs.thread_gain else 1.0
+        # A stage alone keeps its threads' share of the run's cores busy: with as many threads as
+        # cores, all of them (two such stages at once only contend).
+        share = min(1.0, results.get("threads", results["cores"]) / results["cores"])
         for run in results["runs"]:
             label = f"{results['hosts']} host(s), {run['delay_ms']:g} ms"
             for what, measured, by_run, by_bench in predictions(costs, run, share):

@@ -135,7 +135,8 @@ def _local_layers(pattern, period: int, n_layers: int) -> tuple[bool, ...]:
 
 
 def config_from_gguf(reader) -> ModelConfig:
-    """Read ModelConfig from an open gguf.GGUFReader; UnsupportedModel for what llmbus cannot run
+    """Read ModelConfig from a GGUF's `fields` and `tensors` (gguf_tensors.TensorFile, or gguf's
+    GGUFReader); UnsupportedModel for what llmbus cannot run
     (an unknown architecture is refused by name before any tensor is looked at)."""
     arch = _field(reader, "general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as QT
-from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from kernels.qmatrix import QMatrix, QRows
-from services.modelstore.errors import BadModelFile
 from services.modelstore.gguf_config import ModelConfig, UnsupportedModel, config_from_gguf
+from services.modelstore.gguf_tensors import TensorFile
 from services.modelstore.quantized import QLayers, QStack, kind_of, quantized_matrix, quantized_stack
 from services.modelstore.rope_layout import head_order, qkv_order
 
@@ -131,11 +130,8 @@ def _matrix(tensors: dict, name: str, dtype, quantized: bool = False) -> np.ndar
     return w.reshape([int(n) for n in reversed(t.shape)]).astype(dtype, copy=False)
 
 
-def read_config(path: Path) -> tuple[ModelConfig, GGUFReader]:
-    try:
-        reader = GGUFReader(str(path))
-    except RecursionError:     # gguf's reader recurses into arrays of arrays
-        raise BadModelFile(f"{path}: GGUF metadata nests arrays too deeply") from None
+def read_config(path: Path) -> tuple[ModelConfig, TensorFile]:
+    reader = TensorFile(path)
     return config_from_gguf(reader), reader
 
 

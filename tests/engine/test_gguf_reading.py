@@ -65,3 +65,26 @@ def test_real_model_config(model_path):
     assert (config.n_layers, config.d_model, config.n_heads, config.n_kv_heads) == (30, 576, 9, 3)
     assert (config.head_dim, config.ffn_dim, config.vocab_size) == (64, 1536, 49152)
     assert config.rope_base == 100000.0 and config.tied_output
+
+
+def test_the_tensor_index_reads_what_ggufs_own_reader_reads(model_path):
+    """gguf_tensors.TensorFile (which read_weights uses: gguf's reader spends seconds on the
+    vocabulary) gives every tensor and field of the default model as gguf.GGUFReader does."""
+    from gguf import GGUFReader
+
+    from services.modelstore.gguf_tensors import TensorFile
+    ours, theirs = TensorFile(model_path), GGUFReader(str(model_path))
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
+    for a, b in zip(ours.tensors, theirs.tensors):
+        assert (a.tensor_type, a.shape) == (b.tensor_type, tuple(int(d) for d in b.shape)), a.name
+        assert (a.data.shape, a.data.dtype) == (b.data.shape, b.data.dtype), a.name
+        np.testing.assert_array_equal(a.data, b.data)
+    keys = [k for k in theirs.fields if not k.startswith("GGUF.")]
+    assert sorted(keys) == sorted(ours.fields)
+    for k in keys:
+        want = theirs.fields[k].contents()
+        got = ours.fields[k].contents()
+        if isinstance(want, list) and want and isinstance(want[0], str):
+            assert got == want, k
+        else:
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=k)

@@ -13,8 +13,7 @@ Where stages compute at once, one micro-batch more: the scheduler's turn between
 (results back, the next batch planned and sent) and the hops then overlap a step instead of
 idling a stage. Where only one stage computes at a time, no more: the second micro-batch would
 compute beside the first on the same cores, and costs far more than the turn it hides (the same
-8B run at concurrency 8 over 3 namespace hosts: 15.0 tok/s with 1 in flight against 12.3 with 2;
-over 1 host, one shard holding all 32 layers: XX against 10.7).
+8B run at concurrency 8 over 3 namespace hosts: 15.0 tok/s with 1 in flight against 12.3 with 2).
 """
 
 from __future__ import annotations
