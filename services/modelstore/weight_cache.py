@@ -241,9 +241,9 @@ def _write_entry(tmp: Path, config: ModelConfig, weights: ShardWeights) -> None:
             quant[name] = [a.kind, a.cols]
             a = a.data
         path = tmp / f"{name}.npy"
-        if isinstance(a, np.memmap) and a.filename and Path(a.filename).resolve() == path.resolve():
-            a.flush()                                     # built in place
-        else:
+        # Built in place: its pages are the file's (no msync: np.save never waited for the disk
+        # either, and the page cache serves them to every reader meanwhile).
+        if not (isinstance(a, np.memmap) and a.filename and Path(a.filename).resolve() == path.resolve()):
             np.save(path, a)
     (tmp / "manifest.json").write_text(json.dumps({"config": config.to_json(), "arrays": sorted(arrays),
                                                    "quantized": quant, "mixed": mixed,
