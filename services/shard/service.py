@@ -193,7 +193,9 @@ class ShardService(Service):
             num_pages=self.shard.num_pages, page_size=self.shard.page_size,
             load_s=round(self.loaded.seconds, 3), cold_load=self.loaded.cold,
             kv_mb=round(self.kv_bytes / 2**20, 1), max_rss_mb=round(rss_mb, 1),
-            threads=self.threads, kernel=kernel_id(), cores=usable_cores(),
+            # a GPU shard computes on its own device: it shares no cores with its neighbours
+            threads=self.threads, kernel=kernel_id() if self.shard.device != "cuda" else "",
+            cores=usable_cores(),
             kv_pages=self.model.kv.pages_held,
             kv_owner=self.kv_owner.name, kv_owner_epoch=self.kv_owner.epoch,
             gpu_mb=round(self.model.device_bytes() / 2**20, 1) if self.shard.device == "cuda" else 0.0)
