@@ -2,7 +2,8 @@
 
 Layout: <cache_dir>/weights/<file identity>/<start>-<end>-<format>-v<LAYOUT>/ holding
 manifest.json and one .npy per array, loaded back with np.load(mmap_mode="r") (no copy, no
-GGUF parsing: GGUFReader alone takes ~2.4 s on the default model because of its vocabulary).
+GGUF parsing, no fusing of q|k|v and gate|up or stacking of layers: that was done once, when
+the entry was built, straight into its files).
 The format is a float dtype ("float32", "float16": dequantized) or "quantized" (GGUF's blocks
 where the native kernel has their kind; the manifest names each array's kind). A tied output
 head is stored once. A directory is built under a temporary name and renamed into place, so
