@@ -87,18 +87,24 @@ class Driver:
         return [await self.step([t], i, return_logits=True) for i, t in enumerate(tokens)]
 
 
-async def shards_ready(d: Directory, names, timeout: float = 240.0):
+async def shards_ready(d: Directory, names, timeout: float = 240.0, procs=None):
     """The entries of the shards `names` once each is ready with its model loaded and sees every
     other live: a shard hands a batch on only to a next stage its own directory knows, and each
-    finds the others on its own (mDNS), maybe after this test's directory has."""
+    finds the others on its own (mDNS), maybe after this test's directory has. procs (tests.bus.procs
+    .Procs): the processes behind them, whose exit fails this at once and whose output (with each
+    stack, where one still runs at the timeout) the failure shows."""
     names = set(names)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if procs is not None and procs.exited():
+            raise AssertionError(f"a process exited before shards {sorted(names)} were ready:\n"
+                                 f"{procs.report()}")
         ready = [e for e in d.of_kind("shard") if e.name in names and e.state == "ready" and e.info.model]
         if len(ready) == len(names) and await _see_each_other(ready, names):
             return ready
         await asyncio.sleep(0.1)
-    raise AssertionError(f"shards {sorted(names)} not ready: {d.explain()}")
+    told = f"\n{procs.report(stacks=True)}" if procs is not None else ""
+    raise AssertionError(f"shards {sorted(names)} not ready: {d.explain()}{told}")
 
 
 async def _see_each_other(entries, names: set) -> bool:

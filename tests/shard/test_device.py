@@ -89,7 +89,7 @@ async def test_two_cuda_shard_processes_follow_the_cpu_model(model_path):
                             "--layers", f"{a}:{b}", "--codec", "fp16", "--device", "cuda",
                             "--pages", str(PAGES), "--page-size", str(PAGE)))
         async with client(cluster) as me:
-            ready = await shards_ready(me.directory, names)
+            ready = await shards_ready(me.directory, names, procs=procs)
             assert {e.info.device for e in ready} == {"cuda"}
             assert {e.info.weights for e in ready} == {"quantized"}       # GGUF blocks on the GPU
             drive = await Driver(me, names, PAGE).reached()

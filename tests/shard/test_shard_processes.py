@@ -48,7 +48,7 @@ async def pipeline(model_path):
     shards = start_pipeline(procs, model_path, cluster, "fp32")
     async with client(cluster) as me:
         d = me.directory
-        await shards_ready(d, NAMES)
+        await shards_ready(d, NAMES, procs=procs)
         yield procs, shards, d, await Driver(me, NAMES, PAGE).reached(), cluster
     procs.stop_all()
 
@@ -280,7 +280,7 @@ async def test_int8_and_fp16_hops_agree_with_fp32_on_the_reference(model_path, l
             agree = total = 0
             worst = 0.0
             async with client(cluster) as me:
-                await shards_ready(me.directory, NAMES)
+                await shards_ready(me.directory, NAMES, procs=procs)
                 drive = await Driver(me, NAMES, PAGE).reached()
                 for chat in REFERENCE["chats"][:2]:
                     replies = await drive.teacher_forced(chat, steps=8)

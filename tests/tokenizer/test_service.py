@@ -38,25 +38,25 @@ async def svc(model_path):
                            "--cluster", cluster, "--no-mdns", "--rpc-port", str(port)))
     client = RpcClient(zmq.asyncio.Context.instance(), f"tcp://127.0.0.1:{port}", name="tokenizer-0")
     try:
-        await _until_ready(client, proc)
+        await _until_ready(client, proc, procs)
         yield client, cluster, port, proc
     finally:
         await client.close()
         procs.stop_all()
 
 
-async def _until_ready(client: RpcClient, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+async def _until_ready(client: RpcClient, proc: subprocess.Popen, procs: Procs, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"tokenizer exited {proc.returncode}:\n{proc.stdout.read()}")
+            raise AssertionError(f"tokenizer exited {proc.returncode}:\n{procs.output(proc)}")
         try:
             if (await client.call(Status(), timeout=1.0)).state == "ready":
                 return
         except BusError:
             pass
         await asyncio.sleep(0.1)
-    raise AssertionError("tokenizer never became ready")
+    raise AssertionError(f"tokenizer never became ready:\n{procs.report(stacks=True)}")
 
 
 async def test_info_describes_the_model(svc, smollm, model_path):
