@@ -33,6 +33,11 @@ log = logging.getLogger("llmbus.bus")
 MAX_HANDSHAKES = 16
 MAX_WAITING = 256
 MAX_ERRORS = 64
+# A candidate whose hello went unanswered is asked again, after RETRY_FIRST s, then twice as long
+# each time up to RETRY_MAX, for RETRY_FOR s: a peer busy starting on a loaded machine may answer
+# its first hello late, and mDNS tells of it only once. One that never answers is a record that
+# outlived its process (they linger for minutes); at most MAX_WAITING are retried at once.
+RETRY_FIRST, RETRY_MAX, RETRY_FOR = 0.5, 8.0, 120.0
 
 
 class Directory:
@@ -66,6 +71,8 @@ class Directory:
         self._tasks: list[asyncio.Task] = []
         self._confirming: set[asyncio.Task] = set()   # handshakes started by mDNS candidates
         self._waiting: OrderedDict[str, Candidate] = OrderedDict()   # endpoint -> candidate
+        # endpoint -> (first failure, next delay) of candidates whose hello went unanswered
+        self._retrying: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._changed = asyncio.Event()
         self._closed = False
         self._listened: float | None = None        # when the reader last emptied its socket
@@ -176,6 +183,9 @@ class Directory:
     # ------------------------------------------------------------------ discovery
     def _on_candidate(self, c: Candidate) -> None:
         self.counters["mdns_candidates"] += 1
+        self._consider(c)
+
+    def _consider(self, c: Candidate) -> None:
         if c.name == self.me:
             return
         if c.cluster != self.config.cluster:
@@ -198,11 +208,11 @@ class Directory:
         """Start handshakes with waiting candidates, newest first, at most MAX_HANDSHAKES at once
         (static peers' handshakes count too)."""
         while self._waiting and len(self._confirming) < MAX_HANDSHAKES and not self._closed:
-            ep, _ = self._waiting.popitem(last=True)
+            ep, c = self._waiting.popitem(last=True)
             if ep in self._inflight:
                 continue
             self._inflight.add(ep)
-            task = asyncio.get_running_loop().create_task(self.confirm(ep, source="mdns"))
+            task = asyncio.get_running_loop().create_task(self._confirm_candidate(ep, c))
             self._confirming.add(task)
             task.add_done_callback(self._confirmed_one)
 
@@ -210,6 +220,28 @@ class Directory:
         self._confirming.discard(task)
         if not self._closed:
             self._confirm_waiting()
+
+    async def _confirm_candidate(self, ep: str, c: Candidate) -> None:
+        try:
+            await self._confirm(ep, source="mdns")
+            self._retrying.pop(ep, None)
+        except _Unanswered:
+            self._retry_later(ep, c)
+
+    def _retry_later(self, ep: str, c: Candidate) -> None:
+        now = time.monotonic()
+        first, delay = self._retrying.pop(ep, (now, RETRY_FIRST))
+        if self._closed or now + delay - first > RETRY_FOR:
+            return
+        self._retrying[ep] = (first, min(2 * delay, RETRY_MAX))
+        if len(self._retrying) > MAX_WAITING:
+            self._retrying.popitem(last=False)
+        asyncio.get_running_loop().call_later(delay, self._again, ep, c)
+
+    def _again(self, ep: str, c: Candidate) -> None:
+        # (Not if forgotten meanwhile: an answer, another flood of candidates, or the end.)
+        if ep in self._retrying and not self._closed:
+            self._consider(c)
 
     def _error(self, ep: str, why: str) -> None:
         self.last_errors.pop(ep, None)
@@ -241,7 +273,15 @@ class Directory:
             await asyncio.sleep(self.config.heartbeat_interval)
 
     async def confirm(self, ep: str, source: str) -> PeerEntry | None:
-        """Handshake with an endpoint; on success, subscribe to its heartbeats."""
+        """Handshake with an endpoint; on success, subscribe to its heartbeats. None when it did
+        not answer or belongs to another cluster (last_errors says which)."""
+        try:
+            return await self._confirm(ep, source)
+        except _Unanswered:
+            return None
+
+    async def _confirm(self, ep: str, source: str) -> PeerEntry | None:
+        """confirm(), but _Unanswered when no valid welcome came."""
         self._inflight.add(ep)
         client = RpcClient(self.ctx, ep, sender=self.me, name=ep, key=self.config.key)
         try:
@@ -249,7 +289,7 @@ class Directory:
         except (BusError, wire.BadFrame) as e:
             self.counters["handshake_failures"] += 1
             self._error(ep, f"handshake failed ({e}){self._curve_hint(e)}")
-            return None
+            raise _Unanswered(ep) from e
         finally:
             await client.close()
             self._inflight.discard(ep)
@@ -327,3 +367,6 @@ class Directory:
     def subscribe(self, topic: bytes) -> None:
         self._sub.setsockopt(zmq.SUBSCRIBE, topic)
 
+
+class _Unanswered(Exception):
+    """A handshake that got no valid welcome (no reply in time, or a bad one)."""

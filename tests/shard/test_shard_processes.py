@@ -247,7 +247,7 @@ async def test_a_respawned_shard_loads_warm_and_serves_again(pipeline, local_mod
         e = d.get("shard-10")
         if e is not None and e.epoch != old.epoch and e.state == "ready" and e.info.load_s:
             break
-        assert time.monotonic() - t0 < 60, d.explain()
+        assert time.monotonic() - t0 < 60, f"{d.explain()}\n{procs.report(stacks=True)}"
         await asyncio.sleep(0.1)
     assert e.info.cold_load is False and e.info.load_s < 2.0
     # Along the old route the batch is refused by name; along the new one, the sequence that went
