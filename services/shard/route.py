@@ -7,7 +7,7 @@ the batch when that stage (or it itself) is not the process the route was planne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from wire.messages.shard import RouteStage
 
@@ -15,6 +15,11 @@ from wire.messages.shard import RouteStage
 class StaleRoute(Exception):
     """The route names a shard process that is gone or was restarted: the pipeline changed, and
     the caller must plan again (re-prefilling what the lost KV held)."""
+
+
+class NotLive(StaleRoute):
+    """The route's next stage is not heard from now: gone, or silent for a moment on a busy
+    machine (only a newer epoch proves a restart)."""
 
 
 class BadRoute(ValueError):
@@ -45,9 +50,22 @@ def next_stage(route: Sequence[RouteStage], hop: int, live_epoch: Callable[[str]
     nxt = route[hop + 1]
     seen = live_epoch(nxt.name)
     if seen is None:
-        raise StaleRoute(f"{nxt.name}, stage {hop + 1} of the route (layers from {next_layer}), "
-                         "is not live")
+        raise NotLive(f"{nxt.name}, stage {hop + 1} of the route (layers from {next_layer}), "
+                      "is not live")
     if seen > nxt.epoch:
         raise StaleRoute(f"{nxt.name}, stage {hop + 1} of the route, restarted (epoch {seen}, the "
                          f"route names {nxt.epoch}): the KV of the batch is gone")
     return nxt
+
+
+async def next_stage_heard(route: Sequence[RouteStage], hop: int, live_epoch: Callable[[str], int | None],
+                           next_layer: int, heard: Callable[[str], Awaitable[object]]) -> RouteStage:
+    """next_stage, but a next stage merely not live is first waited for (`heard(name)`: until
+    it is heard from again, or the time to judge it dead has passed): the scheduler planned it
+    live, and on a machine whose cores are all busy a heartbeat may come late, where a refusal
+    costs the batch a re-run. A restarted one is refused at once."""
+    try:
+        return next_stage(route, hop, live_epoch, next_layer)
+    except NotLive:
+        await heard(route[hop + 1].name)
+    return next_stage(route, hop, live_epoch, next_layer)

@@ -40,7 +40,7 @@ from wire.messages.shard import (Forward, ForwardFailed, ForwardResult, HandedOn
 
 from .config import ShardConfig, usable_cores
 from .kv_owner import DROP, STALE, KVOwner
-from .route import BadRoute, StaleRoute, check_self, next_stage
+from .route import BadRoute, StaleRoute, check_self, next_stage_heard
 
 log = logging.getLogger("llmbus.shard")
 
@@ -298,7 +298,7 @@ class ShardService(Service):
         if small:
             self._small_step_s = time.perf_counter() - t0
         hop = self._hop(payload, f.sent_at, arrived, took)
-        nxt, timeout = self._next_stage(msg, f, end)
+        nxt, timeout = await self._next_stage(msg, f, end)
         onward = wire.evolve(f, first_layer=end, tokens=None, hop=f.hop + 1,
                              hidden=wire.Tensor(out, self.shard.codec), hops=[*f.hops, hop],
                              sent_at=time.time())
@@ -310,6 +310,14 @@ class ShardService(Service):
         self._handing.add(task)
         task.add_done_callback(self._handing.discard)
         return HandedOn(batch_id=f.batch_id)
+
+    async def _heard(self, name: str) -> None:
+        """Until `name` is heard from, for at most the time that judges it dead."""
+        if self.directory is not None:
+            try:
+                await self.directory.wait_for(name, self.config.bus.dead_after)
+            except BusError:
+                pass
 
     def _hop(self, payload: wire.Tensor, sent_at: float, arrived: float, computed_s: float) -> Hop:
         """This stage's figures for the batch: what it received, when, and the seconds it computed
@@ -333,10 +341,10 @@ class ShardService(Service):
             raise ServiceError(UNREACHABLE, f"{self.name} could not send the result of batch "
                                             f"{f.batch_id} to {to.name}")
 
-    def _next_stage(self, msg: wire.Message, f: Forward, end: int):
+    async def _next_stage(self, msg: wire.Message, f: Forward, end: int):
         """The route's next stage and the time left to reach it, or the typed refusal."""
         try:
-            nxt = next_stage(f.route, f.hop, self._live_epoch, end)
+            nxt = await next_stage_heard(f.route, f.hop, self._live_epoch, end, self._heard)
         except StaleRoute as e:
             raise self._refuse(STALE_ROUTE, e) from None
         except BadRoute as e:

@@ -74,7 +74,7 @@ async def test_a_second_shard_for_a_served_range_changes_no_answer(stack, model_
             assert got.token_ids == a.token_ids and got.text == a.text, f"request {i} {when}"
             assert got.done.finish_reason == a.done.finish_reason
     # Nothing was lost, so no batch failed and nothing was recovered; the newcomer ran no batch.
-    assert _errors(await stats(stack)) == before
+    assert _errors(await stats(stack)) == before, stack.drain_output()[-6000:]
     assert extra.counters.get("forwards", 0) == 0, extra.counters
 
 

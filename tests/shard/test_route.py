@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.shard.route import BadRoute, StaleRoute, check_self, next_stage
+from services.shard.route import BadRoute, NotLive, StaleRoute, check_self, next_stage, next_stage_heard
 from wire.messages.shard import RouteStage
 
 ROUTE = [RouteStage("shard-0", 100), RouteStage("shard-13", 200), RouteStage("shard-25", 300)]
@@ -37,3 +37,25 @@ def test_a_next_stage_gone_or_restarted_is_a_stale_route():
 def test_a_route_ending_early_is_bad():
     with pytest.raises(BadRoute, match="ends at stage 2 .shard-25. but layers from 30 remain"):
         next_stage(ROUTE, 2, seen(), 30)
+
+
+async def test_a_next_stage_unheard_for_a_moment_is_waited_for_and_one_restarted_is_not():
+    epochs, asked = {}, []
+
+    async def heard_again(name):        # its heartbeats come again while the shard waits
+        asked.append(name)
+        epochs[name.replace("-", "_")] = 200
+
+    live = lambda name: epochs.get(name.replace("-", "_"))          # noqa: E731
+    assert await next_stage_heard(ROUTE, 0, live, 13, heard_again) == ROUTE[1]
+    assert asked == ["shard-13"]
+
+    async def never(name):              # gone for good: the wait ends, and so does the batch
+        asked.append(name)
+
+    with pytest.raises(NotLive, match="shard-25, stage 2 of the route .layers from 25., is not live"):
+        await next_stage_heard(ROUTE, 1, seen(), 25, never)
+    assert issubclass(NotLive, StaleRoute) and asked == ["shard-13", "shard-25"]
+    with pytest.raises(StaleRoute, match="restarted .epoch 201, the route names 200."):
+        await next_stage_heard(ROUTE, 0, seen(shard_13=201), 13, never)
+    assert asked == ["shard-13", "shard-25"]                       # not waited for
