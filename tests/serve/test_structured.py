@@ -189,39 +189,48 @@ def valid_call(name: str, args: dict, allowed: list[str]) -> str | None:
 
 
 async def openai_call(oai, model, question, choice, stream):
+    """The calls of the answer, and how it ended (its finish reason and text, for a failure)."""
     kw = dict(model=model, messages=[{"role": "user", "content": question}], temperature=0.7,
               seed=len(question), max_tokens=MAX_TOKENS, tool_choice=choice,
               tools=[{"type": "function", "function": t} for t in TOOLS])
     if not stream:
         r = await oai.chat.completions.create(**kw)
         calls = r.choices[0].message.tool_calls or []
-        return [(c.function.name, json.loads(c.function.arguments)) for c in calls]
-    calls = []
+        return ([(c.function.name, json.loads(c.function.arguments)) for c in calls],
+                f"openai {choice}: {r.choices[0].finish_reason}, text {r.choices[0].message.content!r}")
+    calls, text, finish = [], "", None
     async for chunk in await oai.chat.completions.create(**kw, stream=True):
         for ch in chunk.choices:
             for c in ch.delta.tool_calls or []:
                 calls.append((c.function.name, json.loads(c.function.arguments)))
-    return calls
+            text, finish = text + (ch.delta.content or ""), ch.finish_reason or finish
+    return calls, f"openai {choice} streamed: {finish}, text {text!r}"
 
 
 async def anthropic_call(ant, model, question, choice, stream):
+    """The calls of the answer, and how it ended (its stop reason and text, for a failure)."""
     kw = dict(model=model, messages=[{"role": "user", "content": question}],
               extra_body={"temperature": 0.7}, max_tokens=MAX_TOKENS, tool_choice=choice,
               tools=[{"name": t["name"], "description": t["description"],
                       "input_schema": t["parameters"]} for t in TOOLS])
     if not stream:
         r = await ant.messages.create(**kw)
-        return [(b.name, b.input) for b in r.content if b.type == "tool_use"]
-    calls, current, parts = [], None, ""
+        return ([(b.name, b.input) for b in r.content if b.type == "tool_use"],
+                f"anthropic {choice}: {r.stop_reason}, text {[b.text for b in r.content if b.type == 'text']!r}")
+    calls, current, parts, text, stop = [], None, "", "", None
     async for ev in await ant.messages.create(**kw, stream=True):
         if ev.type == "content_block_start" and ev.content_block.type == "tool_use":
             current, parts = ev.content_block.name, ""
         elif ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
             parts += ev.delta.partial_json
+        elif ev.type == "content_block_delta" and ev.delta.type == "text_delta":
+            text += ev.delta.text
         elif ev.type == "content_block_stop" and current is not None:
             calls.append((current, json.loads(parts)))
             current = None
-    return calls
+        elif ev.type == "message_delta":
+            stop = ev.delta.stop_reason
+    return calls, f"anthropic {choice} streamed: {stop}, text {text!r}"
 
 
 async def test_forced_tool_calls_are_always_valid(stack, clients):
@@ -242,9 +251,9 @@ async def test_forced_tool_calls_are_always_valid(stack, clients):
 
     async def one(allowed, coro):
         async with gate:
-            calls = await coro
+            calls, ended = await coro
         if len(calls) != 1:
-            return f"{len(calls)} calls, not one: {calls}"
+            return f"{len(calls)} calls, not one: {calls} ({ended})"
         return valid_call(*calls[0], allowed)
 
     failures = [f for f in await asyncio.gather(*(one(a, c) for a, c in runs)) if f]
