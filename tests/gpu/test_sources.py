@@ -71,6 +71,7 @@ def test_nvrtc_compiles_every_kernel_as_declared(nvrtc_entries):
     check_entries(nvrtc_entries)
 
 
+@pytest.mark.slow                  # nvcc, where the toolkit is: seconds a file
 def test_nvcc_compiles_every_kernel_as_declared(compiled):
     check_entries(compiled["entries"])
 
@@ -83,6 +84,7 @@ def check_entries(entries: dict) -> None:
         assert types == [PTX_TYPES[t] for t, _ in k.params], f"{k.name}: PTX {types}, declared {k.params}"
 
 
+@pytest.mark.slow                  # nvcc, where the toolkit is: seconds a file
 def test_no_kernel_spills_registers(compiled):
     # (A stack frame is allowed: double-precision cos/sin keep one for their slow argument reduction.)
     for name, report in compiled["reports"].items():

@@ -20,6 +20,8 @@ from tests.conftest import require
 ROOT = Path(__file__).resolve().parents[2]
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
 
+pytestmark = pytest.mark.slow      # a compiler and a child pytest: over a minute on 2 cores
+
 
 @pytest.fixture(scope="module")
 def emulated_library(tmp_path_factory) -> Path:
