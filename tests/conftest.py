@@ -24,6 +24,16 @@ def require(present: bool, why: str) -> None:
     pytest.skip(why)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files with a test marked slow (real processes, the real model) first, each file's tests in
+    their own order. `.ci/run` hands whole files to two workers in this order (--dist loadfile,
+    --no-loadscope-reorder): the long end-to-end files start early and the run ends on short unit
+    files, where xdist's own order (files with the most tests first) left the longest, one- and
+    two-test files for last and one worker running them while the other waited."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)       # stable: each file keeps its order
+
+
 @pytest.fixture(scope="session")
 def model_path():
     from services.modelstore.pull import pull

@@ -20,6 +20,8 @@ from tests.conftest import require
 ROOT = Path(__file__).resolve().parents[2]
 SIMDE = Path("/usr/include/simde/x86/avx512.h")
 
+pytestmark = pytest.mark.slow      # a compiler and a child pytest: over a minute on 2 cores
+
 
 @pytest.fixture(scope="module")
 def emulated_library(tmp_path_factory) -> Path:
@@ -33,8 +35,10 @@ def emulated_library(tmp_path_factory) -> Path:
         pytest.skip("this CPU lacks AVX2")
     qm.set_isa("auto")
     out = tmp_path_factory.mktemp("emulated")
-    # setup.py's own build, flags and sources, with the test build's define added (CFLAGS).
-    env = dict(os.environ, CFLAGS="-DLB_SIMDE_AVX512 -w")
+    # setup.py's own build, flags and sources, with the test build's define added (CFLAGS), and
+    # without Python's default -g: debug information for SIMDe's thousands of inlined intrinsics was
+    # half of the build's time, and -g never changes the code GCC generates.
+    env = dict(os.environ, CFLAGS="-DLB_SIMDE_AVX512 -w -g0")
     run = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--parallel", "2",
                           "--build-temp", str(out / "tmp"), "--build-lib", str(out / "lib")],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
