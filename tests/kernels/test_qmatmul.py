@@ -93,7 +93,7 @@ def block_terms(w: QMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize(("path", "kind"), [("generic", k) for k in KINDS]
-                         + [("avx2", "q8_0"), ("avx512", "q8_0"), ("avx2", "q4_0")])
+                         + [("avx2", "q8_0"), ("avx512", "q8_0"), ("avx2", "q4_0"), ("avx512", "q4_0")])
 def test_each_output_sums_its_blocks_in_the_definitions_float_order(path, kind):
     """lb_qmatmul_generic's order, and the q8_0 kernels' of every path (AVX-512 runs AVX2's) and q4_0's
     on AVX2 bit for bit: per block acc + (d_w * d_x) * p in float32 (p the exact integer sum), then
