@@ -1,7 +1,7 @@
 /* The 32-weight kinds whose blocks are summed exactly before any float (Q4_0, Q5_0, Q5_1) on the AVX2
- * path (which AVX-512 machines run for Q5_0 and Q5_1; their Q4_0 has its own per-lane tiles:
- * qmatmul.c). qk_avx2.c includes it after its TGT, INLINE, PREFETCH, sum8_epi32, scales_f16x8 and
- * three integer steps:
+ * path (which AVX-512 machines run for Q5_0 and Q5_1; their Q4_0 has its own 16-lane tiles with the
+ * same float steps: q4_0_avx512.c). qk_avx2.c includes it after its TGT, INLINE, sum8_epi32,
+ * scales_f16x8, prefetch_rows8 and three integer steps:
  *   q32_dot(u, x): a block's products of unsigned quants u and one row's quants x in 8 int32 lanes;
  *   q32_quads(sum, wq, x): sum + 8 rows' products (lane r for row r) of 4 quads of a block's quants
  *     (wq[k]: quad k broadcast) and the rows' own quads (x + k * 32, lb_act's interleaved qv);
@@ -46,9 +46,7 @@ INLINE void q32_tile8(int kind, int R, const lb_act *a, int64_t t0, const uint8_
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w0 + b * bb;
-        /* each weight row is a few cache lines: too short a stream for the hardware prefetcher */
-        const char *ahead = (const char *)w0 + PREFETCH + b * 8 * bb;
-        for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+        prefetch_rows8(p, b, nb, bb, row_bytes);
         __m256 dw, mw;
         scales_f16x8(p, row_bytes, &dw, &mw);
         __m256i u[8];

@@ -83,7 +83,7 @@ int lb_act_init(lb_act *a, int kind, const float *x, int64_t T, int64_t K, lb_ro
     /* one zeroed allocation: the padding blocks must read as zero quants and zero scales */
     const int64_t nt = a->nb * (T + 8);
     const int64_t nv = kind == LB_Q8_0 && T > 1 ? (T + 7) / 8 * a->nb * 8 * QK : 0;   /* bytes of qv */
-    a->mem = calloc((size_t)(n * QK + nv + (n * (2 + 3 * a->lanes) + 3 * nt) * (int64_t)sizeof(float)) + 64, 1);
+    a->mem = calloc((size_t)(n * QK + nv + (n * (2 + 3 * a->lanes) + 4 * nt) * (int64_t)sizeof(float)) + 64, 1);
     if (a->mem == NULL) return LB_ENOMEM;
     float *f = (float *)(((uintptr_t)a->mem + 63) & ~(uintptr_t)63);
     a->d = f;
@@ -94,18 +94,20 @@ int lb_act_init(lb_act *a, int kind, const float *x, int64_t T, int64_t K, lb_ro
     a->side_t = f + (2 + 3 * a->lanes) * n;
     a->d_t = a->side_t + nt;
     a->sq_t = (int32_t *)(a->d_t + nt);
-    a->q = (int8_t *)(a->sq_t + nt);
+    a->sq8_t = a->sq_t + nt;
+    a->q = (int8_t *)(a->sq8_t + nt);
     a->qv = nv ? a->q + n * QK : NULL;
     round(a, x);
     for (int64_t t = 0; t < T; t++)
         for (int64_t b = 0; b < a->nb; b++) {
             a->side_t[b * (T + 8) + t] = a->side[t * a->nbp + b];
-            if (kind != LB_Q8_0) continue;       /* d_t, sq_t and qv: only kernels of q8_0's order read them */
+            if (kind != LB_Q8_0) continue;       /* d_t, sq_t, sq8_t and qv: only kernels of q8_0's order read them */
             const int8_t *q = a->q + t * a->nbp * QK + b * QK;
             int32_t sq = 0;
             for (int e = 0; e < QK; e++) sq += q[e];
             a->d_t[b * (T + 8) + t] = a->d[t * a->nbp + b];
             a->sq_t[b * (T + 8) + t] = sq;
+            a->sq8_t[b * (T + 8) + t] = -8 * sq;
             if (nv)
                 for (int k = 0; k < QK / 4; k++)
                     memcpy(a->qv + (t / 8 * a->nb + b) * 8 * QK + k * QK + t % 8 * 4, q + 4 * k, 4);

@@ -114,6 +114,10 @@ void lb_qk_multiply(int kind, const lb_qk_act *a, const uint8_t *w, int64_t N, f
         lb_qk_matmul_avx512(kind, ak, w, N, out);
         return;
     }
+    if (kind == LB_Q4_0 && lb_chosen_isa() >= LB_ISA_AVX512) {
+        lb_q4_0_matmul_avx512(a5, w, N, out);
+        return;
+    }
     if (lb_chosen_isa() >= LB_ISA_AVX2) {     /* Q5_0/Q5_1 run it on AVX-512 machines too */
         lb_qk_matmul_avx2(kind, ak, a5, w, N, out);
         return;

@@ -115,6 +115,7 @@ void lb_qk_matmul_generic(int kind, const lb_act_k *ak, const lb_act *a5, const 
 #if defined(__x86_64__)
 void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const uint8_t *w, int64_t N, float *out);
 void lb_qk_matmul_avx512(int kind, const lb_act_k *ak, const uint8_t *w, int64_t N, float *out);   /* K kinds */
+void lb_q4_0_matmul_avx512(const lb_act *a, const uint8_t *w, int64_t N, float *out);              /* q4_0_avx512.c */
 #endif
 
 #endif

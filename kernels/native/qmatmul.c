@@ -60,13 +60,9 @@ typedef union {
     lb_qk_act qk;
 } rounded;
 
-/* Q4_0 sums each block exactly before any float (q32_tiles.h: the plain C code's bits) on AVX2 and in
- * plain C, where those tiles run batches 1.6-2.3x faster than this file's per-lane ones did; AVX-512
- * keeps its own per-lane VNNI tiles, faster still there (a batch of 8: 85 GMAC/s a core, against 45
- * for the exact-sum tiles with vpdpbusd). */
-static int qk_family(int kind) {
-    return lb_qk_block_bytes(kind) && !(kind == LB_Q4_0 && chosen_isa == LB_ISA_AVX512);
-}
+/* Q4_0 sums each block exactly before any float (q32_tiles.h, q4_0_avx512.c: the plain C code's bits)
+ * on every path; its tiles are qk.c's. */
+static int qk_family(int kind) { return lb_qk_block_bytes(kind) != 0; }
 
 static int round_x(int kind, const float *x, int64_t T, int64_t K, rounded *r) {
     if (qk_family(kind)) return lb_qk_round(kind, x, T, K, &r->qk);

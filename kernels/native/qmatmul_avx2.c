@@ -97,11 +97,7 @@ INLINE void tile8(int kind, const lb_act *a, int64_t t0, const uint8_t *w0, int6
     scales8(kind, w0, row_bytes, dxs[0], sxs[0], prod[0], &sides);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w0 + b * bb;
-        /* The 8 rows' bytes are contiguous (8 * row_bytes), but each row is only a few cache lines long:
-         * too short a stream for the hardware prefetcher. Ask for the bytes PREFETCH ahead of the tile's
-         * pace through them (8 block lengths a block). */
-        const char *ahead = (const char *)w0 + PREFETCH + b * 8 * bb;
-        for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+        prefetch_rows8(p, b, nb, bb, row_bytes);
         if (b + 1 < nb) scales8(kind, p + bb, row_bytes, dxs[b + 1], sxs[b + 1], prod[(b + 1) & 1], &sides);
         const float *pb = prod[b & 1];
         const __m256i x = act_block(kind, row, b);
@@ -136,8 +132,8 @@ INLINE __m256i q8_dot(__m256i u, __m256i x, __m256i ones) {
 
 /* R (<= 6) activation rows against 8 weight rows (R = 1: a decode step), lane c for weight row c: per
  * row the 8 blocks' sums meet in one vector, then one conversion, product and sum for the 8 outputs.
- * The next block's scales are converted while this one is multiplied, and the weights prefetched (each
- * weight row is only a few cache lines: too short a stream for the hardware prefetcher). */
+ * The next block's scales are converted while this one is multiplied, and the weights prefetched
+ * (prefetch_rows8). */
 INLINE void q8_tile8(int R, const lb_act *a, int64_t t0, const uint8_t *w0, int64_t row_bytes, float *out0, int64_t N) {
     const int64_t nb = a->nb, nbp = a->nbp, bb = 34;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -146,8 +142,7 @@ INLINE void q8_tile8(int R, const lb_act *a, int64_t t0, const uint8_t *w0, int6
     scales_f16x8(w0, row_bytes, &dw, &mw);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w0 + b * bb;
-        const char *ahead = (const char *)w0 + PREFETCH + b * 8 * bb;
-        for (int l = 0; l < 8 * bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+        prefetch_rows8(p, b, nb, bb, row_bytes);
         __m256 next = dw;
         if (b + 1 < nb) scales_f16x8(p + bb, row_bytes, &next, &mw);
         for (int r = 0; r < R; r++) {

@@ -1,10 +1,10 @@
-/* AVX-512 VNNI path of q4_0 and q4_1. Weights stay 4-bit: vpdpbusd multiplies unsigned weight quants by
+/* AVX-512 VNNI path of q4_1 (q4_0's is q4_0_avx512.c, with the exact block sums of the other paths).
+ * Weights stay 4-bit: vpdpbusd multiplies unsigned weight quants by
  * the int8 activation quants (lb_act) and sums four products per 32-bit lane, exactly. A "unit" is four
  * blocks: their 16 nibble bytes in the four 128-bit lanes of one register (one two-table byte permute
  * of the unit's bytes), low nibbles (elements 0..15) and high nibbles (16..31) each against their half
- * of the activations. Each lane's sum starts from lb_act's corr, which takes away what the unsigned
- * form adds (q4_0's 8), so it ends exact; it is scaled in float32 by its block's d_w * d_x (exact) and
- * q4_1's minimum comes in through lb_act's sxe. C weight rows share each load of x. q8_0 (q8_vtile
+ * of the activations. Each lane's sum is exact; it is scaled in float32 by its block's d_w * d_x (exact)
+ * and q4_1's minimum comes in through lb_act's sxe. C weight rows share each load of x. q8_0 (q8_vtile
  * below) gives lb_qmatmul_generic's bits, as qmatmul_avx2.c's kernels do, so below 7 rows of x it runs
  * theirs: its decode tile of 8 weight rows read a 178 MB head at 29 GB/s on a Zen 4, where this file's
  * former q8_0 units of two blocks, 4 weight rows a tile, read it at 8.6 GB/s. */
@@ -29,11 +29,10 @@
     (L) * (bb) + (off) + 8, (L) * (bb) + (off) + 9, (L) * (bb) + (off) + 10, (L) * (bb) + (off) + 11, \
     (L) * (bb) + (off) + 12, (L) * (bb) + (off) + 13, (L) * (bb) + (off) + 14, (L) * (bb) + (off) + 15
 static const uint8_t NIBBLES_Q4_1[64] = {G4(20, 4, 0), G4(20, 4, 1), G4(20, 4, 2), G4(20, 4, 3)};
-static const uint8_t NIBBLES_Q4_0[64] = {G4(18, 2, 0), G4(18, 2, 1), G4(18, 2, 2), G4(18, 2, 3)};
 /* 16-bit word of each 32-bit lane's block scale (d, or q4_1's m one word later) in the unit's bytes. */
 #define W4(bb, o) (o), (o), (o), (o), (bb) / 2 + (o), (bb) / 2 + (o), (bb) / 2 + (o), (bb) / 2 + (o), \
     (bb) + (o), (bb) + (o), (bb) + (o), (bb) + (o), 3 * (bb) / 2 + (o), 3 * (bb) / 2 + (o), 3 * (bb) / 2 + (o), 3 * (bb) / 2 + (o)
-static const int16_t D_Q4_1[32] = {W4(20, 0)}, M_Q4_1[32] = {W4(20, 1)}, D_Q4_0[32] = {W4(18, 0)};
+static const int16_t D_Q4_1[32] = {W4(20, 0)}, M_Q4_1[32] = {W4(20, 1)};
 
 /* One unit of a weight row from block b (valid: its blocks inside the row): the unsigned quants that
  * meet the activations' first and second 64 bytes, each lane's d_w, and (q4_1) each lane's m. The unit's
@@ -43,11 +42,9 @@ INLINE void load_unit(int kind, const uint8_t *p, int valid, __m512i *lo, __m512
     const __m512i A = bytes >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8((((__mmask64)1) << bytes) - 1, p);
     const __m512i B = bytes > 64 ? _mm512_maskz_loadu_epi8((((__mmask64)1) << (bytes - 64)) - 1, p + 64)
                                  : _mm512_setzero_si512();
-    const int16_t *dw = kind == LB_Q4_1 ? D_Q4_1 : D_Q4_0;
-    *d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(dw), A)));
-    if (kind == LB_Q4_1)
-        *m = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(M_Q4_1), A)));
-    const __m512i v = _mm512_permutex2var_epi8(A, _mm512_loadu_si512(kind == LB_Q4_1 ? NIBBLES_Q4_1 : NIBBLES_Q4_0), B);
+    *d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(D_Q4_1), A)));
+    *m = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(M_Q4_1), A)));
+    const __m512i v = _mm512_permutex2var_epi8(A, _mm512_loadu_si512(NIBBLES_Q4_1), B);
     const __m512i mask = _mm512_set1_epi8(0x0f);
     *lo = _mm512_and_si512(v, mask);
     *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
@@ -78,16 +75,14 @@ INLINE void tile(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
         for (int r = 0; r < R; r++) {
             const int8_t *xq = a->q + (t0 + r) * nbp * QK + b * QK;
             const __m512 dx = _mm512_loadu_ps(a->dxe + (t0 + r) * nbp * lanes + b * lanes);
-            const __m512 sx = kind == LB_Q4_1 ? _mm512_loadu_ps(a->sxe + (t0 + r) * nbp * lanes + b * lanes) : dx;
-            const __m512i corr = kind == LB_Q4_1 ? _mm512_setzero_si512()
-                                                 : _mm512_loadu_si512(a->corr + (t0 + r) * nbp * lanes + b * lanes);
+            const __m512 sx = _mm512_loadu_ps(a->sxe + (t0 + r) * nbp * lanes + b * lanes);
             const __m512i x0 = _mm512_loadu_si512(xq);
             const __m512i x1 = _mm512_loadu_si512(xq + 64);
             for (int c = 0; c < C; c++) {
-                __m512i p = _mm512_dpbusd_epi32(corr, lo[c], x0);
+                __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[c], x0);
                 p = _mm512_dpbusd_epi32(p, hi[c], x1);
                 acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[c], dx), acc[r][c]);
-                if (kind == LB_Q4_1) acc[r][c] = _mm512_fmadd_ps(mw[c], sx, acc[r][c]);
+                acc[r][c] = _mm512_fmadd_ps(mw[c], sx, acc[r][c]);
             }
         }
     }
@@ -116,7 +111,6 @@ INLINE void rows(int kind, int R, int C, const lb_act *a, int64_t t0, const uint
         0, rows_##KIND##_1, rows_##KIND##_2, rows_##KIND##_3, rows_##KIND##_4, \
         rows_##KIND##_5, rows_##KIND##_6, rows_##KIND##_7, rows_##KIND##_8};
 
-ROWS_ALL(2)
 ROWS_ALL(3)
 
 /* lb_act_round_generic with 16 lanes: the same IEEE operations (cvtps2dq rounds ties to even like
@@ -216,7 +210,7 @@ TGT void lb_qmatmul_avx512(int kind, const lb_act *a, const uint8_t *w, int64_t 
         const int64_t nn = N - n < NB ? N - n : NB;
         for (int64_t t = 0; t < a->T; t += 8) {
             const int R = a->T - t < 8 ? (int)(a->T - t) : 8;
-            (kind == LB_Q4_1 ? rows_3 : rows_2)[R](a, t, w + n * row_bytes, nn, N, out + t * N + n);
+            rows_3[R](a, t, w + n * row_bytes, nn, N, out + t * N + n);
         }
     }
 }

@@ -28,6 +28,7 @@ typedef struct {
     float *side_t;           /* side transposed: nb rows of T + 8 (padding: 0), so a kernel loads a few rows' at once */
     float *d_t;              /* q8_0 only (else 0): d transposed likewise */
     int32_t *sq_t;           /* q8_0 only (else 0): sum(q) of each block, transposed likewise */
+    int32_t *sq8_t;          /* q8_0 only (else 0): -8 * sq_t, where Q4_0's block sums start on AVX-512 */
     int8_t *qv;              /* q8_0 with T > 1 (else NULL): q of 8 rows at a time interleaved, 4 quants a row in
                               * turn (group g, block b, quad k at ((g * nb + b) * 8 + k) * 32): a 32-bit lane per
                               * row, so a batch kernel needs no sum across lanes (rows past T: 0) */

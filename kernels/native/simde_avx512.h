@@ -115,6 +115,14 @@ static inline uint16_t lb_emu_cvtss_sh(float f) {          /* round to nearest e
     return (uint16_t)simde_mm_cvtsi128_si32(simde_mm_cvtps_ph(simde_mm_set_ss(f), 0));
 }
 
+/* vpgatherdd (scale 1): the 32-bit word at base + idx[i] into lane i */
+static inline simde__m512i lb_emu_i32gather_epi32(simde__m512i idx, const void *base) {
+    int32_t i32[16], out[16];
+    simde_mm512_storeu_si512(i32, idx);
+    for (int i = 0; i < 16; i++) memcpy(&out[i], (const char *)base + i32[i], 4);
+    return simde_mm512_loadu_si512(out);
+}
+
 #undef __mmask64
 #define __mmask64 simde__mmask64
 #undef __mmask16
@@ -132,6 +140,7 @@ static inline uint16_t lb_emu_cvtss_sh(float f) {          /* round to nearest e
 #define _mm512_reduce_add_epi32(a) lb_emu_reduce_add_epi32(a)
 #define _cvtsh_ss(h) lb_emu_cvtsh_ss(h)
 #define _cvtss_sh(f, mode) lb_emu_cvtss_sh(f)
+#define _mm512_i32gather_epi32(idx, base, scale) lb_emu_i32gather_epi32((idx), (base))
 #define _mm512_zextsi256_si512(a) simde_mm512_inserti64x4(simde_mm512_setzero_si512(), (a), 0)
 
 #endif
