@@ -5,7 +5,9 @@ and the one Hermes-, Qwen- and SmolLM-style templates use:
 `<tool_call>{"name": "f", "arguments": {...}}</tool_call>`. A block counts as a call only when
 its JSON is an object with a declared function's `name` and `arguments` an object (or a JSON
 string of one); anything else -- unclosed, bad JSON, an unknown name -- comes back as the text
-it was, so output that merely looks like a call is never lost and never raises.
+it was, so output that merely looks like a call is never lost and never raises. A block ends at
+the first `</tool_call>` outside the JSON's strings: an argument may hold that text (a grammar
+lets a string hold anything, and a sampled model that means to end the call may write it there).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class ToolCallStream:
         out: list[Piece] = []
         while True:
             if self._in_call:
-                end = self._buf.find(CLOSE)
+                end = _close_outside_strings(self._buf, len(OPEN))
                 if end < 0:
                     return out
                 body, block = self._buf[len(OPEN):end], self._buf[:end + len(CLOSE)]
@@ -121,6 +123,25 @@ def _parse_call(body: str, names: set[str] | None) -> tuple[str, dict] | None:
     if names is not None and name not in names:
         return None
     return name, args
+
+
+def _close_outside_strings(buf: str, start: int) -> int:
+    """Where the first CLOSE from `start` on that is not inside a JSON string begins, or -1."""
+    in_string = escaped = False
+    for i in range(start, len(buf)):
+        ch = buf[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch == "<" and buf.startswith(CLOSE, i):
+            return i
+    return -1
 
 
 def _partial_open(buf: str) -> int:

@@ -40,6 +40,13 @@ def test_broken_calls_come_back_as_the_text_they_were():
         assert parse(junk) == (junk, [])
 
 
+def test_a_closing_tag_inside_an_argument_string_is_part_of_the_argument():
+    args = {"city": "Paris</tool_call>", "note": 'a \\" then </tool_call> "'}
+    text = "Sure. " + block({"name": "f", "arguments": args}) + " Done."
+    assert parse(text) == ("Sure.  Done.", [ToolCall(0, "f", args)])
+    assert _run(_chunks(text, [9, 30, 31, 47, 60])) == parse(text)
+
+
 def test_an_undeclared_name_is_text():
     raw = block({"name": "rm_rf", "arguments": {}})
     assert parse(raw, names={"f"}) == (raw, [])
