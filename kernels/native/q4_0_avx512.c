@@ -12,14 +12,7 @@
 
 #include "qk.h"
 
-#ifdef LB_SIMDE_AVX512
-#include "simde_avx512.h"      /* a test build: the same code on emulated intrinsics */
-#define TGT
-#else
-#include <immintrin.h>
-#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-#endif
-#define INLINE static inline __attribute__((always_inline)) TGT
+#include "avx512.h"
 #ifdef LB_SIMDE_AVX512
 /* the test build checks bits only: one tile for every shape, its loops as written (GCC took minutes
  * over 16 fully unrolled tiles of emulated intrinsics) */

@@ -9,14 +9,7 @@
 
 #include "qk.h"
 
-#ifdef LB_SIMDE_AVX512
-#include "simde_avx512.h"      /* a test build: the same code on emulated intrinsics */
-#define TGT
-#else
-#include <immintrin.h>
-#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-#endif
-#define INLINE static inline __attribute__((always_inline)) TGT
+#include "avx512.h"
 
 static const int16_t IOTA[32] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
                                  16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};

@@ -1,4 +1,4 @@
-/* Test builds only (-DLB_SIMDE_AVX512, tests/kernels/emulated.py): the AVX-512 path compiled against
+/* Test builds only (-DLB_SIMDE_AVX512, tests/kernels/test_avx512_emulated.py): the AVX-512 path compiled against
  * SIMDe's portable definitions of the intrinsics (Debian's libsimde-dev), so that its code runs and
  * is checked bit for bit on a CPU without AVX-512. The intrinsics the path uses that SIMDe 0.7
  * lacks are defined here from ones it has. Never part of the shipped library. */
