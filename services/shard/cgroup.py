@@ -5,7 +5,8 @@ A shard reads its own group's room (`own_room`): on a host whose memory is cappe
 (a container, a systemd slice), free RAM says nothing of what the shard may use. Tests and
 benches make groups (`MemoryGroup`) to stand for hosts that each have less memory than a model.
 What a group is charged counts the page cache its processes fill (a file they read or map);
-clean file pages are reclaimed under the limit, so the working set is usage less inactive files.
+file pages no process maps are reclaimed under the limit, active or not, so the working set is
+usage less those (less the inactive ones, where that is more).
 """
 
 from __future__ import annotations
@@ -42,10 +43,12 @@ class Hierarchy:
     def peak_file(self) -> str:
         return "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
 
-    @property
-    def inactive_file_key(self) -> str:
-        # v1's "total_" figures count the group's descendants too, as v2's always do.
-        return "inactive_file" if self.version == 2 else "total_inactive_file"
+    def stat_key(self, v2_key: str) -> str:
+        """memory.stat's name of a figure, given v2's: v1's "total_" figures count the group's
+        descendants too, as v2's always do, and v1 calls file_mapped mapped_file."""
+        if self.version == 2:
+            return v2_key
+        return "total_" + {"file_mapped": "mapped_file"}.get(v2_key, v2_key)
 
     def path(self, group: str) -> Path:
         return self.mount / group.lstrip("/")
@@ -97,9 +100,14 @@ def own_room(h: Hierarchy | None = None) -> int | None:
 
 
 def working_set(h: Hierarchy, d: Path) -> int:
-    """What a group holds that reclaim cannot take back at once: usage less inactive file pages."""
+    """What a group holds that reclaim cannot take back at once: usage less the file pages no
+    process maps (a model file read once, the weight cache of a shard that has stopped: on a
+    host where a shard restarts they are active, and counting them as held left the new shard
+    offering too little to be placed), or less the inactive ones, where those are more."""
     usage = _number(d / h.usage_file) or 0
-    return max(0, usage - memory_stat(d).get(h.inactive_file_key, 0))
+    stat = memory_stat(d)
+    inactive, active, mapped = (stat.get(h.stat_key(k), 0) for k in ("inactive_file", "active_file", "file_mapped"))
+    return max(0, usage - max(inactive, inactive + active - mapped))
 
 
 def memory_stat(d: Path) -> dict[str, int]:

@@ -52,7 +52,7 @@ def test_v2_room_is_the_tightest_limit_above_less_its_working_set(tmp_path):
     write(tmp_path / "slice", memory_max=str(3000 * MiB), memory_current=str(1000 * MiB),
           memory_stat=f"anon 1\ninactive_file {400 * MiB}\n")
     write(tmp_path / "slice/job", memory_max=str(2000 * MiB), memory_current=str(900 * MiB),
-          memory_stat=f"inactive_file {300 * MiB}\nactive_file 5\n")
+          memory_stat=f"inactive_file {300 * MiB}\nactive_file 5\nfile_mapped 5\n")
     # job: 2000 - (900 - 300) = 1400; slice: 3000 - (1000 - 400) = 2400; the root: no limit.
     assert own_room(h) == 1400 * MiB
     (tmp_path / "slice/memory.max").write_text(str(1500 * MiB))
@@ -62,12 +62,34 @@ def test_v2_room_is_the_tightest_limit_above_less_its_working_set(tmp_path):
     assert own_room(h) is None
 
 
+def test_file_pages_no_process_maps_are_room_active_or_not(tmp_path):
+    # A shard restarted on its host: the weight cache the stopped one mapped, and the model file
+    # read to build it, are still charged to the group, active; nothing maps them now.
+    h = Hierarchy(2, tmp_path, "/host")
+    write(tmp_path, memory_max="max\n", memory_current="1\n", memory_stat="")
+    write(tmp_path / "host", memory_max=str(2258 * MiB), memory_current=str(926 * MiB),
+          memory_stat=f"anon {39 * MiB}\ninactive_file {171 * MiB}\nactive_file {703 * MiB}\nfile_mapped 0\n")
+    assert own_room(h) == (2258 - (926 - 171 - 703)) * MiB
+    # Once a shard maps 600 MiB of them, those are held.
+    (tmp_path / "host/memory.stat").write_text(
+        f"inactive_file {171 * MiB}\nactive_file {703 * MiB}\nfile_mapped {600 * MiB}\n")
+    assert own_room(h) == (2258 - (926 - 171 - 103)) * MiB
+    # Mapped pages past the active ones: the inactive ones count, as before.
+    (tmp_path / "host/memory.stat").write_text(
+        f"inactive_file {171 * MiB}\nactive_file {100 * MiB}\nfile_mapped {250 * MiB}\n")
+    assert own_room(h) == (2258 - (926 - 171)) * MiB
+
+
 def test_v1_room_counts_its_total_inactive_files(tmp_path):
     h = Hierarchy(1, tmp_path, "/job")
     write(tmp_path, memory_limit_in_bytes="9223372036854771712\n", memory_usage_in_bytes="1\n")
     write(tmp_path / "job", memory_limit_in_bytes=str(1024 * MiB), memory_usage_in_bytes=str(800 * MiB),
           memory_stat=f"inactive_file {50 * MiB}\ntotal_inactive_file {200 * MiB}\n")
     assert own_room(h) == 424 * MiB
+    (tmp_path / "job/memory.stat").write_text(
+        f"inactive_file {50 * MiB}\ntotal_inactive_file {200 * MiB}\nactive_file {99 * MiB}\n"
+        f"total_active_file {300 * MiB}\nmapped_file {9 * MiB}\ntotal_mapped_file {100 * MiB}\n")
+    assert own_room(h) == (1024 - (800 - 200 - 200)) * MiB
 
 
 def test_a_v2_group_is_made_where_memory_can_be_enabled_for_children(tmp_path):
