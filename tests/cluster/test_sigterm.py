@@ -43,7 +43,9 @@ async def test_every_service_stops_on_sigterm_within_its_drain_time(model_path):
                    for n, a in args.items()}
         await until(lambda: all(d.get(n) is not None for n in args), timeout=120,
                     what="every service on the bus")
-        await until(lambda: all(d.get(n).state == "ready" for n in args if n != "sched"),
+        # (Each as it is live now: on a loaded machine a heartbeat may come late, and the entry
+        # goes until the next one.)
+        await until(lambda: all(getattr(d.get(n), "state", None) == "ready" for n in args if n != "sched"),
                     timeout=120, what="every service but the scheduler ready")
         assert d.get("sched").state == "starting"   # still waiting for a tokenizer, in start()
         sent = time.monotonic()
