@@ -47,7 +47,7 @@ async def test_every_service_stops_on_sigterm_within_its_drain_time(model_path):
         # goes until the next one.)
         await until(lambda: all(getattr(d.get(n), "state", None) == "ready" for n in args if n != "sched"),
                     timeout=120, what="every service but the scheduler ready")
-        assert d.get("sched").state == "starting"   # still waiting for a tokenizer, in start()
+        assert (await d.wait_for("sched", 30)).state == "starting"   # still waiting for a tokenizer, in start()
         sent = time.monotonic()
         for p in running.values():
             p.send_signal(signal.SIGTERM)
