@@ -163,9 +163,12 @@ class Bench:
             got["inflight"] = concurrency * batches / max(1, sum(got["tokens"]))
             # Where the level's time went, as the scheduler saw it (compute per shard, hops).
             after = hosts_llmbus.stats(run)
+            # (and the prompt tokens the prefix cache served: a round asks the prompts of the
+            # round before, and a hit is prefill not computed)
             got["scheduler"] = {k: round(v - before[1].get(k, 0.0), 3) for k, v in after.items()
                                 if isinstance(v, (int, float)) and (k.startswith(("driver.", "hop."))
-                                                                    or k in ("tokens_per_s",))}
+                                                                    or k in ("tokens_per_s", "prefix_hit_tokens",
+                                                                             "prefix_query_tokens"))}
         print(f"  {engine:9} c={concurrency}: decode {got['decode_tok_s']:6.2f} tok/s "
               f"(ITL {got['itl_ms'] or 0:7.1f} ms, tokens {sum(got['tokens'])}, errors {len(got['errors'])})",
               flush=True)

@@ -130,7 +130,11 @@ def predictions(costs: Costs, run: dict, cpu_share: float = 1.0) -> list[tuple]:
                     bench.decode_rate(c, inflight)))
         if c == 1:
             ttft = statistics.median(g["ttft_s"][0] for g in got)
-            prompt = statistics.median(g["prompt_tokens"][0] or 40 for g in got)
+            # The tokens the prefill computed: the prompt less what the prefix cache served (a
+            # round repeats the round before's prompts; runs that did not record it count none).
+            prompt = statistics.median(max(1, (g["prompt_tokens"][0] or 40)
+                                           - int((g.get("scheduler") or {}).get("prefix_hit_tokens", 0)))
+                                       for g in got)
             out.append(("first token s, c=1", ttft,
                         statistics.median(p[1] for p in own) if own else None, bench.ttft(int(prompt))))
     return out

@@ -4,7 +4,7 @@ Engine costs, in one process on `threads` threads: a layer's decode at each batc
 row one token of its own sequence, after 32 tokens of context), a layer's prefill of one
 sequence's chunk at each length, and the last stage's output norm, head and greedy sampling at
 each batch, all from a few layers of a model of the shape (bench/synthetic.py). Timings are the
-least of `reps` after a warm-up.
+median of `reps` after a warm-up.
 
 Serving overheads, from `llmbus up` stacks of a tiny model (2 layers of width 256: its compute
 is a few hundred microseconds a token) with 1 and 2 shards: one more stage adds one hop, so the
@@ -26,15 +26,17 @@ CONTEXT = 32
 
 
 def _timed(fn, reps: int) -> float:
-    """The least of `reps` timings after a warm-up: what the step costs on a host whose cores
-    are its own (on a busy machine the rest is waiting for them)."""
+    """The median of `reps` timings after a warm-up: what a step typically costs on this machine,
+    as the served runs it is checked against pay it. (The least of them, taken before, was 10-20%
+    under the median on this VM, whose memory reads 13-23 GB/s from minute to minute, and every
+    prediction came out high by as much.)"""
     fn()
     ts = []
     for _ in range(reps):
         t = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t)
-    return min(ts)
+    return statistics.median(ts)
 
 
 def engine_costs(model: Path, threads: int, layers: int = 2, reps: int = 7) -> dict:

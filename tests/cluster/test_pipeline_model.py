@@ -115,3 +115,27 @@ def test_a_run_is_predicted_from_the_compute_its_shards_reported():
     # 0.5 ms of software; on one CPU the two stages' 65 ms for each micro-batch at 0.8 of it
     # (104 ms) are longer than a micro-batch's round trip (65 + 0.5 + 3 x 9 + 0.25 ms).
     assert got["decode tok/s, c=8"] == (50.0, pytest.approx(8 / (2 * 0.8 * 65 * MS)))
+
+
+def test_the_benchs_first_token_leaves_out_what_the_prefix_cache_served():
+    from bench.simulate import predictions
+    # A round that asks again the prompt of the round before: 60 of its 100 tokens come from
+    # the prefix cache, so the prefill computes 40 (8 layers of 10 ms a token at this table's
+    # slope: 10 ms at 1 token, 100 at 100) and the bench's first token is that prefill's.
+    def level(hit):
+        s = {"driver.compute_ms.shard-a-0": 100.0, "driver.decode_compute_ms": 40.0,
+             "driver.decode_batches": 1.0, "driver.batches_done": 2.0}
+        if hit is not None:
+            s["prefix_hit_tokens"] = float(hit)
+        return {"decode_tok_s": 10.0, "inflight": 1.0, "ttft_s": [0.5], "prompt_tokens": [100], "scheduler": s}
+    c = costs()
+    link = {"rtt_s": 0.0, "bytes_per_s": 1e12}
+
+    def bench_ttft(hit):
+        run = {"delay_ms": 0.0, "link": link, "placement": [["shard-a-0", 0, 8]],
+               "rounds": [{"llmbus@1": level(hit)}]}
+        return {what: by_bench for what, _, _, by_bench in predictions(c, run)}["first token s, c=1"]
+
+    p = Pipeline(c, Link(0.0, 1e12), (8,))
+    assert bench_ttft(60) == pytest.approx(p.ttft(40)) and p.ttft(40) < p.ttft(100)
+    assert bench_ttft(None) == pytest.approx(p.ttft(100))     # a run that did not record hits
