@@ -48,10 +48,15 @@ def measure(args) -> None:
           f"{over['itl_2_shards_s'] * 1e3:.1f} ms with 2)", flush=True)
     for name in args.shapes.split(","):
         full = PRESETS[name]
-        # A few layers of the shape stand for all of them (each layer costs the same).
+        # A few layers of the shape stand for all of them (each layer costs the same), as many as
+        # the file has but the first and the last: a step then streams its weights from memory
+        # as a shard's does (2 layers of the 8B shape, 0.4 GB read again and again, came partly
+        # from the caches and timed 10-25% under the runs' shards).
         few = Shape(3, full.d_model, full.ffn_dim, full.n_heads, full.n_kv_heads, full.tied)
-        model = synthetic_model(full if full.n_layers <= 32 else few, "q4_0")
-        costs = engine_costs(model, args.threads, reps=args.reps)
+        shape = full if full.n_layers <= 32 else few
+        model = synthetic_model(shape, "q4_0")
+        inner = max(2, shape.n_layers - 2)
+        costs = engine_costs(model, args.threads, layers=inner, reps=args.reps)
         costs.update(n_layers=full.n_layers, hop_overhead=over["hop_overhead"],
                      step_overhead=over["step_overhead"])
         parts["shapes"][name] = costs
