@@ -50,8 +50,8 @@ def measure(args) -> None:
         full = PRESETS[name]
         # A few layers of the shape stand for all of them (each layer costs the same), as many as
         # the file has but the first and the last: a step then streams its weights from memory
-        # as a shard's does (2 layers of the 8B shape, 0.4 GB read again and again, came partly
-        # from the caches and timed 10-25% under the runs' shards).
+        # as a shard's does (2 layers of the 8B shape, 0.4 GB read again and again, timed 18%
+        # under the runs' shards by their least time and 16% over by their median).
         few = Shape(3, full.d_model, full.ffn_dim, full.n_heads, full.n_kv_heads, full.tied)
         shape = full if full.n_layers <= 32 else few
         model = synthetic_model(shape, "q4_0")
