@@ -27,9 +27,8 @@ CONTEXT = 32
 
 def _timed(fn, reps: int) -> float:
     """The median of `reps` timings after a warm-up: what a step typically costs on this machine,
-    as the served runs it is checked against pay it. (The least of them, taken before, was 10-20%
-    under the median on this VM, whose memory reads 13-23 GB/s from minute to minute, and every
-    prediction came out high by as much.)"""
+    as the served runs it is checked against pay it. (The least of them, taken before, picked the
+    fastest moment of this VM, whose memory reads 13-23 GB/s from minute to minute.)"""
     fn()
     ts = []
     for _ in range(reps):

@@ -85,7 +85,7 @@ async def test_three_shard_processes_follow_llama_cpp_in_every_mix(name, built, 
     tokens = arch_reference["tokens"]
     async with pipelines(forks, files, n_layers, tmp_path) as drivers:
         for drive in drivers.values():
-            # (each as last heard: wait_for waits out a heartbeat that comes late on a loaded machine)
+            # (wait_for: an entry whose heartbeat came late on a loaded machine is waited for, not None)
             infos = [(await drive.directory.wait_for(n, 30)).info for n in drive.names]
             assert [i.layers for i in infos] == [tuple(r) for r in thirds(n_layers)]
             assert {(i.codec, i.weights) for i in infos} == {(CODEC, weight_format("cpu", "auto"))}

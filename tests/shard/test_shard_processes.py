@@ -84,7 +84,7 @@ def local_logits(model, chat, steps):
 async def test_three_processes_with_fp32_give_the_logits_of_one_in_process_model(pipeline, local_model):
     _, _, d, drive, _ = pipeline
     from services.shard.service import weight_format
-    # each as last heard: wait_for waits out a heartbeat that comes late on a loaded machine
+    # wait_for: an entry whose heartbeat came late on a loaded machine is waited for, not None
     infos = {n: (await d.wait_for(n, 30)).info for n in NAMES}
     assert {infos[n].weights for n in NAMES} == {weight_format("cpu", "auto")}
     assert [infos[n].threads for n in NAMES] == list(THREADS)
