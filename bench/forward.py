@@ -167,7 +167,7 @@ def main() -> None:
     path = args.model or pull()
     config, reader = read_config(path)
     TOKEN_IDS[1] = min(TOKEN_IDS[1], config.vocab_size)
-    stored = sum(int(t.n_bytes) for t in reader.tensors)
+    stored = sum(int(t.data.nbytes) for t in reader.tensors)
     bw = read_bandwidth()
     reads, how = thread_reads(bw)
     runs = {}
