@@ -21,7 +21,7 @@ row, and the S + 1 hops with the prompt's activations and their software.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,14 @@ class Costs:
     n_layers: int
     codec_bytes: float = 2.0            # fp16 activations between stages
     header_bytes: int = 600             # a Forward's header and envelope
-    thread_gain: float = 0.0            # a layer's decode on the threads over one thread's (0: unknown)
 
     @staticmethod
     def from_json(d: dict) -> "Costs":
+        """From `measure`'s JSON; a key that is no field (older parts files' thread_gain) is left out."""
         tables = {k: {int(x): float(y) for x, y in d[k].items()}
                   for k in ("layer_decode", "layer_prefill", "head")}
-        return Costs(**{**d, **tables})
+        known = {f.name for f in fields(Costs)}
+        return Costs(**{k: v for k, v in {**d, **tables}.items() if k in known})
 
 
 @dataclass(frozen=True)

@@ -77,14 +77,6 @@ def engine_costs(model: Path, threads: int, layers: int = 2, reps: int = 7) -> d
                 inner.forward(hidden_batch(config, [Chunk(("ctx", s), list(range(CONTEXT)), 0)], alloc))
         step = hidden_batch(config, [Chunk(("ctx", s), [1], CONTEXT) for s in range(rows)], alloc)
         out["layer_decode"][rows] = _timed(lambda: inner.forward(step), reps) / layers
-    # How much the threads gain over one: what share of a shared CPU a stage alone keeps busy.
-    set_threads(1)
-    gains = []
-    for rows in (1, 8):
-        step = hidden_batch(config, [Chunk(("ctx", s), [1], CONTEXT) for s in range(rows)], alloc)
-        gains.append(_timed(lambda: inner.forward(step), reps) / layers / out["layer_decode"][rows])
-    set_threads(threads)
-    out["thread_gain"] = statistics.median(gains)
     for tokens in PREFILL_TOKENS:
         chunk = hidden_batch(config, [Chunk(("p", tokens), list(range(tokens)), 0)], alloc)
         out["layer_prefill"][tokens] = _timed(lambda: inner.forward(chunk), reps) / layers
