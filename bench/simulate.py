@@ -158,9 +158,11 @@ def micro_batches_of(level: dict, c: int) -> float:
 
 def in_run(pipe: Pipeline, level: dict, alone: dict, c: int) -> tuple[float, float]:
     """Decode rate and first token of one level predicted from its round's own stage costs: each
-    stage's compute per decode batch as the shards reported it at concurrency 1 (`alone`: one
-    batch in flight, so no stage computed beside another and stretched its time), grown to the
-    level's rows by the bench's cost of a layer at each batch size; its prefill for the first token."""
+    stage's compute per decode batch as the shards reported it, from a level that kept one batch
+    in flight (no stage computed beside another and stretched its time): the level itself where
+    its decode ran in one micro-batch, its rows in each batch; else the round's concurrency-1
+    level (`alone`), grown to the level's rows by the bench's cost of a layer at each batch size.
+    Its prefill for the first token."""
     def split(level: dict) -> tuple[list[float], float, float]:
         s = level["scheduler"]
         per_stage = {k.removeprefix("driver.compute_ms."): v for k, v in s.items()
@@ -173,11 +175,14 @@ def in_run(pipe: Pipeline, level: dict, alone: dict, c: int) -> tuple[float, flo
         return ([per_stage[n] / total * decode_ms / 1e3 for n in sorted(per_stage)],
                 (total - decode) / prefills / 1e3, total)
 
-    compute, _, _ = split(alone)
-    _, prefill_s, _ = split(level)
     m = micro_batches_of(level, c)
     rows = c / m
-    grow = at(pipe.costs.layer_decode, rows) / at(pipe.costs.layer_decode, 1)
+    own, prefill_s, _ = split(level)
+    if m <= 1.0:
+        compute, grow = own, 1.0
+    else:
+        compute, _, _ = split(alone)
+        grow = at(pipe.costs.layer_decode, rows) / at(pipe.costs.layer_decode, 1)
     prompt = (level.get("prompt_tokens") or [40])[0] or 40
     return (c / pipe.cycle([x * grow for x in compute], rows, m),
             pipe.first_token(prefill_s, prompt))

@@ -117,6 +117,34 @@ def test_a_run_is_predicted_from_the_compute_its_shards_reported():
     assert got["decode tok/s, c=8"] == (50.0, pytest.approx(8 / (2 * 0.8 * 65 * MS)))
 
 
+def test_a_level_decoding_in_one_micro_batch_is_predicted_from_its_own_step():
+    from bench.simulate import predictions
+    link = {"rtt_s": 2 * MS, "bytes_per_s": 1e6}
+    # c=1: 10 decode batches of 40 ms. c=8: 8 prompts prefilled apart, then 10 decode batches
+    # of all 8 rows (80 decoded tokens), which the shards timed at 150 ms: one batch in flight,
+    # so no stage stretched another and the level's own step counts, not c=1's grown by the
+    # bench's table (which would say 24/10 of 40 ms = 96 ms).
+    one = {"decode_tok_s": 19.0, "inflight": 1.0, "ttft_s": [0.7], "prompt_tokens": [100],
+           "scheduler": {"driver.compute_ms.shard-a-0": 250.0, "driver.compute_ms.shard-b-0": 250.0,
+                         "driver.decode_compute_ms": 400.0, "driver.decode_batches": 10.0,
+                         "driver.batches_done": 11.0}}
+    eight = {"decode_tok_s": 40.0, "inflight": 1.4, "ttft_s": [1.0], "prompt_tokens": [100],
+             "tokens": [11] * 8, "requests": 8,
+             "scheduler": {"driver.compute_ms.shard-a-0": 1200.0, "driver.compute_ms.shard-b-0": 1800.0,
+                           "driver.decode_compute_ms": 1500.0, "driver.decode_batches": 10.0,
+                           "driver.batches_done": 18.0}}
+    run = {"delay_ms": 1.0, "link": link, "placement": [["shard-a-0", 0, 4], ["shard-b-0", 4, 8]],
+           "rounds": [{"llmbus@1": one, "llmbus@8": eight}]}
+    layer = {1: 10 * MS, 8: 24 * MS}
+    got = {what: (measured, by_run) for what, measured, by_run, _ in
+           predictions(costs(layer=layer, hop=0.5 * MS, step=0.25 * MS), run, cpu_share=0.8)}
+    # The stages' shares of the level's compute (2 : 3) of its 150 ms step, 60 and 90 ms, each
+    # with 0.5 ms of software, the scheduler's end of the last hop, 3 hops of 1 ms + 16 kB at
+    # 1 MB/s, the step; one micro-batch, so the round trip is the cycle.
+    hop = MS + 8 * 1000 * 2.0 / 1e6
+    assert got["decode tok/s, c=8"] == (40.0, pytest.approx(8 / (150 * MS + 3 * 0.5 * MS + 3 * hop + 0.25 * MS)))
+
+
 def test_the_benchs_first_token_leaves_out_what_the_prefix_cache_served():
     from bench.simulate import predictions
     # A round that asks again the prompt of the round before: 60 of its 100 tokens come from
