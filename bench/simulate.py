@@ -159,10 +159,11 @@ def micro_batches_of(level: dict, c: int) -> float:
 def in_run(pipe: Pipeline, level: dict, alone: dict, c: int) -> tuple[float, float]:
     """Decode rate and first token of one level predicted from its round's own stage costs: each
     stage's compute per decode batch as the shards reported it, from a level that kept one batch
-    in flight (no stage computed beside another and stretched its time): the level itself where
-    its decode ran in one micro-batch, its rows in each batch; else the round's concurrency-1
-    level (`alone`), grown to the level's rows by the bench's cost of a layer at each batch size.
-    Its prefill for the first token."""
+    in flight (no stage computed beside another and stretched its time). Where the level decoded
+    in one micro-batch, its own steps: those of every sequence at once where the scheduler timed
+    steps by their rows (`step_of`), else the mean of its steps (older runs; their ragged start
+    and end made it a little short). Else the round's concurrency-1 level (`alone`), grown to the
+    level's rows by the bench's cost of a layer at each batch size. Its prefill for the first token."""
     def split(level: dict) -> tuple[list[float], float, float]:
         s = level["scheduler"]
         per_stage = {k.removeprefix("driver.compute_ms."): v for k, v in s.items()
@@ -175,17 +176,33 @@ def in_run(pipe: Pipeline, level: dict, alone: dict, c: int) -> tuple[float, flo
         return ([per_stage[n] / total * decode_ms / 1e3 for n in sorted(per_stage)],
                 (total - decode) / prefills / 1e3, total)
 
-    m = micro_batches_of(level, c)
-    rows = c / m
     own, prefill_s, _ = split(level)
-    if m <= 1.0:
+    full = step_of(level, c)            # steps of every sequence at once: one micro-batch
+    m = 1.0 if full else micro_batches_of(level, c)
+    rows = c / m
+    if full:
+        compute, grow = full, 1.0
+    elif m <= 1.0:
         compute, grow = own, 1.0
     else:
-        compute, _, _ = split(alone)
+        compute = step_of(alone, 1) or split(alone)[0]
         grow = at(pipe.costs.layer_decode, rows) / at(pipe.costs.layer_decode, 1)
     prompt = (level.get("prompt_tokens") or [40])[0] or 40
     return (c / pipe.cycle([x * grow for x in compute], rows, m),
             pipe.first_token(prefill_s, prompt))
+
+
+def step_of(level: dict, rows: int) -> list[float] | None:
+    """Each stage's seconds for one decode step of `rows` rows, from the level's steps of that
+    size (the scheduler's `decode_compute_ms.<rows>.<shard>`), in the shards' names' order; None
+    where the run did not time steps by rows or had none of that size."""
+    s = level.get("scheduler") or {}
+    n = s.get(f"driver.decode_batches.{rows}", 0.0)
+    key = f"driver.decode_compute_ms.{rows}."
+    per_stage = {k.removeprefix(key): v for k, v in s.items() if k.startswith(key)}
+    if not n or not per_stage:
+        return None
+    return [per_stage[name] / n / 1e3 for name in sorted(per_stage)]
 
 
 def table(args) -> None:

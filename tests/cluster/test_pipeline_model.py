@@ -145,6 +145,35 @@ def test_a_level_decoding_in_one_micro_batch_is_predicted_from_its_own_step():
     assert got["decode tok/s, c=8"] == (40.0, pytest.approx(8 / (150 * MS + 3 * 0.5 * MS + 3 * hop + 0.25 * MS)))
 
 
+def test_steps_timed_by_rows_give_the_full_steps_not_the_mean_of_a_ragged_level():
+    from bench.simulate import predictions
+    link = {"rtt_s": 0.0, "bytes_per_s": 1e12}
+    # c=8: 10 steps of all 8 rows at 60 + 90 ms, and 4 of 2 rows at 40 + 60 ms where the
+    # requests ended apart (the mean step, 135.7 ms, is not a full one); c=1: 10 steps of 1 row.
+    one = {"decode_tok_s": 10.0, "inflight": 1.0, "ttft_s": [0.7], "prompt_tokens": [100],
+           "tokens": [11], "requests": 1,
+           "scheduler": {"driver.compute_ms.shard-a-0": 300.0, "driver.compute_ms.shard-b-0": 300.0,
+                         "driver.decode_compute_ms": 400.0, "driver.decode_batches": 10.0,
+                         "driver.batches_done": 11.0, "driver.decode_batches.1": 10.0,
+                         "driver.decode_compute_ms.1.shard-a-0": 150.0,
+                         "driver.decode_compute_ms.1.shard-b-0": 250.0}}
+    eight = {"decode_tok_s": 50.0, "inflight": 1.4, "ttft_s": [1.0], "prompt_tokens": [100],
+             "tokens": [12] * 4 + [10] * 4, "requests": 8,
+             "scheduler": {"driver.compute_ms.shard-a-0": 1000.0, "driver.compute_ms.shard-b-0": 1500.0,
+                           "driver.decode_compute_ms": 1900.0, "driver.decode_batches": 14.0,
+                           "driver.batches_done": 22.0, "driver.decode_batches.8": 10.0,
+                           "driver.decode_batches.2": 4.0,
+                           "driver.decode_compute_ms.8.shard-a-0": 600.0,
+                           "driver.decode_compute_ms.8.shard-b-0": 900.0,
+                           "driver.decode_compute_ms.2.shard-a-0": 160.0,
+                           "driver.decode_compute_ms.2.shard-b-0": 240.0}}
+    run = {"delay_ms": 0.0, "link": link, "placement": [["shard-a-0", 0, 4], ["shard-b-0", 4, 8]],
+           "rounds": [{"llmbus@1": one, "llmbus@8": eight}]}
+    got = {what: by_run for what, _, by_run, _ in predictions(costs(), run)}
+    assert got["decode tok/s, c=8"] == pytest.approx(8 / (150 * MS))
+    assert got["decode tok/s, c=1"] == pytest.approx(1 / (40 * MS))       # 15 + 25 ms, not the mean's split
+
+
 def test_the_benchs_first_token_leaves_out_what_the_prefix_cache_served():
     from bench.simulate import predictions
     # A round that asks again the prompt of the round before: 60 of its 100 tokens come from

@@ -17,7 +17,7 @@ from services.scheduler.pipelines.chains import Stage
 from services.scheduler.pipelines.streams import RequestStream
 from wire.failures import TABLE
 from wire.messages.sampling import SamplingParams
-from wire.messages.shard import ForwardResult
+from wire.messages.shard import ForwardResult, Hop
 
 from .harness import ManualClock, req, small
 
@@ -38,6 +38,7 @@ class FakePipeline:
         self.forwards = []             # every Forward sent, in order
         self.script = []               # callables run instead of the sampler, one per call
         self.refuse_guilty = False
+        self.hops = []                 # every answer's stage figures
 
     def chain(self):
         if self.gap:
@@ -52,7 +53,7 @@ class FakePipeline:
             return self.script.pop(0)(body)
         if self.refuse_guilty and any(s.top_k == GUILTY_TOP_K for s in body.sampling):
             raise RemoteError("bad_sampling", f"top_k {GUILTY_TOP_K} is refused", peer="shard-1")
-        return answer(body)
+        return answer(body, hops=list(self.hops)) if self.hops else answer(body)
 
 
 def rows(body):
@@ -150,6 +151,24 @@ async def test_tokens_flow_and_every_request_ends_with_its_length(rig):
     for i, rid in enumerate("abc"):
         assert r.finish(rid).reason == "length" and len(r.tokens(rid)) == 3 + i
     r.assert_nothing_left()
+
+
+async def test_decode_steps_are_timed_by_their_rows_and_each_shards_compute(rig):
+    # What bench/simulate.py checks a run by: each shard's compute of a decode step of b rows.
+    r = rig()
+    r.pipe.hops = [Hop("shard-0", 0, 0.0, 3.0), Hop("shard-1", 0, 0.0, 5.0)]
+    r.submit("a", first=10, max_tokens=4)
+    r.submit("b", first=40, max_tokens=6)
+    await r.run_until_all_finish()
+    c, t = r.driver.counters, r.driver.timing
+    sizes = {int(k.split(".")[1]): n for k, n in c.items() if k.startswith("decode_batches.")}
+    decoded = sum(len(r.tokens(rid)) - 1 for rid in "ab")        # past each prefill's token
+    assert sum(sizes.values()) == c["decode_batches"] > 0 and sum(b * n for b, n in sizes.items()) == decoded
+    assert set(sizes) <= {1, 2}
+    for b, n in sizes.items():
+        assert t[f"decode_compute_ms.{b}.shard-0"] == 3.0 * n and t[f"decode_compute_ms.{b}.shard-1"] == 5.0 * n
+        assert t[f"decode_batch_ms.{b}"] > 0
+    assert sum(t[f"decode_batch_ms.{b}"] for b in sizes) == pytest.approx(t["decode_batch_ms"])
 
 
 async def test_a_shard_restart_reprefills_every_running_sequence_and_streams_only_pause(rig):

@@ -343,6 +343,14 @@ class Driver:
             self.timing["decode_compute_ms"] += sum(compute.values())
             self.timing["decode_batch_ms"] += seconds * 1e3    # its round trip, hops and all
             self.counters["decode_batches"] += 1
+            # The same by rows, each shard's apart: a step's cost at each batch size, as the
+            # shards served it (an average over every size would mix a level's ragged start
+            # and end into its full steps).
+            rows = batch.num_tokens
+            self.counters[f"decode_batches.{rows}"] += 1
+            self.timing[f"decode_batch_ms.{rows}"] += seconds * 1e3
+            for shard, ms in compute.items():
+                self.timing[f"decode_compute_ms.{rows}.{shard}"] += ms
         self.policy.record_step({k: ms / 1e3 for k, ms in compute.items()}, batch.num_tokens)
         samples, failures, tops = {}, {}, {}
         for row, chunk in enumerate(c for c in batch.chunks if c.sample):
