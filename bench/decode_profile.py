@@ -1,10 +1,11 @@
-"""Single-stream decode time per token, split where it is spent: each kind of C op, the head, the rest.
+"""Decode time per step, split where it is spent: each kind of C op, the head, the rest.
 
     OPENBLAS_NUM_THREADS=1 python3 bench/decode_profile.py [--model PATH] [--reps 200] [--context 64]
-        [--threads 1,2]
+        [--threads 1,2] [--rows 1]
 
-One sequence with a `--context`-token prompt in its cache decodes one token per forward, always at
-the same position (the KV slot is rewritten, so every step does the same work). Each op of the
+One sequence (or `--rows` of them, each with a prompt of its own: a decode batch of the serving
+path) with a `--context`-token prompt in its cache decodes one token per forward, always at the
+same position (the KV slot is rewritten, so every step does the same work). Each op of the
 layers' Program is timed where it runs, between the others (kernels.program `time_ops`: the clock
 read in C around each op), and the output head (final norm and matmul) around its call; "the rest"
 is the forward minus both: embedding, the batch checks, the plan, RoPE tables, Python. The last line
@@ -48,6 +49,8 @@ def parse():
     ap.add_argument("--rounds", type=int, default=5, help="rounds per thread count; the best is reported")
     ap.add_argument("--context", type=int, default=64, help="tokens in the cache before the timed token")
     ap.add_argument("--threads", default="1", help="native kernel threads, or a list of counts: 1,2")
+    ap.add_argument("--rows", type=int, default=1,
+                    help="sequences decoding together: a step of one token each (a batch of the serving path)")
     return ap.parse_args()
 
 
@@ -98,17 +101,20 @@ def main() -> None:
     path = args.model or pull()
     loaded = load_weights(path, 0, read_config(path)[0].n_layers, "quantized")
     cfg = loaded.config
-    kv = PagedKVCache.for_model(cfg, 0, cfg.n_layers, KVConfig(num_pages=64, page_size=16))
+    pages_each = args.context // 16 + 2
+    kv = PagedKVCache.for_model(cfg, 0, cfg.n_layers, KVConfig(num_pages=max(64, args.rows * pages_each), page_size=16))
     model = ShardModel(cfg, loaded.weights, kv)
     if not isinstance(model.runner, NativeLayers):
         sys.exit("the native library is not built: nothing to split (pip install -e . with a C compiler)")
     pages = PageAllocator(kv.num_pages, kv.page_size)
-    prompt = np.random.default_rng(0).integers(3, min(cfg.vocab_size, 49000), size=args.context).tolist()
-    model.forward(build_batch([Chunk(0, prompt, 0)], pages))
-    batch = build_batch([Chunk(0, [11], args.context)], pages)
+    rng = np.random.default_rng(0)
+    for s in range(args.rows):
+        prompt = rng.integers(3, min(cfg.vocab_size, 49000), size=args.context).tolist()
+        model.forward(build_batch([Chunk(s, prompt, 0)], pages))
+    batch = build_batch([Chunk(s, [11], args.context) for s in range(args.rows)], pages)
     for _ in range(3):
         model.forward(batch)                                      # warm: pages touched, caches filled
-    program = next(iter(model.runner.scratches[1].programs.values()))
+    program = next(iter(model.runner.scratches[args.rows].programs.values()))
     matmuls = program.only("qmatmul")                             # untimed: its own buffers' ops
     program.time_ops()
     head = HeadClock(model.runner)
@@ -120,9 +126,10 @@ def main() -> None:
             got = one_round(model, batch, program, head, matmuls, args.reps)
             if n not in best or got["forward"] < best[n]["forward"]:
                 best[n] = got
-    print(f"single-stream decode, context {args.context}, {len(program.names())} C ops per token in the "
-          f"layers, best of {args.rounds} rounds x {args.reps} tokens per thread count, load average "
-          f"{os.getloadavg()[0]:.2f}; ms per token")
+    what = "single-stream decode" if args.rows == 1 else f"decode of {args.rows} sequences together"
+    print(f"{what}, context {args.context}, {len(program.names())} C ops per step in the "
+          f"layers, best of {args.rounds} rounds x {args.reps} steps per thread count, load average "
+          f"{os.getloadavg()[0]:.2f}; ms per step")
     print(f"{'':36s}" + "".join(f"{f'{n} thread(s)':>13s}" for n in counts)
           + (f"{f'{counts[0]} / {counts[-1]}':>10s}" if len(counts) > 1 else ""))
     for name in best[counts[0]]:
