@@ -86,22 +86,39 @@ def test_costs_round_trip_through_json():
     assert Costs.from_json(d) == c
 
 
+TWO_SHARDS = [["shard-a-0", 0, 4], ["shard-b-0", 4, 8]]
+
+
+def steps(a_ms, b_ms, decode_ms, decode_batches, batches_done, **more) -> dict:
+    """A level's `scheduler` figures: each shard's compute, the decode steps' and the batches."""
+    return {"driver.compute_ms.shard-a-0": a_ms, "driver.compute_ms.shard-b-0": b_ms,
+            "driver.decode_compute_ms": decode_ms, "driver.decode_batches": decode_batches,
+            "driver.batches_done": batches_done, **more}
+
+
+def level(rate, scheduler, inflight=1.0, ttft=0.7, **more) -> dict:
+    """One concurrency level of rpc_compare's JSON, a 100-token prompt."""
+    return {"decode_tok_s": rate, "inflight": inflight, "ttft_s": [ttft], "prompt_tokens": [100],
+            **more, "scheduler": scheduler}
+
+
+def two_shard_run(one, eight, link, delay_ms=1.0) -> dict:
+    return {"delay_ms": delay_ms, "link": link, "placement": TWO_SHARDS,
+            "rounds": [{"llmbus@1": one, "llmbus@8": eight}]}
+
+
+# c=1: 10 decode batches of 40 ms over both shards and one prefill of 100 ms.
+ALONE = level(19.0, steps(250.0, 250.0, 400.0, 10.0, 11.0))
+
+
 def test_a_run_is_predicted_from_the_compute_its_shards_reported():
     from bench.simulate import predictions
     link = {"rtt_s": 2 * MS, "bytes_per_s": 1e6}      # a hop: 1 ms + 2000 bytes a row at 1 MB/s
-    # c=1: 10 decode batches of 40 ms over both shards and one prefill of 100 ms; c=8 in 2
-    # micro-batches of 4 rows: 20 decode batches that the shards timed at 80 ms, stretched by
-    # computing beside each other (the prediction takes the stages' compute from c=1).
-    one = {"decode_tok_s": 19.0, "inflight": 1.0, "ttft_s": [0.7], "prompt_tokens": [100],
-           "scheduler": {"driver.compute_ms.shard-a-0": 250.0, "driver.compute_ms.shard-b-0": 250.0,
-                         "driver.decode_compute_ms": 400.0, "driver.decode_batches": 10.0,
-                         "driver.batches_done": 11.0}}
-    eight = {"decode_tok_s": 50.0, "inflight": 2.0, "ttft_s": [1.0], "prompt_tokens": [100],
-             "scheduler": {"driver.compute_ms.shard-a-0": 800.0, "driver.compute_ms.shard-b-0": 800.0,
-                           "driver.decode_compute_ms": 1600.0, "driver.decode_batches": 20.0,
-                           "driver.batches_done": 20.0}}
-    run = {"delay_ms": 1.0, "link": link, "placement": [["shard-a-0", 0, 4], ["shard-b-0", 4, 8]],
-           "rounds": [{"llmbus@1": one, "llmbus@8": eight}]}
+    # c=1: ALONE; c=8 in 2 micro-batches of 4 rows: 20 decode batches that the shards timed at
+    # 80 ms, stretched by computing beside each other (the prediction takes the stages' compute
+    # from c=1).
+    eight = level(50.0, steps(800.0, 800.0, 1600.0, 20.0, 20.0), inflight=2.0, ttft=1.0)
+    run = two_shard_run(ALONE, eight, link)
     # A layer: 10 ms at 1 row, 24 at 8 (16 at 4); a stage alone keeps 0.8 of the CPU busy.
     layer = {1: 10 * MS, 8: 24 * MS}
     got = {what: (measured, by_run) for what, measured, by_run, _ in
@@ -120,21 +137,13 @@ def test_a_run_is_predicted_from_the_compute_its_shards_reported():
 def test_a_level_decoding_in_one_micro_batch_is_predicted_from_its_own_step():
     from bench.simulate import predictions
     link = {"rtt_s": 2 * MS, "bytes_per_s": 1e6}
-    # c=1: 10 decode batches of 40 ms. c=8: 8 prompts prefilled apart, then 10 decode batches
-    # of all 8 rows (80 decoded tokens), which the shards timed at 150 ms: one batch in flight,
-    # so no stage stretched another and the level's own step counts, not c=1's grown by the
-    # bench's table (which would say 24/10 of 40 ms = 96 ms).
-    one = {"decode_tok_s": 19.0, "inflight": 1.0, "ttft_s": [0.7], "prompt_tokens": [100],
-           "scheduler": {"driver.compute_ms.shard-a-0": 250.0, "driver.compute_ms.shard-b-0": 250.0,
-                         "driver.decode_compute_ms": 400.0, "driver.decode_batches": 10.0,
-                         "driver.batches_done": 11.0}}
-    eight = {"decode_tok_s": 40.0, "inflight": 1.4, "ttft_s": [1.0], "prompt_tokens": [100],
-             "tokens": [11] * 8, "requests": 8,
-             "scheduler": {"driver.compute_ms.shard-a-0": 1200.0, "driver.compute_ms.shard-b-0": 1800.0,
-                           "driver.decode_compute_ms": 1500.0, "driver.decode_batches": 10.0,
-                           "driver.batches_done": 18.0}}
-    run = {"delay_ms": 1.0, "link": link, "placement": [["shard-a-0", 0, 4], ["shard-b-0", 4, 8]],
-           "rounds": [{"llmbus@1": one, "llmbus@8": eight}]}
+    # c=1: ALONE. c=8: 8 prompts prefilled apart, then 10 decode batches of all 8 rows (80
+    # decoded tokens), which the shards timed at 150 ms: one batch in flight, so no stage
+    # stretched another and the level's own step counts, not c=1's grown by the bench's table
+    # (which would say 24/10 of 40 ms = 96 ms).
+    eight = level(40.0, steps(1200.0, 1800.0, 1500.0, 10.0, 18.0), inflight=1.4, ttft=1.0,
+                  tokens=[11] * 8, requests=8)
+    run = two_shard_run(ALONE, eight, link)
     layer = {1: 10 * MS, 8: 24 * MS}
     got = {what: (measured, by_run) for what, measured, by_run, _ in
            predictions(costs(layer=layer, hop=0.5 * MS, step=0.25 * MS), run, cpu_share=0.8)}
@@ -150,25 +159,15 @@ def test_steps_timed_by_rows_give_the_full_steps_not_the_mean_of_a_ragged_level(
     link = {"rtt_s": 0.0, "bytes_per_s": 1e12}
     # c=8: 10 steps of all 8 rows at 60 + 90 ms, and 4 of 2 rows at 40 + 60 ms where the
     # requests ended apart (the mean step, 135.7 ms, is not a full one); c=1: 10 steps of 1 row.
-    one = {"decode_tok_s": 10.0, "inflight": 1.0, "ttft_s": [0.7], "prompt_tokens": [100],
-           "tokens": [11], "requests": 1,
-           "scheduler": {"driver.compute_ms.shard-a-0": 300.0, "driver.compute_ms.shard-b-0": 300.0,
-                         "driver.decode_compute_ms": 400.0, "driver.decode_batches": 10.0,
-                         "driver.batches_done": 11.0, "driver.decode_batches.1": 10.0,
-                         "driver.decode_compute_ms.1.shard-a-0": 150.0,
-                         "driver.decode_compute_ms.1.shard-b-0": 250.0}}
-    eight = {"decode_tok_s": 50.0, "inflight": 1.4, "ttft_s": [1.0], "prompt_tokens": [100],
-             "tokens": [12] * 4 + [10] * 4, "requests": 8,
-             "scheduler": {"driver.compute_ms.shard-a-0": 1000.0, "driver.compute_ms.shard-b-0": 1500.0,
-                           "driver.decode_compute_ms": 1900.0, "driver.decode_batches": 14.0,
-                           "driver.batches_done": 22.0, "driver.decode_batches.8": 10.0,
-                           "driver.decode_batches.2": 4.0,
-                           "driver.decode_compute_ms.8.shard-a-0": 600.0,
-                           "driver.decode_compute_ms.8.shard-b-0": 900.0,
-                           "driver.decode_compute_ms.2.shard-a-0": 160.0,
-                           "driver.decode_compute_ms.2.shard-b-0": 240.0}}
-    run = {"delay_ms": 0.0, "link": link, "placement": [["shard-a-0", 0, 4], ["shard-b-0", 4, 8]],
-           "rounds": [{"llmbus@1": one, "llmbus@8": eight}]}
+    one = level(10.0, steps(300.0, 300.0, 400.0, 10.0, 11.0, **{
+        "driver.decode_batches.1": 10.0, "driver.decode_compute_ms.1.shard-a-0": 150.0,
+        "driver.decode_compute_ms.1.shard-b-0": 250.0}), tokens=[11], requests=1)
+    eight = level(50.0, steps(1000.0, 1500.0, 1900.0, 14.0, 22.0, **{
+        "driver.decode_batches.8": 10.0, "driver.decode_batches.2": 4.0,
+        "driver.decode_compute_ms.8.shard-a-0": 600.0, "driver.decode_compute_ms.8.shard-b-0": 900.0,
+        "driver.decode_compute_ms.2.shard-a-0": 160.0, "driver.decode_compute_ms.2.shard-b-0": 240.0}),
+        inflight=1.4, ttft=1.0, tokens=[12] * 4 + [10] * 4, requests=8)
+    run = two_shard_run(one, eight, link, delay_ms=0.0)
     got = {what: by_run for what, _, by_run, _ in predictions(costs(), run)}
     assert got["decode tok/s, c=8"] == pytest.approx(8 / (150 * MS))
     assert got["decode tok/s, c=1"] == pytest.approx(1 / (40 * MS))       # 15 + 25 ms, not the mean's split
