@@ -37,6 +37,7 @@ from services.modelstore.pull import pull  # noqa: E402
 from services.modelstore.weight_cache import load_weights  # noqa: E402
 from services.modelstore.weights import read_config  # noqa: E402
 from services.shard.inprocess import Chunk, PageAllocator, build_batch  # noqa: E402
+from services.shard.service import weight_format  # noqa: E402
 from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
 from services.shard.model import ShardModel  # noqa: E402
 from services.shard.native_layers import NativeLayers  # noqa: E402
@@ -99,7 +100,7 @@ def main() -> None:
     args = parse()
     counts = [int(c) for c in args.threads.split(",")]
     path = args.model or pull()
-    loaded = load_weights(path, 0, read_config(path)[0].n_layers, "quantized")
+    loaded = load_weights(path, 0, read_config(path)[0].n_layers, weight_format("cpu", "quantized"))
     cfg = loaded.config
     pages_each = args.context // 16 + 2
     kv = PagedKVCache.for_model(cfg, 0, cfg.n_layers, KVConfig(num_pages=max(64, args.rows * pages_each), page_size=16))

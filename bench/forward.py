@@ -60,6 +60,7 @@ import numpy as np  # noqa: E402
 from services.modelstore.pull import pull  # noqa: E402
 from services.modelstore.weight_cache import load_weights  # noqa: E402
 from services.modelstore.weights import read_config  # noqa: E402
+from services.shard.service import weight_format  # noqa: E402
 from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
 from services.shard.model import ShardModel  # noqa: E402
 from bench.bandwidth import (  # noqa: E402
@@ -84,7 +85,7 @@ def decode_rate(model: ShardModel, batch: int, steps: int) -> float:
 def ours(path: Path, n_layers: int, steps: int, root: Path | None, fmt: str) -> dict:
     rss0 = rss_bytes()
     t = time.perf_counter()
-    loaded = load_weights(path, 0, n_layers, fmt, root=root)
+    loaded = load_weights(path, 0, n_layers, weight_format("cpu", fmt), root=root)    # as a CPU shard loads it
     load_s = time.perf_counter() - t
     cfg = loaded.config
     kv = PagedKVCache.for_model(cfg, 0, cfg.n_layers, KVConfig(num_pages=512, page_size=16))

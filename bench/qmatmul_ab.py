@@ -3,6 +3,7 @@
     OPENBLAS_NUM_THREADS=1 python3 bench/qmatmul_ab.py BASELINE.so [CANDIDATE.so] [--model PATH]
         [--threads 1] [--rows 1 16 256] [--rounds 7] [--part layers|head|all] [--isa auto|avx2|avx512|generic]
         [--layers N]
+    python3 bench/qmatmul_ab.py --tiles [--model PATH] [...]
 
 For a kernel change: copy kernels/_native*.so aside (the baseline), change and rebuild, then run this;
 CANDIDATE defaults to the library built in kernels/. Both builds are loaded into this one process and
@@ -13,6 +14,8 @@ instead (output.weight, or the tied token_embd.weight where the file has none), 
 the ms of each build, their ratio, the candidate's weight bytes per second, and whether both gave the
 same bits; then the whole layer stack's ratio per row count. --isa forces both builds' code path;
 --layers N keeps the first N layers' matrices (an 8B model's 32 are 3.9 GB: 8 still stream from memory).
+--tiles times one build against itself: A multiplies the Q4_0 matrices in GGUF's order, B the same
+matrices in tiles of 16 rows (kernels/q4_0_tiles.py: what a CPU shard multiplies on the AVX-512 path).
 --clock cpu times this thread's CPU time instead of the wall clock (with --threads 1 the kernel runs on
 the calling thread): on a machine whose cores other processes keep busy, time spent descheduled is
 then not counted, only what the kernel itself costs.
@@ -35,6 +38,7 @@ import numpy as np  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 
 from kernels.native_lib import library_path  # noqa: E402
+from kernels.q4_0_tiles import TILED, tile  # noqa: E402
 from kernels.qmatmul import ISAS, KIND_CODES  # noqa: E402
 from services.modelstore.pull import pull  # noqa: E402
 from services.modelstore.quantized import kind_of  # noqa: E402
@@ -79,7 +83,7 @@ def layer_groups(path: Path, part: str = "layers", layers: int | None = None) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("baseline", type=Path)
+    ap.add_argument("baseline", type=Path, nargs="?", default=None, help="default with --tiles: the build in kernels/")
     ap.add_argument("candidate", type=Path, nargs="?", default=None, help="default: the build in kernels/")
     ap.add_argument("--model", type=Path, default=None, help="GGUF file (default: the pulled default model)")
     ap.add_argument("--threads", type=int, default=1)
@@ -89,19 +93,26 @@ def main() -> None:
                     help="the layer tensors, the output head, or both")
     ap.add_argument("--isa", choices=sorted(ISAS), default="auto", help="both builds' code path")
     ap.add_argument("--layers", type=int, default=None, help="only the first N layers' matrices")
+    ap.add_argument("--tiles", action="store_true", help="one build: Q4_0 in GGUF's order (A) against in tiles (B)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: this thread's CPU time (with --threads 1 only)")
     args = ap.parse_args()
+    if args.tiles:
+        args.baseline = args.candidate = args.baseline or library_path()
     candidate = args.candidate or library_path()
-    if candidate is None:
+    if candidate is None or args.baseline is None:
         sys.exit("no candidate: build the library (pip install -e .) or name one")
     if args.clock == "cpu" and args.threads != 1:
         sys.exit("--clock cpu counts the calling thread's time: it needs --threads 1")
     clock = time.thread_time if args.clock == "cpu" else time.perf_counter
-    if args.baseline.resolve() == Path(candidate).resolve():
+    if args.baseline.resolve() == Path(candidate).resolve() and not args.tiles:
         sys.exit("the baseline is the candidate: copy the built library aside before rebuilding")
-    libs = [load(args.baseline, args.threads, args.isa), load(Path(candidate), args.threads, args.isa)]
+    libs = [load(args.baseline, args.threads, args.isa)]
+    libs.append(libs[0] if args.tiles else load(Path(candidate), args.threads, args.isa))
     groups = layer_groups(args.model or pull(), args.part, args.layers)
+    if args.tiles:
+        groups = {g: mats for g, mats in groups.items() if g[0] == "q4_0"}
+        tiled = {g: [tile(m) for m in mats] for g, mats in groups.items()}
     rng = np.random.default_rng(0)
     print(f"A = {args.baseline}, B = {candidate}, {args.threads} thread(s), path {args.isa}, {args.clock} clock, best of {args.rounds} "
           f"interleaved rounds, load average {os.getloadavg()[0]:.2f}")
@@ -112,9 +123,12 @@ def main() -> None:
             x = rng.standard_normal((t, cols)).astype(np.float32)
             outs = [np.empty((len(mats), t, rows), np.float32) for _ in libs]
 
+            ws = [mats, tiled[(kind, rows, cols)] if args.tiles else mats]
+            codes = [KIND_CODES[kind], KIND_CODES[TILED if args.tiles else kind]]
+
             def run(i):
-                for m, o in zip(mats, outs[i]):
-                    rc = libs[i].lb_qmatmul(KIND_CODES[kind], x.ctypes.data, t, cols, m.ctypes.data, rows, o.ctypes.data)
+                for m, o in zip(ws[i], outs[i]):
+                    rc = libs[i].lb_qmatmul(codes[i], x.ctypes.data, t, cols, m.ctypes.data, rows, o.ctypes.data)
                     if rc:
                         sys.exit(f"lb_qmatmul refused {kind} ({rows}, {cols}) T={t}: code {rc}")
             best = [float("inf")] * 2

@@ -61,13 +61,14 @@ def measure_one(path: Path, a: int, b: int, pages: int, cold: bool = False) -> d
 
     import numpy as np
     from services.modelstore.weight_cache import load_weights, page_in
+    from services.shard.service import weight_format
     from services.shard.batch import ForwardBatch
     from services.shard.inprocess import Chunk, PageAllocator, build_batch
     from services.shard.kv_cache import KVConfig, PagedKVCache
     from services.shard.model import ShardModel
     base = resident()
     root = Path(tempfile.mkdtemp(prefix="shard-memory-")) if cold else None
-    w = load_weights(path, a, b, "quantized", root=root)
+    w = load_weights(path, a, b, weight_format("cpu", "quantized"), root=root)
     assert w.cold == cold, "a cold run found its entry built, or a warm one did not"
     kv = PagedKVCache.for_model(w.config, a, b, KVConfig(num_pages=pages, page_size=16))
     model = ShardModel(w.config, w.weights, kv)
@@ -103,9 +104,10 @@ def main() -> int:
           f"{'cold: each range builds its cache entry' if args.cold else 'warm cache'}")
     worst = 0.0
     from services.modelstore.weight_cache import load_weights
+    from services.shard.service import weight_format
     for a, b in ranges:
         if not args.cold:
-            load_weights(path, a, b, "quantized")      # a warm cache, as a respawned shard finds it
+            load_weights(path, a, b, weight_format("cpu", "quantized"))      # a warm cache, as a respawned shard finds it
         out = subprocess.run([sys.executable, "-m", "bench.shard_memory", "--model", str(path),
                               "--pages", str(args.pages), "--one", f"{a}:{b}"] + (["--cold"] if args.cold else []),
                              capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])

@@ -44,6 +44,7 @@ def engine_costs(model: Path, threads: int, layers: int = 2, reps: int = 7) -> d
     from kernels.native_lib import set_threads
     from services.modelstore.footprint import read_footprint
     from services.modelstore.weight_cache import load_weights
+    from services.shard.service import weight_format
     from services.shard.batch import ForwardBatch
     from services.shard.inprocess import Chunk, PageAllocator, build_batch
     from services.shard.kv_cache import KVConfig, PagedKVCache
@@ -55,7 +56,7 @@ def engine_costs(model: Path, threads: int, layers: int = 2, reps: int = 7) -> d
     pages = (max(DECODE_ROWS) * (CONTEXT + 16) + max(PREFILL_TOKENS)) // 16 + 8
 
     def shard(a: int, b: int):
-        w = load_weights(model, a, b, "quantized")
+        w = load_weights(model, a, b, weight_format("cpu", "quantized"))      # what a CPU shard loads
         kv = PagedKVCache.for_model(w.config, a, b, KVConfig(num_pages=pages, page_size=16))
         return w.config, ShardModel(w.config, w.weights, kv)
 

@@ -16,6 +16,10 @@ P, I64, INT, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 SIGNATURES = {
     "lb_qmatmul": (INT, [INT, P, I64, I64, P, I64, P]),
     "lb_set_isa": (INT, [INT]),
+    "lb_isa": (INT, []),
+    "lb_q4_0_tile": (INT, [P, I64, I64, P]),
+    "lb_q4_0_untile": (INT, [P, I64, I64, P]),
+    "lb_q4_0_tile_in_place": (INT, [P, I64, I64]),
     "lb_round_act": (INT, [P, I64, I64, P]),
     "lb_round_act_k": (INT, [P, I64, I64, P, P]),
     "lb_attend_decode": (INT, [P, P, P, P, P, I64, I64, I64, I64, I64, I64, I64, I64, F32, P]),

@@ -18,7 +18,8 @@ from gguf.quants import dequantize as gguf_dequantize
 QK = 32                                                        # weights per block of the 32-kinds
 QKK = 256                                                      # of the K kinds
 QUANT_KINDS = {"q4_0": (QK, 18), "q4_1": (QK, 20), "q5_0": (QK, 22), "q5_1": (QK, 24), "q8_0": (QK, 34),
-               "q4_k": (QKK, 144), "q5_k": (QKK, 176), "q6_k": (QKK, 210)}   # kind -> (block elems, block bytes)
+               "q4_k": (QKK, 144), "q5_k": (QKK, 176), "q6_k": (QKK, 210),   # kind -> (block elems, block bytes)
+               "q4_0_t16": (QK, 18)}     # Q4_0 in tiles of 16 rows (kernels.q4_0_tiles): its data rows are not its rows
 
 
 class BadQuantShape(ValueError):
@@ -79,12 +80,16 @@ class QMatrix:
 
     def dequantize(self, rows=None) -> np.ndarray:
         """float32 (n, cols) exactly as ggml dequantizes; rows: optional index array (e.g. token ids)."""
-        data = self.data if rows is None else self.data[np.asarray(rows, dtype=np.intp).reshape(-1)]
+        data, kind = self.data, self.kind
+        if kind == "q4_0_t16":
+            from kernels.q4_0_tiles import untile
+            data, kind = untile(data), "q4_0"
+        data = data if rows is None else data[np.asarray(rows, dtype=np.intp).reshape(-1)]
         n = data.shape[0]
-        if self.kind not in _DEQUANT:
-            return gguf_dequantize(data, GGMLQuantizationType[self.kind.upper()]).reshape(n, self.cols)
-        blocks = data.reshape(n * (self.cols // QK), _block_bytes(self.kind))
-        return _DEQUANT[self.kind](blocks).reshape(n, self.cols)
+        if kind not in _DEQUANT:
+            return gguf_dequantize(data, GGMLQuantizationType[kind.upper()]).reshape(n, self.cols)
+        blocks = data.reshape(n * (self.cols // QK), _block_bytes(kind))
+        return _DEQUANT[kind](blocks).reshape(n, self.cols)
 
 
 @dataclass(frozen=True)

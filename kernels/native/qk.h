@@ -17,6 +17,7 @@ static inline int lb_is_q5(int kind) { return kind == LB_Q4_0 || kind == LB_Q5_0
 static inline int lb_qk_block_bytes(int kind) {
     switch (kind) {
     case LB_Q4_0: return 18;      /* d, qs[16] */
+    case LB_Q4_0_T16: return 18;  /* Q4_0's bytes, 16 rows a tile (q4_0_tiles.c) */
     case LB_Q5_0: return 22;      /* d, qh[4], qs[16] */
     case LB_Q5_1: return 24;      /* d, m, qh[4], qs[16] */
     case LB_Q4_K: return 144;     /* d, dmin, scales[12], qs[128] */
@@ -116,6 +117,8 @@ void lb_qk_matmul_generic(int kind, const lb_act_k *ak, const lb_act *a5, const 
 void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const uint8_t *w, int64_t N, float *out);
 void lb_qk_matmul_avx512(int kind, const lb_act_k *ak, const uint8_t *w, int64_t N, float *out);   /* K kinds */
 void lb_q4_0_matmul_avx512(const lb_act *a, const uint8_t *w, int64_t N, float *out);              /* q4_0_avx512.c */
+void lb_q4_0t_matmul_avx512(const lb_act *a, const uint8_t *w, int64_t N, float *out);             /* LB_Q4_0_T16 */
 #endif
+void lb_q4_0t_matmul_generic(const lb_act *a, const uint8_t *w, int64_t N, float *out);             /* q4_0_tiles.c */
 
 #endif

@@ -48,6 +48,8 @@ lb_rounder lb_chosen_rounder(void) {
     return chosen_round;
 }
 
+int lb_isa(void) { return lb_chosen_isa(); }
+
 int lb_chosen_isa(void) {
     if (chosen_isa < 0) lb_set_isa(LB_ISA_AUTO);
     return chosen_isa;

@@ -5,7 +5,9 @@ manifest.json and one .npy per array, loaded back with np.load(mmap_mode="r") (n
 GGUF parsing, no fusing of q|k|v and gate|up or stacking of layers: that was done once, when
 the entry was built, straight into its files).
 The format is a float dtype ("float32", "float16": dequantized) or "quantized" (GGUF's blocks
-where the native kernel has their kind; the manifest names each array's kind). A tied output
+where the native kernel has their kind; the manifest names each array's kind), or "quantized_t16":
+"quantized" with the Q4_0 layer matrices in tiles of 16 rows (kernels.q4_0_tiles), what a CPU shard
+on the AVX-512 path multiplies fastest (services.shard.service.weight_format picks it). A tied output
 head is stored once. A directory is built under a temporary name and renamed into place, so
 readers only ever see complete entries.
 
@@ -26,7 +28,7 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +43,8 @@ from services.modelstore.weights import ShardWeights, read_weights
 
 LAYOUT_VERSION = 3   # bump when the stored arrays change meaning or shape (3: K kinds kept in blocks)
 QUANTIZED = "quantized"
+QUANTIZED_TILES = "quantized_t16"
+TILED_FIELDS = ("wqkv", "wo", "w_gate_up", "w_down")     # the layer matrices: nothing looks their rows up
 _ENTRY_NAME = re.compile(r"^\d+-\d+-\w+-v(\d+)$")
 
 log = logging.getLogger("llmbus.modelstore")
@@ -57,7 +61,7 @@ class LoadedWeights:
 
 def entry_path(model: Path, start: int, end: int, dtype: str, root: Path | None = None) -> Path:
     root = (root or cache_dir()) / "weights"
-    fmt = QUANTIZED if dtype == QUANTIZED else np.dtype(dtype).name
+    fmt = dtype if dtype in (QUANTIZED, QUANTIZED_TILES) else np.dtype(dtype).name
     return root / file_identity(model) / f"{start}-{end}-{fmt}-v{LAYOUT_VERSION}"
 
 
@@ -132,9 +136,30 @@ def _npy_for_writing(path: Path, shape: tuple[int, ...]) -> np.ndarray:
 def _read_gguf(model: Path, start: int, end: int, dtype: str,
                stack_into=None) -> tuple[ModelConfig, ShardWeights]:
     """Layers [start, end) read from the GGUF (`stack_into`: see read_weights)."""
+    if dtype == QUANTIZED_TILES:
+        config, weights = read_weights(model, start, end, np.float32, quantized=True, stack_into=stack_into)
+        return config, tiled(weights)
     if dtype == QUANTIZED:
         return read_weights(model, start, end, np.float32, quantized=True, stack_into=stack_into)
     return read_weights(model, start, end, np.dtype(dtype))
+
+
+def tiled(weights: ShardWeights) -> ShardWeights:
+    """`weights` with each Q4_0 stack of layer matrices tiled where it lies (its file's mapping while
+    an entry is built, else the memory read_weights gave it): the same bytes, no copy."""
+    from kernels.native_lib import load
+    from kernels.q4_0_tiles import TILED, tile_in_place
+    lib = load()
+    if lib is None:
+        raise ValueError(f"the {QUANTIZED_TILES} format needs the native library (pip install -e .)")
+    changed = {}
+    for name in TILED_FIELDS:
+        s = getattr(weights, name)
+        if isinstance(s, QStack) and s.kind == "q4_0":
+            for layer in s.data:
+                tile_in_place(lib, layer)
+            changed[name] = QStack(TILED, s.data, s.cols)
+    return replace(weights, **changed)
 
 
 _warned: set[Path] = set()

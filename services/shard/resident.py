@@ -40,7 +40,7 @@ def _resident(dims: list[int], qtype: GGMLQuantizationType, device: str, fmt: st
     kind = KIND_OF.get(qtype)
     if device == "cuda":
         return stored, stored if fmt == "quantized" and kind in BLOCK_KINDS else 2 * n
-    return stored, stored if fmt == "quantized" and kind is not None else 4 * n
+    return stored, stored if fmt in ("quantized", "quantized_t16") and kind is not None else 4 * n
 
 
 def weight_scale(path: str | Path, device: str, fmt: str) -> float:

@@ -46,13 +46,15 @@ log = logging.getLogger("llmbus.shard")
 
 def weight_format(device: str, requested: str) -> str:
     """The format a shard loads: a cuda shard keeps GGUF's blocks on the GPU unless asked for float32
-    (then float16 there); a cpu shard its blocks where the native kernel is built."""
+    (then float16 there); a cpu shard its blocks where the native kernel is built, its Q4_0 layer
+    matrices in tiles where the kernel runs its AVX-512 path ("quantized_t16": kernels.q4_0_tiles)."""
     if device == "cuda":
         return "float32" if requested == "float32" else "quantized"
+    from kernels.native_lib import load
+    from kernels.q4_0_tiles import wants_tiles
     if requested == "auto":
-        from kernels.qmatmul import available
-        return "quantized" if available() else "float32"
-    return requested
+        requested = "quantized" if load() is not None else "float32"
+    return "quantized_t16" if requested == "quantized" and wants_tiles(load()) else requested
 
 
 def array_module(device: str):
