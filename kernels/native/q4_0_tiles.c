@@ -19,41 +19,34 @@ static int check(const uint8_t *w, int64_t N, int64_t K, const uint8_t *out) {
     return (N > 0 && (w == NULL || out == NULL)) ? LB_ESHAPE : LB_OK;
 }
 
-int lb_q4_0_tile(const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
+/* Rows of GGUF's order to tiles (to_tiles) or back: each of a tile's blocks' d and quads between
+ * where a row keeps them and where the tile does; the rows after the last tile copied. */
+static int move(const uint8_t *w, int64_t N, int64_t K, uint8_t *out, int to_tiles) {
     const int err = check(w, N, K, out);
     if (err) return err;
     const int64_t nb = K / QK, rb = nb * 18, full = N / TILE_ROWS * TILE_ROWS;
     for (int64_t n0 = 0; n0 < full; n0 += TILE_ROWS) {
-        const uint8_t *src = w + n0 * rb;
-        uint8_t *tile = out + n0 * rb;
+        const uint8_t *from = w + n0 * rb;
+        uint8_t *to = out + n0 * rb;
         for (int c = 0; c < TILE_ROWS; c++)
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *blk = src + c * rb + b * 18;
-                memcpy(tile + d_at(b, c), blk, 2);
-                for (int k = 0; k < 4; k++) memcpy(tile + quad_at(b, c, k), blk + 2 + 4 * k, 4);
+                const int64_t row = c * rb + b * 18;
+                if (to_tiles) {
+                    memcpy(to + d_at(b, c), from + row, 2);
+                    for (int k = 0; k < 4; k++) memcpy(to + quad_at(b, c, k), from + row + 2 + 4 * k, 4);
+                } else {
+                    memcpy(to + row, from + d_at(b, c), 2);
+                    for (int k = 0; k < 4; k++) memcpy(to + row + 2 + 4 * k, from + quad_at(b, c, k), 4);
+                }
             }
     }
     memcpy(out + full * rb, w + full * rb, (size_t)((N - full) * rb));
     return LB_OK;
 }
 
-int lb_q4_0_untile(const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
-    const int err = check(w, N, K, out);
-    if (err) return err;
-    const int64_t nb = K / QK, rb = nb * 18, full = N / TILE_ROWS * TILE_ROWS;
-    for (int64_t n0 = 0; n0 < full; n0 += TILE_ROWS) {
-        const uint8_t *tile = w + n0 * rb;
-        uint8_t *dst = out + n0 * rb;
-        for (int c = 0; c < TILE_ROWS; c++)
-            for (int64_t b = 0; b < nb; b++) {
-                uint8_t *blk = dst + c * rb + b * 18;
-                memcpy(blk, tile + d_at(b, c), 2);
-                for (int k = 0; k < 4; k++) memcpy(blk + 2 + 4 * k, tile + quad_at(b, c, k), 4);
-            }
-    }
-    memcpy(out + full * rb, w + full * rb, (size_t)((N - full) * rb));
-    return LB_OK;
-}
+int lb_q4_0_tile(const uint8_t *w, int64_t N, int64_t K, uint8_t *out) { return move(w, N, K, out, 1); }
+
+int lb_q4_0_untile(const uint8_t *w, int64_t N, int64_t K, uint8_t *out) { return move(w, N, K, out, 0); }
 
 int lb_q4_0_tile_in_place(uint8_t *w, int64_t N, int64_t K) {
     const int err = check(w, N, K, w);
