@@ -30,6 +30,7 @@ from services.scheduler.batching import Request, SampledToken, Scheduler, Schedu
 from services.shard.batch import ForwardBatch  # noqa: E402
 from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
 from services.shard.model import ShardModel  # noqa: E402
+from services.shard.service import weight_format  # noqa: E402
 
 STREAMS, HEAD, OWN, BEFORE, PAGES, PAGE = 12, 32, 13, 10, 1024, 16
 
@@ -100,7 +101,7 @@ def main() -> None:
     args = ap.parse_args()
     paces = [int(p) for p in args.paces.split(",")]
     path = pull(quiet=True)
-    loaded = load_weights(path, 0, read_config(path)[0].n_layers, "quantized")
+    loaded = load_weights(path, 0, read_config(path)[0].n_layers, weight_format("cpu", "quantized"))
     cfg = loaded.config
     model = ShardModel(cfg, loaded.weights, PagedKVCache.for_model(
         cfg, 0, cfg.n_layers, KVConfig(num_pages=PAGES, page_size=PAGE)))

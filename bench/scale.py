@@ -48,6 +48,7 @@ from kernels.qmatmul import ISAS, set_isa  # noqa: E402
 from services.modelstore.weight_cache import load_weights  # noqa: E402
 from services.shard.kv_cache import KVConfig, PagedKVCache  # noqa: E402
 from services.shard.model import ShardModel  # noqa: E402
+from services.shard.service import weight_format  # noqa: E402
 
 FIGURES = ("single", "batch8", "batch32", "prefill128", "prefill512")
 SINGLE_CONTEXT, SINGLE_STEPS, SINGLE_RUNS = 64, 16, 3
@@ -95,7 +96,7 @@ class Ours:
 
     def __init__(self, path: Path, figures, clock):
         self.clock = clock
-        loaded = load_weights(path, 0, _n_layers(path), "quantized")
+        loaded = load_weights(path, 0, _n_layers(path), weight_format("cpu", "quantized"))   # after --isa
         self.config, self.weights = loaded.config, loaded.weights
         tokens = [SINGLE_CONTEXT + SINGLE_STEPS + 1] + [prefill_of(f) for f in figures if f.startswith("prefill")]
         tokens += [batch_of(f) * -(-(BATCH_CONTEXT + BATCH_STEPS + 1) // PAGE) * PAGE

@@ -50,7 +50,9 @@ def untile(data: np.ndarray) -> np.ndarray:
 
 
 def wants_tiles(lib) -> bool:
-    """Whether this process multiplies on the AVX-512 path, the one that reads tiles faster."""
+    """Whether this process multiplies on the AVX-512 path, the one that reads tiles faster. The
+    other paths read tiles block by block in plain C (the same bits, several times slower): a
+    process that forces another path after loading tiled weights (tests) pays that."""
     return lib is not None and int(lib.lb_isa()) == ISA_AVX512
 
 

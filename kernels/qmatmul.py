@@ -31,6 +31,11 @@ def available() -> bool:
     return _load() is not None
 
 
+def library():
+    """The native library (ctypes), or None: through the seam tests take it away by."""
+    return _load()
+
+
 def set_isa(name: str) -> str:
     """Force the native code path ("auto", "generic", "avx2", "avx512"; for tests); returns the one in use."""
     lib = _load()

@@ -151,7 +151,8 @@ UNROLL(GCC unroll 8)
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = tile + b * 288;
-        const char *ahead = (const char *)p + AHEAD_T * 288;      /* every line of a block AHEAD_T on */
+        const char *ahead = (const char *)p + AHEAD_T * 288;      /* a block AHEAD_T on (its last line, where it
+                                                                    * spans six, with the block after it) */
 UNROLL(GCC unroll 5)
         for (int l = 0; l < 5; l++) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));

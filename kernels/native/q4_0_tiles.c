@@ -40,7 +40,7 @@ static int move(const uint8_t *w, int64_t N, int64_t K, uint8_t *out, int to_til
                 }
             }
     }
-    memcpy(out + full * rb, w + full * rb, (size_t)((N - full) * rb));
+    if (N > full) memcpy(out + full * rb, w + full * rb, (size_t)((N - full) * rb));
     return LB_OK;
 }
 

@@ -102,6 +102,7 @@ static int whole(int kind, const float *x, int64_t T, int64_t K, const uint8_t *
  * few (decode) by weight rows over one rounding. Below MIN_WORK multiply-adds a piece would cost about
  * what handing it to another thread costs (a few us). */
 #define SPLIT 16
+_Static_assert(SPLIT % 16 == 0, "a piece of LB_Q4_0_T16 rows starts on a tile");
 #define MIN_WORK (1 << 17)
 
 typedef struct {

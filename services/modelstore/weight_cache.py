@@ -69,7 +69,7 @@ def load_weights(model: Path, start: int, end: int, dtype: str = "float32",
                  root: Path | None = None) -> LoadedWeights:
     """Weights of layers [start, end) from the cache, building the entry first if it is missing.
 
-    dtype: a float dtype to dequantize to, or "quantized" (see the module's docstring)."""
+    dtype: a float dtype to dequantize to, "quantized" or "quantized_t16" (see the module's docstring)."""
     t0 = time.perf_counter()
     entry = entry_path(Path(model), start, end, dtype, root)
     if entry.is_dir():

@@ -12,7 +12,8 @@ from bus.options import option
 
 DEVICES = ("cpu", "cuda")
 # "quantized": GGUF's blocks through the native kernel (kernels.qmatmul), 6x fewer bytes a step;
-# "float32": dequantized, numpy/OpenBLAS; "auto": quantized where the native kernel was built.
+# "float32": dequantized, numpy/OpenBLAS; "auto": quantized where the native kernel was built. Where
+# that kernel runs its AVX-512 path, quantized loads as "quantized_t16" (Q4_0 in tiles: kernels.q4_0_tiles).
 WEIGHT_FORMATS = ("auto", "quantized", "float32")
 
 

@@ -50,11 +50,11 @@ def weight_format(device: str, requested: str) -> str:
     matrices in tiles where the kernel runs its AVX-512 path ("quantized_t16": kernels.q4_0_tiles)."""
     if device == "cuda":
         return "float32" if requested == "float32" else "quantized"
-    from kernels.native_lib import load
     from kernels.q4_0_tiles import wants_tiles
+    from kernels.qmatmul import library
     if requested == "auto":
-        requested = "quantized" if load() is not None else "float32"
-    return "quantized_t16" if requested == "quantized" and wants_tiles(load()) else requested
+        requested = "quantized" if library() is not None else "float32"
+    return "quantized_t16" if requested == "quantized" and wants_tiles(library()) else requested
 
 
 def array_module(device: str):

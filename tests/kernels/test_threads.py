@@ -10,7 +10,8 @@ import pytest
 import kernels.attention_native as an
 from kernels import native_lib
 from kernels import qmatmul as qm
-from kernels.qmatrix import QUANT_KINDS
+from kernels.q4_0_tiles import TILED, tile
+from kernels.qmatrix import QUANT_KINDS, QMatrix
 from tests.conftest import require
 from tests.kernels.test_attention_native import case
 from tests.kernels.test_qk import weights as k_weights
@@ -43,7 +44,10 @@ def test_qmatmul_bits_do_not_depend_on_threads(isa, kind):
     per = QUANT_KINDS[kind][0]                       # a K kind's rows are whole 256-element blocks
     for n_out, k in ((37, 64), (577, 576), (1541, 96)):
         k = -(-k // per) * per
-        w = k_weights(rng, kind, n_out, k) if per > 32 else random_qmatrix(rng, kind, n_out, k)
+        if kind == TILED:                            # Q4_0's real scales, in tiles
+            w = QMatrix(TILED, tile(random_qmatrix(rng, "q4_0", n_out, k).data), k)
+        else:
+            w = k_weights(rng, kind, n_out, k) if per > 32 else random_qmatrix(rng, kind, n_out, k)
         for t in (1, 2, 5, 17, 70, 131):
             x = rng.standard_normal((t, k)).astype(np.float32)
             for n, got, want in per_thread_count(lambda: qm.qmatmul(x, w)):

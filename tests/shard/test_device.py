@@ -35,13 +35,12 @@ def test_unknown_device_is_refused_by_the_cli_and_the_config(tmp_path):
 
 
 def test_weight_formats(tmp_path):
-    from kernels.native_lib import load
     from kernels.q4_0_tiles import wants_tiles
-    from kernels.qmatmul import available
+    from kernels.qmatmul import available, library
     from services.shard.service import weight_format
     with pytest.raises(ValueError, match="weights 'int4'"):
         ShardConfig(model=tmp_path / "m.gguf", start=0, end=10, weights="int4")
-    blocks = "quantized_t16" if wants_tiles(load()) else "quantized"       # Q4_0 in tiles on AVX-512
+    blocks = "quantized_t16" if wants_tiles(library()) else "quantized"    # Q4_0 in tiles on AVX-512
     assert weight_format("cpu", "auto") == (blocks if available() else "float32")
     assert weight_format("cpu", "quantized") == blocks
     assert weight_format("cpu", "float32") == "float32"

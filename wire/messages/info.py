@@ -34,7 +34,7 @@ class ShardInfo(ServiceInfo):
     plan: int = 0                    # the placement plan served (0: pinned, or none yet)
     codec: str = ""                  # of the activations it sends on
     device: str = ""
-    weights: str = ""                # quantized or float32
+    weights: str = ""                # quantized (quantized_t16: Q4_0 in tiles, on AVX-512) or float32
     weights_mb: float = 0.0
     kv_mb: float = 0.0
     load_s: float = 0.0              # how long its range took to load, and whether from the
