@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.qmatmul import ISAS
-
 TILED = "q4_0_t16"
 ROWS = 16
+ISA_AVX512 = 2            # qmatmul.h's LB_ISA_AVX512
 
 
 def _blocks(data: np.ndarray) -> tuple[int, int]:
@@ -54,7 +53,7 @@ def wants_tiles(lib) -> bool:
     """Whether this process multiplies on the AVX-512 path, the one that reads tiles faster. The
     other paths read tiles block by block in plain C (the same bits, several times slower): a
     process that forces another path after loading tiled weights (tests) pays that."""
-    return lib is not None and int(lib.lb_isa()) == ISAS["avx512"]
+    return lib is not None and int(lib.lb_isa()) == ISA_AVX512
 
 
 def tile_in_place(lib, data: np.ndarray) -> None:
