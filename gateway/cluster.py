@@ -5,11 +5,14 @@ JSON-ready dict out (gateway/feed.py does the asking).
 
 A shard that went down leaves the directory once its heartbeats stop; while a watcher still
 runs it (down, or starting again) its bar stays on the layer map from what it last told
-(`remember`), so that a page sees it go red and come back rather than vanish.
+(`remember`), so that a page sees it go red and come back rather than vanish. A respawn quicker
+than the feed's sampling would still pass unseen: `unseen_outages` marks it in the snapshot a
+live reader gets next, from the watcher's restart count.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -80,6 +83,35 @@ def snapshot(entries: Iterable, now: float, watchers: Sequence[HealthStatusReply
     view["hops"] = hops(stats)
     view["requests"] = {k: stats[k] for k in REQUEST_STATS if k in stats}
     return view
+
+
+Shown = dict[str, tuple[int, str]]   # name -> (restarts, status) as a reader last got them
+
+
+def shown(snap: dict[str, Any]) -> Shown:
+    """What a reader was shown of each watched service: its restart count and status."""
+    return {s["name"]: (s["watch"]["restarts"], s["status"])
+            for s in snap["services"] if s.get("watch")}
+
+
+def unseen_outages(before: Shown, snap: dict[str, Any]) -> dict[str, Any] | None:
+    """`snap` with each service DOWN whose watcher restarted it since the reader was last shown
+    it serving, where `snap` shows it serving again (its outage fell between two samples); None
+    when there is none. The reader gets this, then the present."""
+    names = {s["name"] for s in snap["services"] if s.get("watch")
+             and s["status"] in (UP, STALLED) and s["name"] in before
+             and before[s["name"]][1] in (UP, STALLED)
+             and s["watch"]["restarts"] > before[s["name"]][0]}
+    if not names:
+        return None
+    out = copy.deepcopy(snap)
+    for s in out["services"]:
+        if s["name"] in names:
+            s["status"], s["watch"]["state"] = DOWN, "down"
+    for b in out["layer_map"]:
+        if b["shard"] in names:
+            b["status"], b["watch_state"] = DOWN, "down"
+    return out
 
 
 def _self(me: str, w: dict | None) -> dict | None:

@@ -50,21 +50,25 @@ class ClusterFeed:
     async def changes(self) -> AsyncIterator[dict[str, Any]]:
         """Snapshots: the first at once, then each that differs from the last sent (heartbeat
         ages aside) and, failing a change, one every `every` seconds; ends when the gateway
-        stops."""
-        last_key, sent_at = None, 0.0
+        stops. A service restarted since the last one sent, and serving in both, is shown down
+        once first (`cluster.unseen_outages`): no restart passes unseen between samples."""
+        last_key, sent_at, shown = None, 0.0, {}
         while not self.stopping:
             snap = await self.snapshot()
+            # A respawn between two samples is shown for one period, then the present.
+            snap = cluster.unseen_outages(shown, snap) or snap
             key = _key(snap)
             if key != last_key or time.monotonic() - sent_at >= self.every:
-                last_key, sent_at = key, time.monotonic()
+                last_key, sent_at, shown = key, time.monotonic(), cluster.shown(snap)
                 yield snap
             await asyncio.sleep(self.period)
 
     async def _refresh(self) -> dict[str, Any]:
         entries = self.directory.live()
-        watchers = [w for w in await asyncio.gather(
-            *(self._status(e.name) for e in entries if e.kind == "health")) if w is not None]
-        stats = await self.stats()
+        # Together: a slow scheduler must not make the watchers' states late.
+        stats, *replies = await asyncio.gather(
+            self.stats(), *(self._status(e.name) for e in entries if e.kind == "health"))
+        watchers = [w for w in replies if w is not None]
         self.memory = cluster.remember(self.memory, entries, watchers)
         snap = cluster.snapshot(entries, time.monotonic(), watchers, stats, self.memory,
                                 self.directory.me)

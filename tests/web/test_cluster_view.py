@@ -3,9 +3,12 @@ watchers' status and the scheduler's stats: pure, no processes."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
-from gateway.cluster import DOWN, FAILED, STALLED, UP, hops, remember, snapshot, status_of
+from gateway.cluster import (DOWN, FAILED, STALLED, UP, hops, remember, shown, snapshot,
+                             status_of, unseen_outages)
+from gateway.feed import ClusterFeed
 from wire.messages.health import HealthStatusReply, Watched
 
 from ..gateway.test_policy import Entry as DirectoryEntry
@@ -63,6 +66,61 @@ def test_a_shard_that_went_down_keeps_its_bar_red_until_it_serves_again():
 
     # A service no watcher runs any more and that is not live is forgotten.
     assert "shard-15" not in remember(memory, [a], [watcher(("shard-0", "up", 0))])
+
+
+def test_a_respawn_between_two_samples_is_shown_down_once_then_up():
+    a, b = shard("shard-0", 0, 15), shard("shard-15", 15, 30)
+    entries = [a, b]
+
+    def view(restarts, state="up"):
+        w = watcher(("shard-0", "up", 0), ("shard-15", state, restarts))
+        return snapshot(entries, 0.0, [w], {}, remember({}, entries, [w]))
+
+    before = shown(view(0))
+    assert unseen_outages(before, view(0)) is None
+    assert unseen_outages(before, view(1, "starting")) is None    # the outage itself shows
+    missed = unseen_outages(before, view(1))
+    assert [(x["shard"], x["status"], x["watch_state"], x["restarts"]) for x in missed["layer_map"]] \
+        == [("shard-0", UP, "up", 0), ("shard-15", DOWN, "down", 1)]
+    row = next(s for s in missed["services"] if s["name"] == "shard-15")
+    assert (row["status"], row["watch"]["state"]) == (DOWN, "down")
+    assert view(1)["layer_map"][1]["status"] == UP                # the present, untouched
+    # Once shown down (caught by a sample or by this), coming back is just a change.
+    assert unseen_outages(shown(view(1, "starting")), view(1)) is None
+    assert unseen_outages(shown(missed), view(1)) is None
+
+
+class Directory:
+    me = "gateway-0"
+
+    def live(self):
+        return [shard("shard-0", 0, 30), Entry("health-m1", "health")]
+
+
+class Peers:
+    """The watcher's replies, one per call: up, then up again after a restart (the respawn fell
+    between two samples), then the same."""
+
+    def __init__(self):
+        self.replies = [watcher(("shard-0", "up", r)) for r in (0, 1, 1, 1)]
+
+    async def call(self, name, msg, timeout):
+        return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+
+
+def test_the_live_feed_never_lets_a_restart_pass_unseen():
+    async def stats():
+        return {}
+
+    async def main():
+        feed = ClusterFeed(Directory(), Peers(), stats, dict, period=0.0, every=60.0)
+        got = []
+        async for snap in feed.changes():
+            got.append(snap["layer_map"][0]["status"])
+            if len(got) == 3:
+                feed.stopping = True
+        return got
+    assert asyncio.run(asyncio.wait_for(main(), 10)) == [UP, DOWN, UP]
 
 
 def test_replicas_of_a_range_go_to_lanes_side_by_side():
