@@ -4,6 +4,7 @@
         [--threads 1] [--rows 1 16 256] [--rounds 7] [--part layers|head|all] [--isa auto|avx2|avx512|generic]
         [--layers N]
     python3 bench/qmatmul_ab.py --tiles [--model PATH] [...]
+    python3 bench/qmatmul_ab.py BASELINE.so [CANDIDATE.so] --tiled [...]
 
 For a kernel change: copy kernels/_native*.so aside (the baseline), change and rebuild, then run this;
 CANDIDATE defaults to the library built in kernels/. Both builds are loaded into this one process and
@@ -16,6 +17,7 @@ same bits; then the whole layer stack's ratio per row count. --isa forces both b
 --layers N keeps the first N layers' matrices (an 8B model's 32 are 3.9 GB: 8 still stream from memory).
 --tiles times one build against itself: A multiplies the Q4_0 matrices in GGUF's order, B the same
 matrices in tiles of 16 rows (kernels/q4_0_tiles.py: what a CPU shard multiplies on the AVX-512 path).
+--tiled times two builds on those tiles (the Q4_0 matrices only): a change to the tiled kernel.
 --clock cpu times this thread's CPU time instead of the wall clock (with --threads 1 the kernel runs on
 the calling thread): on a machine whose cores other processes keep busy, time spent descheduled is
 then not counted, only what the kernel itself costs.
@@ -94,6 +96,7 @@ def main() -> None:
     ap.add_argument("--isa", choices=sorted(ISAS), default="auto", help="both builds' code path")
     ap.add_argument("--layers", type=int, default=None, help="only the first N layers' matrices")
     ap.add_argument("--tiles", action="store_true", help="one build: Q4_0 in GGUF's order (A) against in tiles (B)")
+    ap.add_argument("--tiled", action="store_true", help="two builds, both on Q4_0 in tiles")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: this thread's CPU time (with --threads 1 only)")
     args = ap.parse_args()
@@ -110,7 +113,7 @@ def main() -> None:
     libs = [load(args.baseline, args.threads, args.isa)]
     libs.append(libs[0] if args.tiles else load(Path(candidate), args.threads, args.isa))
     groups = layer_groups(args.model or pull(), args.part, args.layers)
-    if args.tiles:
+    if args.tiles or args.tiled:
         groups = {g: mats for g, mats in groups.items() if g[0] == "q4_0"}
         tiled = {g: [tile(m) for m in mats] for g, mats in groups.items()}
     rng = np.random.default_rng(0)
@@ -123,8 +126,11 @@ def main() -> None:
             x = rng.standard_normal((t, cols)).astype(np.float32)
             outs = [np.empty((len(mats), t, rows), np.float32) for _ in libs]
 
-            ws = [mats, tiled[(kind, rows, cols)] if args.tiles else mats]
-            codes = [KIND_CODES[kind], KIND_CODES[TILED if args.tiles else kind]]
+            if args.tiled:
+                ws, codes = [tiled[(kind, rows, cols)]] * 2, [KIND_CODES[TILED]] * 2
+            else:
+                ws = [mats, tiled[(kind, rows, cols)] if args.tiles else mats]
+                codes = [KIND_CODES[kind], KIND_CODES[TILED if args.tiles else kind]]
 
             def run(i):
                 for m, o in zip(ws[i], outs[i]):

@@ -28,11 +28,13 @@
 
 /* Blocks ahead that a tile prefetches each weight row (q32_tiles.h's Q32_AHEAD: 3 KB of a row). */
 #define AHEAD 170
-/* Blocks ahead that a tile of LB_Q4_0_T16 prefetches its one stream: 18 KB (on 8B's layers, A/B with
- * bench/qmatmul_ab.py --tiles: none, 1.1, 4.5, 9, 18, 36 and 72 KB ahead read 1 row of x at 0.81,
- * 0.99, 1.09, 1.13, 1.11-1.12, 1.12 and 1.07x GGUF order's speed; 8 rows at 1.03, 1.25, 1.23,
- * 1.30, 1.29-1.31, 1.31 and 1.30x). */
-#define AHEAD_T 64
+/* Blocks ahead that a tile of LB_Q4_0_T16 prefetches its one stream: 9 KB. On 8B's layers (against
+ * GGUF's order, bench/qmatmul_ab.py --tiles: none, 1.1, 4.5, 9, 18, 36 and 72 KB ahead read 1 row of
+ * x at 0.81, 0.99, 1.09, 1.13, 1.11-1.12, 1.12 and 1.07x its speed; 8 rows at 1.03, 1.25, 1.23, 1.30,
+ * 1.29-1.31, 1.31 and 1.30x), then tiled against tiled (--tiled, 8 layers streamed from memory, 1 and
+ * 2 threads): 9 KB read 1 row 1.02-1.05x and 8 rows 1.02-1.03x as fast as 18 KB, 4.5 KB as 9, 36 KB
+ * 1 row at 0.92x. */
+#define AHEAD_T 32
 
 /* 16-bit word 2i of a vector, for i < 16: each 32-bit lane's low half */
 static const int16_t LOW16[32] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
