@@ -59,7 +59,8 @@ class ClusterFeed:
             snap = cluster.unseen_outages(shown, snap) or snap
             key = _key(snap)
             if key != last_key or time.monotonic() - sent_at >= self.every:
-                last_key, sent_at, shown = key, time.monotonic(), cluster.shown(snap)
+                # What a snapshot without a watcher's answer cannot tell is kept from before.
+                last_key, sent_at, shown = key, time.monotonic(), {**shown, **cluster.shown(snap)}
                 yield snap
             await asyncio.sleep(self.period)
 

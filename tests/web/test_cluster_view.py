@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from gateway.cluster import (DOWN, FAILED, STALLED, UP, hops, remember, shown, snapshot,
                              status_of, unseen_outages)
+from bus.errors import BusError
 from gateway.feed import ClusterFeed
 from wire.messages.health import HealthStatusReply, Watched
 
@@ -98,14 +99,17 @@ class Directory:
 
 
 class Peers:
-    """The watcher's replies, one per call: up, then up again after a restart (the respawn fell
-    between two samples), then the same."""
+    """The watcher's replies, one per call: up, no answer in time (it was busy respawning), then
+    up again after a restart (the respawn fell between two samples), then the same."""
 
     def __init__(self):
-        self.replies = [watcher(("shard-0", "up", r)) for r in (0, 1, 1, 1)]
+        self.replies = [watcher(("shard-0", "up", 0)), None] + [watcher(("shard-0", "up", 1))] * 3
 
     async def call(self, name, msg, timeout):
-        return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+        reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+        if reply is None:
+            raise BusError("no answer")
+        return reply
 
 
 def test_the_live_feed_never_lets_a_restart_pass_unseen():
@@ -116,11 +120,13 @@ def test_the_live_feed_never_lets_a_restart_pass_unseen():
         feed = ClusterFeed(Directory(), Peers(), stats, dict, period=0.0, every=60.0)
         got = []
         async for snap in feed.changes():
-            got.append(snap["layer_map"][0]["status"])
-            if len(got) == 3:
+            got.append((snap["layer_map"][0]["status"], snap["layer_map"][0]["restarts"]))
+            if len(got) == 4:
                 feed.stopping = True
         return got
-    assert asyncio.run(asyncio.wait_for(main(), 10)) == [UP, DOWN, UP]
+    # Without the watcher's answer the directory's "ready" shows; the restart it then tells
+    # shows down once all the same.
+    assert asyncio.run(asyncio.wait_for(main(), 10)) == [(UP, 0), (UP, 0), (DOWN, 1), (UP, 1)]
 
 
 def test_replicas_of_a_range_go_to_lanes_side_by_side():
