@@ -234,11 +234,25 @@ def test_killing_a_shard_turns_its_bar_red_then_green_after_the_respawn(stack, p
     assert bars.count() == 2
     victim = bars.last.get_attribute("data-shard")
     (entry,) = [s for s in cluster(stack)["services"] if s["name"] == victim]
+    # Every status the victim's bar takes, as the page renders it: a quick respawn keeps it red
+    # for a snapshot or two (a quarter of a second each), which a selector's polling can miss on
+    # a loaded machine (CI did) and an observer of the page's own changes cannot.
+    page.evaluate("""(victim) => {
+        window.statuses = [];
+        const map = document.querySelector('#layer-map');
+        new MutationObserver(() => {
+            const bar = map.querySelector(`.bar[data-shard="${victim}"]`);
+            if (bar) window.statuses.push(bar.dataset.status);
+        }).observe(map, { childList: true, subtree: true, attributes: true });
+    }""", victim)
     os.kill(entry["pid"], signal.SIGKILL)
     bar = f'#layer-map .bar[data-shard="{victim}"]'
-    page.wait_for_selector(f'{bar}[data-status="down"]', timeout=30_000)
-    shot(page, "cluster-down.png")
-    page.wait_for_selector(f'{bar}[data-status="up"]', timeout=180_000)
+    page.wait_for_function("() => window.statuses.includes('down')", timeout=30_000)
+    if page.is_visible(f'{bar}[data-status="down"]'):
+        shot(page, "cluster-down.png")
+    page.wait_for_function("() => window.statuses.lastIndexOf('up') > window.statuses.indexOf('down')",
+                           timeout=180_000)
+    page.wait_for_selector(f'{bar}[data-status="up"]', timeout=30_000)
     assert "1 restarts" in page.get_attribute(bar, "title")
     row = page.locator(f'#hosts tr[data-service="{victim}"]')
     assert row.get_attribute("data-status") == "up"
