@@ -1,7 +1,8 @@
-"""Q4_0 weights regrouped 16 rows a tile ("q4_0_t16", kernels/native/qmatmul.h), for the AVX-512 path.
+"""Q4_0 weights regrouped 16 rows a tile ("q4_0_t16", kernels/native/qmatmul.h), for the x86 paths.
 
 GGUF keeps each row's blocks together; the AVX-512 kernel multiplies 16 rows at a time, one in each
-32-bit lane, and spent a gather and a transpose of 16 rows' loads on every block to put them there.
+32-bit lane (the AVX2 kernel 8 at a time, a tile in two halves), and spent a gather and a transpose
+of the rows' loads on every block to put them there.
 In a tile, block b of the 16 rows is 288 bytes: their float16 scales, then for k = 0..3 the 16 rows'
 quant bytes 4k .. 4k + 3, each row in the lane it is multiplied in; the last rows % 16 rows stay in
 GGUF's order after the tiles. The same bytes, moved (a tile is its 16 rows' bytes: tiling happens in
@@ -19,7 +20,7 @@ import numpy as np
 
 TILED = "q4_0_t16"
 ROWS = 16
-ISA_AVX512 = 2            # qmatmul.h's LB_ISA_AVX512
+ISA_AVX2 = 1              # qmatmul.h's LB_ISA_AVX2
 
 
 def _blocks(data: np.ndarray) -> tuple[int, int]:
@@ -50,10 +51,10 @@ def untile(data: np.ndarray) -> np.ndarray:
 
 
 def wants_tiles(lib) -> bool:
-    """Whether this process multiplies on the AVX-512 path, the one that reads tiles faster. The
-    other paths read tiles block by block in plain C (the same bits, several times slower): a
-    process that forces another path after loading tiled weights (tests) pays that."""
-    return lib is not None and int(lib.lb_isa()) == ISA_AVX512
+    """Whether this process multiplies on an x86 vector path (AVX2 or AVX-512), the ones that read
+    tiles faster than GGUF's order. The plain C path reads tiles block by block (the same bits,
+    several times slower): a process that forces it after loading tiled weights (tests) pays that."""
+    return lib is not None and int(lib.lb_isa()) >= ISA_AVX2
 
 
 def tile_in_place(lib, data: np.ndarray) -> None:

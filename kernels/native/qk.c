@@ -109,7 +109,7 @@ int lb_qk_round(int kind, const float *x, int64_t T, int64_t K, lb_qk_act *a) {
 void lb_qk_multiply(int kind, const lb_qk_act *a, const uint8_t *w, int64_t N, float *out) {
     const lb_act_k *ak = lb_is_qk(kind) ? &a->ak : NULL;
     const lb_act *a5 = lb_is_qk(kind) ? NULL : &a->a5;
-    if (kind == LB_Q4_0_T16 && lb_chosen_isa() < LB_ISA_AVX512) {     /* tiles only AVX-512 reads fast */
+    if (kind == LB_Q4_0_T16 && lb_chosen_isa() < LB_ISA_AVX2) {       /* the plain C path reads tiles slowly */
         lb_q4_0t_matmul_generic(a5, w, N, out);
         return;
     }
@@ -124,6 +124,10 @@ void lb_qk_multiply(int kind, const lb_qk_act *a, const uint8_t *w, int64_t N, f
     }
     if (kind == LB_Q4_0_T16 && lb_chosen_isa() >= LB_ISA_AVX512) {
         lb_q4_0t_matmul_avx512(a5, w, N, out);
+        return;
+    }
+    if (kind == LB_Q4_0_T16) {
+        lb_q4_0t_matmul_avx2(a5, w, N, out);
         return;
     }
     if (lb_chosen_isa() >= LB_ISA_AVX2) {     /* Q5_0/Q5_1 run it on AVX-512 machines too */

@@ -118,6 +118,7 @@ void lb_qk_matmul_avx2(int kind, const lb_act_k *ak, const lb_act *a5, const uin
 void lb_qk_matmul_avx512(int kind, const lb_act_k *ak, const uint8_t *w, int64_t N, float *out);   /* K kinds */
 void lb_q4_0_matmul_avx512(const lb_act *a, const uint8_t *w, int64_t N, float *out);              /* q4_0_avx512.c */
 void lb_q4_0t_matmul_avx512(const lb_act *a, const uint8_t *w, int64_t N, float *out);             /* LB_Q4_0_T16 */
+void lb_q4_0t_matmul_avx2(const lb_act *a, const uint8_t *w, int64_t N, float *out);               /* q4_0_avx2.c */
 #endif
 void lb_q4_0t_matmul_generic(const lb_act *a, const uint8_t *w, int64_t N, float *out);             /* q4_0_tiles.c */
 

@@ -163,12 +163,17 @@ int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w,
     rounded r;
     if (round_x(kind, x, T, K, &r) != LB_OK) return LB_ENOMEM;
     j.r = &r;
-    /* one piece a thread: each streams one stretch of the weights and pays one cold start (the
-     * prefetchers ramp up again at every piece). On 2 free threads a decode step's matmuls scale
-     * 1.83x this way, against 1.78x with two pieces a thread and 1.73x with three (measured with
-     * bench/decode_profile.py --threads 1,2). A worker not yet awake when a call starts claims
-     * nothing: the caller runs every piece itself. */
-    lb_parallel_for(pieces(N, threads, &j.step), piece_by_w, &j);
+    /* A decode step (one row): one piece a thread, each streaming one stretch of the weights and
+     * paying one cold start (the prefetchers ramp up again at every piece). On 2 free threads a
+     * decode step's matmuls scale 1.83x this way, against 1.78x with two pieces a thread and 1.73x
+     * with three (measured with bench/decode_profile.py --threads 1,2). A few rows (a batch of
+     * decodes) compute more than they stream: four pieces a thread, so a thread that another
+     * process keeps off its core a while leaves its pieces to the others instead of holding the
+     * step up. 8B over 3 namespace hosts sharing 2 cores, concurrency 8, on the AVX2 path: the
+     * shards' 8-row steps took 435 ms against 446 with one piece a thread (eight pieces: as four);
+     * on their own, the matmuls timed the same either way (0.98-1.00x). A worker not yet awake
+     * when a call starts claims nothing: the caller runs every piece itself. */
+    lb_parallel_for(pieces(N, T == 1 ? threads : 4 * threads, &j.step), piece_by_w, &j);
     release(kind, &r);
     return j.err;
 }

@@ -47,7 +47,8 @@ log = logging.getLogger("llmbus.shard")
 def weight_format(device: str, requested: str) -> str:
     """The format a shard loads: a cuda shard keeps GGUF's blocks on the GPU unless asked for float32
     (then float16 there); a cpu shard its blocks where the native kernel is built, its Q4_0 layer
-    matrices in tiles where the kernel runs its AVX-512 path ("quantized_t16": kernels.q4_0_tiles)."""
+    matrices in tiles where the kernel runs an x86 vector path, AVX2 or AVX-512 ("quantized_t16":
+    kernels.q4_0_tiles)."""
     if device == "cuda":
         return "float32" if requested == "float32" else "quantized"
     from kernels.q4_0_tiles import wants_tiles

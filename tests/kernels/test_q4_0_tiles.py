@@ -127,9 +127,9 @@ def test_a_shard_over_tiles_runs_the_forward_of_gguf_order_bit_for_bit(tmp_path)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
-def test_a_cpu_shard_loads_tiles_only_where_the_avx512_path_runs(isa):
+def test_a_cpu_shard_loads_tiles_where_an_x86_vector_path_runs(isa):
     from services.shard.service import weight_format
-    want = "quantized_t16" if isa == "avx512" else "quantized"
+    want = "quantized_t16" if isa in ("avx2", "avx512") else "quantized"
     assert weight_format("cpu", "auto") == weight_format("cpu", "quantized") == want
     assert weight_format("cpu", "float32") == "float32"
     assert weight_format("cuda", "auto") == "quantized"            # the GPU's kernels read GGUF's order
