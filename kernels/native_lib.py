@@ -39,6 +39,9 @@ SIGNATURES = {
     "lb_pool_read": (ctypes.c_uint64, [P, I64]),
 }
 
+# The code paths lb_set_isa takes (qmatmul.h's LB_ISA_*; "auto": the best this CPU has).
+ISAS = {"auto": -1, "generic": 0, "avx2": 1, "avx512": 2}
+
 _lib: ctypes.CDLL | None = None
 _tried = False
 
@@ -51,10 +54,21 @@ def library_path() -> Path | None:
     return found[0] if found else None
 
 
+def wanted_isa() -> int:
+    """The code path LLMBUS_ISA asks this process's kernels for (ISAS' names; unset: auto), to
+    measure or check a narrower path than the CPU's best, as a machine without AVX-512 runs it."""
+    name = os.environ.get("LLMBUS_ISA", "").strip() or "auto"
+    if name not in ISAS:
+        raise ValueError(f"LLMBUS_ISA={name!r} is not a code path: one of {', '.join(ISAS)}")
+    return ISAS[name]
+
+
 def load() -> ctypes.CDLL | None:
-    """The library with its functions typed, or None when it is not built (or is stale)."""
+    """The library with its functions typed, on the code path LLMBUS_ISA names (the best one this
+    CPU has where it names one the CPU lacks), or None when it is not built (or is stale)."""
     global _lib, _tried
     if not _tried:
+        isa = wanted_isa()                  # a bad value is refused at every call, not once
         _tried = True
         path = library_path()
         if path is not None:
@@ -65,6 +79,8 @@ def load() -> ctypes.CDLL | None:
                     fn.restype, fn.argtypes = res, args
             except (OSError, AttributeError):
                 lib = None                      # a foreign or stale build: numpy it is
+            if lib is not None and isa >= 0:
+                lib.lb_set_isa(isa)
             _lib = lib
     return _lib
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.native_lib import load
+from kernels.native_lib import ISAS, load
 from kernels.qact import QKK, round_act, round_act_for
 from kernels.qmatrix import QUANTIZED, QMatrix, QRows
 
 KIND_CODES = {"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
               "q4_k": 12, "q5_k": 13, "q6_k": 14,    # ggml's type numbers, as the C side takes them
               "q4_0_t16": 1002}                      # ours: Q4_0 in tiles (kernels.q4_0_tiles)
-ISAS = {"auto": -1, "generic": 0, "avx2": 1, "avx512": 2}
 
 
 def _load():

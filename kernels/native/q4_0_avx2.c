@@ -70,18 +70,19 @@ INLINE void half_block(int R, const uint8_t *p, int h, const lb_act *a, int64_t 
  * as fast at 2 rows of x and 0.81x at 4; the same at 8). The 16 accumulators of 8 rows live in memory
  * (loaded and stored once a block and row: load and store ports, not the vector ALUs). */
 INLINE void tile16t(int R, const lb_act *a, int64_t t0, const uint8_t *tile, float *out0, int64_t N) {
-    __m256 acc[2][8];
-    for (int h = 0; h < 2; h++)
-        for (int r = 0; r < R; r++) acc[h][r] = _mm256_setzero_ps();
+    __m256 acc0[8], acc1[8];
+    for (int r = 0; r < R; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < a->nb; b++) {
         const uint8_t *p = tile + b * 288;
         const char *ahead = (const char *)p + AHEAD_T * 288;
         for (int l = 0; l < 5; l++) _mm_prefetch(ahead + 64 * l, _MM_HINT_T1);
-        half_block(R, p, 0, a, t0, b, acc[0]);
-        half_block(R, p, 1, a, t0, b, acc[1]);
+        half_block(R, p, 0, a, t0, b, acc0);
+        half_block(R, p, 1, a, t0, b, acc1);
     }
-    for (int h = 0; h < 2; h++)
-        for (int r = 0; r < R; r++) _mm256_storeu_ps(out0 + r * N + 8 * h, acc[h][r]);
+    for (int r = 0; r < R; r++) {
+        _mm256_storeu_ps(out0 + r * N, acc0[r]);
+        _mm256_storeu_ps(out0 + r * N + 8, acc1[r]);
+    }
 }
 
 /* The rows after the last whole tile (GGUF's order): qk_generic.c's Q4_0 steps one output at a time. */
