@@ -12,8 +12,8 @@
  * register of its own: the 8 rows' sums and the tile's two quant vectors fit AVX2's 16 registers,
  * where all 8 quads kept for every row (q32_wtile's order) spill.
  * Against q32_wtile on GGUF's order (bench/qmatmul_ab.py --tiles --isa avx2 --layers 8 --threads 2 on
- * 8B's layers, streamed from memory): 1.18x as fast for 1 row of x, 1.22x for 2, 1.34x for 4 and
- * 1.38x for 8. Per 256 products (8 weight rows, one row of x, a block) 8 vpmaddubsw, 7 vpaddw, then 6
+ * 8B's layers, streamed from memory; 2026-11-28, the machine in a slow phase): 1.09x as fast for 1
+ * row of x, 1.29x for 2, 1.42x for 4 and 1.35x for 8. Per 256 products (8 weight rows, one row of x, a block) 8 vpmaddubsw, 7 vpaddw, then 6
  * operations to the float sum: about 9 cycles, where the vector ports could do it in 7.5. */
 #if defined(__x86_64__)
 #include <immintrin.h>
