@@ -212,6 +212,7 @@ class Pipelines:
                         p + "breaker_open": float(self.breakers.state(pipeline.name, now) == OPEN),
                         p + "breaker_opens": float(self.breakers.info(pipeline.name, now)["opens"]),
                         p + "running": float(s["running"]), p + "waiting": float(s["waiting"]),
+                        p + "inflight": float(len(pipeline.policy.inflight)),
                         p + "moved_in": float(s.get("moved_in", 0)),
                         p + "moved_out": float(s.get("moved_out", 0)),
                         p + "batches_done": float(pipeline.driver.counters["batches_done"]
