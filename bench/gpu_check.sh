@@ -46,7 +46,7 @@ if [ -e "$STASH/parts/model.gguf.name" ]; then
 fi
 
 # The packages this machine lacks, from the carried wheels, in a folder of their own ahead of the
-# image's: pyzmq, zeroconf, gguf, and pytest with its plugins at the versions CI runs (the image's
+# image's: pyzmq, zeroconf, gguf, llguidance, and pytest with its plugins at the versions CI runs (the image's
 # own pytest plugins are not loaded: one built for another pytest would stop the run).
 if compgen -G ".whl/*.whl" > /dev/null; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$STASH/site" .whl/*.whl \
@@ -58,7 +58,7 @@ fi
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 PYTEST=("$PY" -m pytest -p pytest_asyncio.plugin -p pytest_timeout -p no:cacheprovider -q -rs --timeout 240)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-"$PY" -c "import cupy, zmq, zeroconf, gguf, pytest, pytest_asyncio, pytest_timeout
+"$PY" -c "import cupy, zmq, zeroconf, gguf, llguidance, pytest, pytest_asyncio, pytest_timeout
 print('cupy', cupy.__version__, 'CUDA runtime', cupy.cuda.runtime.runtimeGetVersion(), 'pytest', pytest.__version__)" \
     || { echo "gpu_check: a package is missing (see bench/gpu_prepare.sh)" >&2; exit 1; }
 

@@ -4,8 +4,9 @@
 #
 #   .whl/          wheels of the packages such a machine lacks (its image holds numpy, cupy-cuda13x,
 #                  torch, transformers, aiohttp, msgpack, tokenizers, jinja2, prometheus_client...):
-#                  pyzmq, zeroconf (and ifaddr), gguf, and the pytest CI runs with its plugins
-#                  (pytest-asyncio is not in the image), for CPython 3.12 x86-64
+#                  pyzmq, zeroconf (and ifaddr), gguf, llguidance (the scheduler's grammars), and the
+#                  pytest CI runs with its plugins (pytest-asyncio is not in the image), for CPython
+#                  3.12 x86-64
 #   .gpucheck/a/   the default model's first half, .gpucheck/b/ its second: a call carries at most
 #                  64 MiB with the working tree, the model is 94 MiB, so it goes in two calls
 #                  (bench/gpu_check.sh keeps what it is given in /tmp between calls to the same machine)
@@ -20,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-WHEELS=(pyzmq==27.3.0 zeroconf==0.154.0 ifaddr==0.2.0 gguf==0.19.0
+WHEELS=(pyzmq==27.3.0 zeroconf==0.154.0 ifaddr==0.2.0 gguf==0.19.0 llguidance==1.9.1
         pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 pytest-asyncio==1.5.0 pytest-timeout==2.4.0)
 PLATFORMS=()
 for n in 17 24 27 28 31 34 35; do PLATFORMS+=(--platform "manylinux_2_${n}_x86_64"); done
