@@ -8,8 +8,8 @@
  *   q32_lanes8(w, x): the 8 lanes' sums of products of 8 quads of Q4_0 quants w[k] (a weight row's
  *     in each lane) and x[k] (one row's, broadcast), in int32.
  * Every output takes qk_generic.c's float steps in its order: per block the exact integer sum p of
- * (quant - offset) * x, then acc + p * (d_w * d_x), and Q5_1's + m * side_x (side_x = d_x * sum(q_x),
- * exact). The unsigned quants u (0..15 or 0..31) meet x's quants as unsigned bytes; Q4_0's -8 and Q5_0's
+ * (quant - offset) * x, then acc + p * (d_w * d_x) (fused for Q4_0: qk.h's lb_q4_0_step, q32_step),
+ * and Q5_1's + m * side_x (side_x = d_x * sum(q_x), exact). The unsigned quants u (0..15 or 0..31) meet x's quants as unsigned bytes; Q4_0's -8 and Q5_0's
  * -16 come back in the integers as -offset * sum(q_x). So every path, and every tile a row falls in,
  * gives the same bits. */
 #ifndef LB_Q32_TILES_H
@@ -19,6 +19,12 @@
 INLINE int q32_head(int kind) { return kind == LB_Q5_1 ? 4 : 2; }
 INLINE int q32_off(int kind) { return kind == LB_Q5_0 ? 16 : kind == LB_Q4_0 ? 8 : 0; }
 INLINE int q32_shift(int kind) { return kind == LB_Q5_0 ? 4 : 3; }     /* log2 of q32_off */
+
+/* acc + p * prod (prod = d_w * d_x): Q4_0's fused step (qk.h's lb_q4_0_step), the Q5 kinds' unfused. */
+INLINE __m256 q32_step(int kind, __m256 acc, __m256i p, __m256 prod) {
+    const __m256 f = _mm256_cvtepi32_ps(p);
+    return kind == LB_Q4_0 ? _mm256_fmadd_ps(f, prod, acc) : _mm256_add_ps(acc, _mm256_mul_ps(f, prod));
+}
 
 /* A block's 32 quants, unsigned, in element order (x is rounded in that order for these kinds): low
  * nibbles (elements 0..15) in the low half, high nibbles (16..31) in the high half, Q5's fifth bits
@@ -57,7 +63,7 @@ INLINE void q32_tile8(int kind, int R, const lb_act *a, int64_t t0, const uint8_
             for (int c = 0; c < 8; c++) s[c] = q32_dot(u[c], a->q + i * QK);
             __m256i sum = sum8_epi32(s);
             if (q32_off(kind)) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(q32_off(kind) * a->sq_t[b * ts + t0 + r]));
-            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, _mm256_broadcast_ss(a->d + i))));
+            acc[r] = q32_step(kind, acc[r], sum, _mm256_mul_ps(dw, _mm256_broadcast_ss(a->d + i)));
             if (kind == LB_Q5_1) acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(mw, _mm256_broadcast_ss(a->side + i)));
         }
     }
@@ -107,7 +113,7 @@ INLINE void q32_wtile(int R, const lb_act *a, int64_t t0, const uint8_t *w0, int
             for (int k = 0; k < 8; k++) xq[k] = _mm256_set1_epi32((int)lb_u32((const uint8_t *)x + 4 * k));
             __m256i sum = q32_lanes8(wq, xq);
             sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(8 * a->sq_t[b * ts + t0 + r]));
-            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, _mm256_broadcast_ss(a->d + i))));
+            acc[r] = q32_step(LB_Q4_0, acc[r], sum, _mm256_mul_ps(dw, _mm256_broadcast_ss(a->d + i)));
         }
     }
     for (int r = 0; r < R; r++) _mm256_storeu_ps(out0 + r * N, acc[r]);
@@ -125,7 +131,8 @@ INLINE void q32_one(int kind, const lb_act *a, int64_t t, const uint8_t *w, floa
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
         const int32_t sum = _mm_cvtsi128_si32(h) - q32_off(kind) * a->sq_t[b * ts + t];
-        acc = acc + (float)sum * (_cvtsh_ss(lb_u16(p)) * a->d[t * a->nbp + b]);
+        if (kind == LB_Q4_0) acc = lb_q4_0_step(acc, sum, _cvtsh_ss(lb_u16(p)), a->d[t * a->nbp + b]);
+        else acc = acc + (float)sum * (_cvtsh_ss(lb_u16(p)) * a->d[t * a->nbp + b]);
         if (kind == LB_Q5_1) acc = acc + _cvtsh_ss(lb_u16(p + 2)) * a->side[t * a->nbp + b];
     }
     *out = acc;
@@ -156,7 +163,7 @@ INLINE void q32_vtile(int kind, int G, int R, const lb_act *a, int64_t t0, const
             const int64_t i = b * ts + t0 + 8 * g;
             if (q32_off(kind))
                 sum[g] = _mm256_sub_epi32(sum[g], _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(a->sq_t + i)), q32_shift(kind)));
-            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_cvtepi32_ps(sum[g]), _mm256_mul_ps(dw, _mm256_loadu_ps(a->d_t + i))));
+            acc[g] = q32_step(kind, acc[g], sum[g], _mm256_mul_ps(dw, _mm256_loadu_ps(a->d_t + i)));
             if (kind == LB_Q5_1) acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(mw, _mm256_loadu_ps(a->side_t + i)));
         }
     }

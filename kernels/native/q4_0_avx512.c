@@ -3,7 +3,7 @@
  * does for 8), so lane c of wq[k] holds quants 4k .. 4k + 3 of row c, unsigned; each quad of a row
  * of x, broadcast, meets all 16 rows in one vpdpbusd, and 8 of them give each lane its block's exact
  * sum, started from -8 * sum(q_x) (lb_act's sq8_t), which takes away what the unsigned form adds. The
- * float steps are then q32_tiles.h's (qk_generic.c's, in its order): acc + p * (d_w * d_x) a block, so
+ * float steps are then q32_tiles.h's (qk.h's lb_q4_0_step): acc + p * (d_w * d_x) a block, fused, so
  * Q4_0 gives the same bits on this path as on AVX2 and in plain C, whatever tile a row falls in.
  * Against the per-lane tiles this path ran before (4 blocks a register, 2 weight rows against 8 rows
  * of x, a float conversion, product and FMA for every 2 vpdpbusd) a block costs 8 vpdpbusd and 4 float
@@ -42,7 +42,7 @@ static const int16_t LOW16[32] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
 
 /* Block b of 16 weight rows (d4[k]: lane c holds row c's quant bytes 4k .. 4k + 3; dw: their d) into
  * acc[r] for R (<= 8) rows of x from t0: each quad of a row of x, broadcast, meets all 16 rows in one
- * vpdpbusd, the block's exact sum started from -8 * sum(q_x), then acc + p * (d_w * d_x). */
+ * vpdpbusd, the block's exact sum started from -8 * sum(q_x), then acc + p * (d_w * d_x), fused. */
 INLINE void block_rows(int R, const __m512i d4[4], __m512 dw, const lb_act *a, int64_t t0, int64_t b, __m512 acc[8]) {
     const int64_t nb = a->nb, nbp = a->nbp, ts = a->T + 8;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -68,7 +68,7 @@ UNROLL(GCC unroll 8)
             else s = _mm512_dpbusd_epi32(s, wq[k], xk);
         }
         s = _mm512_add_epi32(s, s2);
-        acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(dx[r]))));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(dx[r])), acc[r]);
     }
 }
 

@@ -86,7 +86,7 @@ void lb_q4_0t_matmul_generic(const lb_act *a, const uint8_t *w, int64_t N, float
                 int32_t p = 0;
                 for (int j = 0; j < QK / 2; j++)
                     p += ((qs[j] & 0x0f) - 8) * xq[b * QK + j] + ((qs[j] >> 4) - 8) * xq[b * QK + j + 16];
-                acc += lb_f16(d) * dx[b] * (float)p;
+                acc = lb_q4_0_step(acc, p, lb_f16(d), dx[b]);
             }
             out[t * N + n] = acc;
         }

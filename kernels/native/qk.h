@@ -4,6 +4,7 @@
 #ifndef LB_QK_H
 #define LB_QK_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "qmatmul_impl.h"
@@ -12,6 +13,13 @@
 
 static inline int lb_is_qk(int kind) { return kind == LB_Q4_K || kind == LB_Q5_K || kind == LB_Q6_K; }
 static inline int lb_is_q5(int kind) { return kind == LB_Q4_0 || kind == LB_Q5_0 || kind == LB_Q5_1; }   /* 32 a block, exact sums */
+
+/* Q4_0's float step a block, on every path: acc + p * (d_w * d_x) with one rounding after the sum (a
+ * fused multiply-add, as ggml's vector code takes it), the scale product d_w * d_x rounded first; p is
+ * the block's exact integer sum. Fused, a vector path saves an operation per block and row of x, and the
+ * AVX2 kernel is bound by its operations (q4_0_avx2.c). Q5_0 and Q5_1 keep the unfused acc + p * (d_w *
+ * d_x). Where the compiler has no FMA instruction (plain C), fmaf is libm's, exact all the same. */
+static inline float lb_q4_0_step(float acc, int32_t p, float dw, float dx) { return fmaf((float)p, dw * dx, acc); }
 
 /* Bytes of one block (elements: QKK for the K kinds, QK for Q5_0/Q5_1); 0 for any other kind. */
 static inline int lb_qk_block_bytes(int kind) {

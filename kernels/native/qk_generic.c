@@ -1,7 +1,8 @@
 /* Plain C for the K-quant and 5-bit kinds, the definition the vector paths follow. A K block gives
  * exact integers: sumi = sum over its 16-element groups of scale * (weight quants . x quants), and
  * (Q4_K, Q5_K) summin = sum of min * bsum; then acc += (d_w d_x) sumi and accm += (dmin_w d_x) summin
- * in float32, out = acc - accm. Q5_0/Q5_1 go as Q4_0/Q4_1 do (qmatmul.c), with a fifth bit. */
+ * in float32, out = acc - accm. Q5_0/Q5_1 go as Q4_0/Q4_1 do (qmatmul.c), with a fifth bit; Q4_0's
+ * float step is fused (qk.h's lb_q4_0_step). */
 #include "qk.h"
 
 /* A K block's weight quants w[256] (Q6_K's with its -32 applied) in x's order, each 16-group's scale
@@ -84,7 +85,8 @@ static void matmul_q5(int kind, const lb_act *a, const uint8_t *w, int64_t N, fl
                 for (int j = 0; j < QK / 2; j++)
                     p += (((qs[j] & 0x0f) | (((qh >> j) & 1) << 4)) - off) * xq[b * QK + j] +
                          (((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off) * xq[b * QK + j + 16];
-                acc += lb_f16(lb_u16(blk)) * dx[b] * (float)p;
+                if (kind == LB_Q4_0) acc = lb_q4_0_step(acc, p, lb_f16(lb_u16(blk)), dx[b]);
+                else acc += lb_f16(lb_u16(blk)) * dx[b] * (float)p;
                 if (kind == LB_Q5_1) acc += lb_f16(lb_u16(blk + 2)) * sx[b];
             }
             out[t * N + n] = acc;

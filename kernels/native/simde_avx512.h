@@ -12,6 +12,7 @@
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 #include <simde/x86/f16c.h>
+#include <math.h>
 #include <stdint.h>
 
 static inline simde__m512i lb_emu_maskz_loadu_epi8(uint64_t k, const void *p) {
@@ -54,6 +55,16 @@ static inline simde__m512 lb_emu_cvtepi32_ps(simde__m512i a) {
     simde_mm512_storeu_si512(i32, a);
     for (int i = 0; i < 16; i++) f[i] = (float)i32[i];
     return simde_mm512_loadu_ps(f);
+}
+
+/* fused, as vfmadd231ps: SIMDe 0.7 takes a * b + c with two roundings where the build has no FMA macro */
+static inline simde__m512 lb_emu_fmadd_ps(simde__m512 a, simde__m512 b, simde__m512 c) {
+    float x[16], y[16], z[16];
+    simde_mm512_storeu_ps(x, a);
+    simde_mm512_storeu_ps(y, b);
+    simde_mm512_storeu_ps(z, c);
+    for (int i = 0; i < 16; i++) z[i] = fmaf(x[i], y[i], z[i]);
+    return simde_mm512_loadu_ps(z);
 }
 
 static inline simde__m512i lb_emu_cvtps_epi32(simde__m512 a) {   /* round to nearest even, as MXCSR's default */
@@ -133,6 +144,8 @@ static inline simde__m512i lb_emu_i32gather_epi32(simde__m512i idx, const void *
 #define _mm512_cvtph_ps(h) lb_emu_cvtph_ps(h)
 #define _mm512_cvtepu32_epi64(a) lb_emu_cvtepu32_epi64(a)
 #define _mm512_cvtepi32_ps(a) lb_emu_cvtepi32_ps(a)
+#undef _mm512_fmadd_ps
+#define _mm512_fmadd_ps(a, b, c) lb_emu_fmadd_ps((a), (b), (c))
 #define _mm512_cvtps_epi32(a) lb_emu_cvtps_epi32(a)
 #define _mm512_cvtepi32_epi8(a) lb_emu_cvtepi32_epi8(a)
 #define _mm512_reduce_add_ps(a) lb_emu_reduce_add_ps(a)

@@ -31,6 +31,42 @@ def random_qmatrix(rng, kind: str, rows: int, cols: int) -> QMatrix:
     return QMatrix(kind, data.reshape(rows, cols // 32 * bb), cols)
 
 
+def fma32(a, b, c):
+    """a * b + c for float32 arrays with one rounding (C's fmaf), in float64: a * b is exact there (24 +
+    24 bits), TwoSum gives the sum's rounding error e exactly, and the sum rounded to odd (the odd one of
+    the two doubles around the exact value) then rounds to float32 as the exact value would (53 >= 24 + 2
+    bits: Boldo and Melquiond, "Emulation of FMA and correctly rounded sums", 2008)."""
+    prod = np.asarray(a, np.float32).astype(np.float64) * np.asarray(b, np.float32).astype(np.float64)
+    c = np.asarray(c, np.float32).astype(np.float64)
+    s = prod + c
+    bb = s - prod
+    e = (prod - (s - bb)) + (c - bb)
+    even = (s.view(np.int64) & 1) == 0
+    odd = np.where((e != 0) & even, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
+    return odd.astype(np.float32)
+
+
+def test_fma32_is_c_fmaf():
+    """The test's fused step against libm's fmaf (C99: exact, then one rounding), on random triples and on
+    ones built so that an unfused or twice-rounded sum differs: c = -round(a * b) leaves just the
+    product's rounding error."""
+    import ctypes
+    import ctypes.util
+
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libm.fmaf.argtypes = [ctypes.c_float] * 3
+    libm.fmaf.restype = ctypes.c_float
+    rng = np.random.default_rng(5)
+    a = (rng.normal(0, 1, 3000) * 10.0 ** rng.integers(-3, 4, 3000)).astype(np.float32)
+    b = rng.normal(0, 1, 3000).astype(np.float32)
+    c = (rng.normal(0, 1, 3000) * 10.0 ** rng.integers(-6, 6, 3000)).astype(np.float32)
+    c[:1000] = -(a[:1000] * b[:1000])                            # float32 products: the error alone is left
+    c[1000:1500] = (a[1000:1500] * b[1000:1500]) * np.float32(2.0 ** -24)   # near ties of the sum
+    want = np.array([libm.fmaf(float(x), float(y), float(z)) for x, y, z in zip(a, b, c)], np.float32)
+    np.testing.assert_array_equal(fma32(a, b, c), want)
+    assert (fma32(a[:1000], b[:1000], c[:1000]) != a[:1000] * b[:1000] + c[:1000]).sum() > 500
+
+
 def assert_product(got, x, w):
     """Equal to the float64 product of the rounded x and the weights, up to float32 rounding, relative to |x| . |w|."""
     wd = w.dequantize().astype(np.float64)
@@ -97,7 +133,7 @@ def block_terms(w: QMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def test_each_output_sums_its_blocks_in_the_definitions_float_order(path, kind):
     """lb_qmatmul_generic's order, and the q8_0 kernels' of every path (AVX-512 runs AVX2's) and q4_0's
     on AVX2 and AVX-512 bit for bit: per block acc + (d_w * d_x) * p in float32 (p the exact integer
-    sum), then q4_1's + m_w * (d_x * sum q_x). x sits on its rounding grid, so its quants and scales are known; T
+    sum; q4_0's sum fused, one rounding: qk.h's lb_q4_0_step), then q4_1's + m_w * (d_x * sum q_x). x sits on its rounding grid, so its quants and scales are known; T
     and N reach every tile and tail (q4_1's vector paths sum per lane)."""
     require(qm.available(), "the native library is not built (pip install -e . with a C compiler builds it)")
     if qm.set_isa(path) != path:
@@ -116,7 +152,10 @@ def test_each_output_sums_its_blocks_in_the_definitions_float_order(path, kind):
         acc = np.zeros((T, w.data.shape[0]), np.float32)
         for b in range(nb):
             p = (qx[:, b] @ qw[:, b].T).astype(np.float32)       # exact: |p| < 2^24
-            acc = acc + (dw[None, :, b] * dx[:, b, None]) * p
+            if kind == "q4_0":
+                acc = fma32(p, dw[None, :, b] * dx[:, b, None], acc)
+            else:
+                acc = acc + (dw[None, :, b] * dx[:, b, None]) * p
             if kind == "q4_1":
                 acc = acc + mw[None, :, b] * (dx[:, b] * qx[:, b].sum(-1).astype(np.float32))[:, None]
         for t in (1, 3, 7, 8, 9, 17, 33, T):                     # decode tile, batch tiles and their tails
