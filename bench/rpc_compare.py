@@ -150,13 +150,21 @@ class Bench:
         print(f"  {engine}: first answer {first['answer_s']:.1f} s after start "
               f"(healthy at {first['healthy_s']:.1f} s; {'cold' if cold else 'warm'})", flush=True)
 
+    def refaulted(self, engine: str) -> dict[str, int | None]:
+        return {h: g.refaulted() for h in self.names[engine] if (g := self.hosts.groups.get(h)) is not None}
+
     def load(self, engine: str, concurrency: int) -> dict:
         extra = {"ignore_eos": True} if engine == "llamacpp" else {}
         run = self.runs[engine]
         first = f"shard-{self.names[engine][0]}-0"
         before = (hosts_llmbus.counters(run, first), hosts_llmbus.stats(run)) if engine == "llmbus" else ()
+        refaulted = self.refaulted(engine)
         got = self.client(run.base, "load", "--concurrency", str(concurrency),
                           "--max-tokens", str(self.args.tokens), "--extra", json.dumps(extra))
+        # File pages each host read again while the level ran: its memory limit taking back the
+        # weights it decodes from (mapped or read), which then come from the disk every step.
+        got["refaulted_bytes"] = {h: (n - refaulted[h]) * 4096 for h, n in self.refaulted(engine).items()
+                                  if refaulted.get(h) is not None and n is not None}
         if engine == "llmbus":
             # Micro-batches in flight, on average: the sequences over the rows a batch carried.
             batches = hosts_llmbus.counters(run, first)["forwards"] - before[0]["forwards"]
@@ -170,8 +178,9 @@ class Bench:
                                                                     or k in ("tokens_per_s", "prefix_hit_tokens",
                                                                              "prefix_query_tokens"))}
         print(f"  {engine:9} c={concurrency}: decode {got['decode_tok_s']:6.2f} tok/s "
-              f"(ITL {got['itl_ms'] or 0:7.1f} ms, tokens {sum(got['tokens'])}, errors {len(got['errors'])})",
-              flush=True)
+              f"(ITL {got['itl_ms'] or 0:7.1f} ms, tokens {sum(got['tokens'])}, errors {len(got['errors'])}"
+              + (f"; read again after reclaim {sum(got['refaulted_bytes'].values()) / (1 << 20):.0f} MiB"
+                 if got["refaulted_bytes"] else "") + ")", flush=True)
         return got
 
     def levels(self, engine: str, row: dict) -> None:

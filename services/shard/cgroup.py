@@ -163,6 +163,12 @@ class MemoryGroup:
     def working_set(self) -> int:
         return working_set(self.h, self.dir)
 
+    def refaulted(self) -> int | None:
+        """File pages the group read again after reclaim had taken them (4 KiB each; None where the
+        kernel does not count them): a group too small for what it maps reads its files over and
+        over."""
+        return memory_stat(self.dir).get(self.h.stat_key("workingset_refault_file"))
+
     def oom_kills(self) -> int:
         """Processes the kernel killed for the limit."""
         events = self.dir / ("memory.events" if self.h.version == 2 else "memory.oom_control")

@@ -137,3 +137,40 @@ def test_a_real_group_caps_its_process_and_its_shard_offers_what_is_left():
         assert 0 < int(offer.stdout) < 160 * MiB
     finally:
         g.close()
+
+
+def test_refaulted_file_pages_are_read_from_either_layout(tmp_path):
+    for version, stat in ((1, "workingset_refault_file 3\ntotal_workingset_refault_file 7\n"),
+                          (2, "workingset_refault_file 5\n")):
+        h = Hierarchy(version, tmp_path / str(version), "/")
+        write(tmp_path / str(version), cgroup_procs="", cgroup_subtree_control="memory\n")
+        g = MemoryGroup(512 * MiB, "x", h)
+        write(g.dir, memory_stat=stat)
+        assert g.refaulted() == (7 if version == 1 else 5)       # v1: the group's and its children's
+        (g.dir / "memory.stat").write_text("cache 1\n")
+        assert g.refaulted() is None                              # a kernel that does not count them
+
+
+def test_a_real_group_too_small_for_its_file_reads_it_again(tmp_path):
+    """What rpc_compare reports per host: a file read twice inside a group half its size comes back
+    from the disk (its pages were reclaimed), one that fits stays in memory."""
+    g = real_group(96 * MiB)
+    try:
+        if g.refaulted() is None:
+            pytest.skip("this kernel does not count refaulted file pages")
+        script = ("import os, sys; p, n = sys.argv[1], int(sys.argv[2])\n"
+                  "with open(p, 'wb') as f: [f.write(os.urandom(1 << 20)) for _ in range(n)]; os.fsync(f.fileno())\n"
+                  "for _ in range(2):\n"
+                  "    with open(p, 'rb') as f:\n"
+                  "        while f.read(1 << 20): pass\n")
+        seen = {}
+        for mib in (16, 192):
+            before = g.refaulted()
+            run = subprocess.run(g.argv([sys.executable, "-c", script, str(tmp_path / f"{mib}.bin"), str(mib)]),
+                                 capture_output=True, text=True, timeout=120)
+            assert run.returncode == 0, run.stderr
+            seen[mib] = (g.refaulted() - before) * 4096
+        assert seen[16] < 4 * MiB, seen
+        assert seen[192] > 64 * MiB, seen          # the second read at least: 192 MiB where 96 fit
+    finally:
+        g.close()
