@@ -9,8 +9,9 @@
  *     in each lane) and x[k] (one row's, broadcast), in int32.
  * Every output takes qk_generic.c's float steps in its order: per block the exact integer sum p of
  * (quant - offset) * x, then acc + p * (d_w * d_x) (fused for Q4_0: qk.h's lb_q4_0_step, q32_step),
- * and Q5_1's + m * side_x (side_x = d_x * sum(q_x), exact). The unsigned quants u (0..15 or 0..31) meet x's quants as unsigned bytes; Q4_0's -8 and Q5_0's
- * -16 come back in the integers as -offset * sum(q_x). So every path, and every tile a row falls in,
+ * and Q5_1's + m * side_x (side_x = d_x * sum(q_x), exact). The unsigned quants u (0..15 or 0..31)
+ * meet x's quants as unsigned bytes; Q4_0's -8 and Q5_0's -16 come back in the integers as -offset *
+ * sum(q_x). So every path, and every tile a row falls in,
  * gives the same bits. */
 #ifndef LB_Q32_TILES_H
 #define LB_Q32_TILES_H

@@ -8,9 +8,9 @@
  * 8 * 2 * 15 * 128 = 30720: no overflow), widened once, started from -8 * sum(q_x) (lb_act's sq8_t),
  * which takes away what the unsigned form adds. Then Q4_0's float step (qk.h's lb_q4_0_step):
  * acc + p * (d_w * d_x) a block, fused. So Q4_0 has the same bits here as in plain C and on AVX-512,
- * whatever tile a row falls in. The quads go outermost and the rows of x inside them, each row's sum in a 16-bit
- * register of its own: the 8 rows' sums and the tile's two quant vectors fit AVX2's 16 registers,
- * where all 8 quads kept for every row (q32_wtile's order) spill.
+ * whatever tile a row falls in. The quads go outermost and the rows of x inside them, each row's sum
+ * in a 16-bit register of its own: the 8 rows' sums and the tile's two quant vectors fit AVX2's 16
+ * registers, where all 8 quads kept for every row (q32_wtile's order) spill.
  * Against q32_wtile on GGUF's order (bench/qmatmul_ab.py --tiles --isa avx2 --layers 8 --threads 2 on
  * 8B's layers, streamed from memory; 2026-11-28, the machine in a slow phase): 1.09x as fast for 1
  * row of x, 1.29x for 2, 1.42x for 4 and 1.35x for 8. Per 256 products (8 weight rows, one row of x,

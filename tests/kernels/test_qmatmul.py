@@ -133,8 +133,9 @@ def block_terms(w: QMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def test_each_output_sums_its_blocks_in_the_definitions_float_order(path, kind):
     """lb_qmatmul_generic's order, and the q8_0 kernels' of every path (AVX-512 runs AVX2's) and q4_0's
     on AVX2 and AVX-512 bit for bit: per block acc + (d_w * d_x) * p in float32 (p the exact integer
-    sum; q4_0's sum fused, one rounding: qk.h's lb_q4_0_step), then q4_1's + m_w * (d_x * sum q_x). x sits on its rounding grid, so its quants and scales are known; T
-    and N reach every tile and tail (q4_1's vector paths sum per lane)."""
+    sum; q4_0's sum fused, one rounding: qk.h's lb_q4_0_step), then q4_1's + m_w * (d_x * sum q_x).
+    x sits on its rounding grid, so its quants and scales are known; T and N reach every tile and
+    tail (q4_1's vector paths sum per lane)."""
     require(qm.available(), "the native library is not built (pip install -e . with a C compiler builds it)")
     if qm.set_isa(path) != path:
         qm.set_isa("auto")
