@@ -163,7 +163,7 @@ class Bench:
                           "--max-tokens", str(self.args.tokens), "--extra", json.dumps(extra))
         # File pages each host read again while the level ran: its memory limit taking back the
         # weights it decodes from (mapped or read), which then come from the disk every step.
-        got["refaulted_bytes"] = {h: (n - refaulted[h]) * 4096 for h, n in self.refaulted(engine).items()
+        got["refaulted_bytes"] = {h: n - refaulted[h] for h, n in self.refaulted(engine).items()
                                   if refaulted.get(h) is not None and n is not None}
         if engine == "llmbus":
             # Micro-batches in flight, on average: the sequences over the rows a batch carried.

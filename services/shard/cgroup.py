@@ -164,10 +164,11 @@ class MemoryGroup:
         return working_set(self.h, self.dir)
 
     def refaulted(self) -> int | None:
-        """File pages the group read again after reclaim had taken them (4 KiB each; None where the
+        """Bytes of file pages the group read again after reclaim had taken them (None where the
         kernel does not count them): a group too small for what it maps reads its files over and
         over."""
-        return memory_stat(self.dir).get(self.h.stat_key("workingset_refault_file"))
+        pages = memory_stat(self.dir).get(self.h.stat_key("workingset_refault_file"))
+        return None if pages is None else pages * os.sysconf("SC_PAGE_SIZE")
 
     def oom_kills(self) -> int:
         """Processes the kernel killed for the limit."""
