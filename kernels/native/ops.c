@@ -15,57 +15,31 @@
 
 #define PW_BLOCK 128     /* numpy's PW_BLOCKSIZE */
 
-/* Sum of a[i]^2 (each square rounded to float32) as numpy's pairwise sum adds them
- * (numpy/_core/src/umath/loops_utils.h.src), which np.mean uses along a contiguous axis:
- * eight running sums per block of at most 128 elements, halves above that. */
-static float pairwise_sumsq(const float *a, int64_t n)
-{
-    if (n < 8) {
-        float res = 0.0f;
-        for (int64_t i = 0; i < n; i++)
-            res += a[i] * a[i];
-        return res;
-    }
-    if (n <= PW_BLOCK) {
-        float r[8];
-        for (int j = 0; j < 8; j++)
-            r[j] = a[j] * a[j];
-        int64_t i;
-        for (i = 8; i < n - (n % 8); i += 8)
-            for (int j = 0; j < 8; j++)
-                r[j] += a[i + j] * a[i + j];
-        float res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; i++)
-            res += a[i] * a[i];
-        return res;
-    }
-    int64_t n2 = n / 2;
-    n2 -= n2 % 8;
-    return pairwise_sumsq(a, n2) + pairwise_sumsq(a + n2, n - n2);
-}
-
-/* out = x / sqrt(mean(x^2) + eps) * w over one row of n (out may be x). */
-static inline void norm_row(const float *x, const float *w, int64_t n, float eps, float *out)
-{
-    const float ms = pairwise_sumsq(x, n) / (float)n;
-    const float inv = 1.0f / sqrtf(ms + eps);
-    for (int64_t i = 0; i < n; i++)
-        out[i] = (x[i] * inv) * w[i];
-}
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
+/* RMSNorm once per code path (norm_path.h): the path lb_set_isa picked runs (qmatmul.c), so that
+ * forcing a narrower one (LLMBUS_ISA=avx2) forces it here too, as target_clones, which follows the
+ * CPU, did not. Every copy does the same IEEE operations in the same order: the same bits. */
+#define NORM_PATH generic
+#define NORM_TGT
+#include "norm_path.h"
+#if defined(__x86_64__) && defined(__GNUC__)
+#define NORM_PATH avx2
+#define NORM_TGT __attribute__((target("avx2")))
+#include "norm_path.h"
+#define NORM_PATH avx512
+#define NORM_TGT __attribute__((target("avx512f")))
+#include "norm_path.h"
 #endif
+
 int lb_rms_norm(float *h, const float *delta, const float *w, int64_t T, int64_t D, float eps, float *out)
 {
     if (T < 0 || D < 1)
         return LB_OPS_ESHAPE;
-    for (int64_t t = 0; t < T; t++) {
-        float *x = h + t * D, *o = out + t * D;
-        if (delta)
-            for (int64_t i = 0; i < D; i++)
-                x[i] += delta[t * D + i];
-        norm_row(x, w, D, eps, o);
+    switch (lb_chosen_isa()) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    case LB_ISA_AVX512: avx512_norm_rows(h, delta, w, T, D, eps, out); break;
+    case LB_ISA_AVX2: avx2_norm_rows(h, delta, w, T, D, eps, out); break;
+#endif
+    default: generic_norm_rows(h, delta, w, T, D, eps, out); break;
     }
     return LB_OPS_OK;
 }
@@ -76,7 +50,7 @@ int lb_rms_norm_heads(float *x, int64_t T, int64_t stride, int64_t heads, int64_
         return LB_OPS_ESHAPE;
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < heads; h++)
-            norm_row(x + t * stride + h * Dh, w, Dh, eps, x + t * stride + h * Dh);
+            generic_norm_row(x + t * stride + h * Dh, w, Dh, eps, x + t * stride + h * Dh);
     return LB_OPS_OK;
 }
 

@@ -5,12 +5,6 @@
 #include "qmatmul.h"
 #include "qmatmul_impl.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CLONES
-#endif
-
 /* One block: its quants into q[index(j)], returns d as float16 widened and the sum of the quants.
  * A NaN or infinity in the block gives d = NaN (and quants 0), so it reaches the output as NaN. */
 static inline __attribute__((always_inline)) int round_block(const float *x, float *d_out, int8_t *q, int kind, int64_t b) {
@@ -39,7 +33,10 @@ static inline __attribute__((always_inline)) int round_block(const float *x, flo
 
 static void expand(lb_act *a);
 
-CLONES void lb_act_round_generic(lb_act *a, const float *x) {
+/* The plain C path's rounder (qmatmul.c picks it only there: AVX2 and AVX-512 have their own), so
+ * plain C here too, whatever the CPU: a forced LLMBUS_ISA=generic runs what a machine without AVX2
+ * runs. */
+void lb_act_round_generic(lb_act *a, const float *x) {
     for (int64_t t = 0; t < a->T; t++) {
         int8_t *q = a->q + t * a->nbp * QK;
         float *d = a->d + t * a->nbp, *side = a->side + t * a->nbp;

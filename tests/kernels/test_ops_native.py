@@ -26,8 +26,9 @@ def scaled(rng, shape, spread=3.0):
 
 
 @native
-@pytest.mark.parametrize("t,d", [(1, 576), (5, 576), (3, 7), (2, 128), (4, 129), (1, 1000), (16, 64)])
-def test_add_rms_norm_is_bit_identical_to_numpy(t, d):
+@pytest.mark.parametrize("t,d", [(1, 576), (5, 576), (3, 7), (2, 128), (4, 129), (1, 1000), (16, 64), (2, 4096)])
+def test_add_rms_norm_is_bit_identical_to_numpy(t, d, isa):
+    """On every code path (each has its own copy: kernels/native/norm_path.h)."""
     rng = np.random.default_rng(d + t)
     h, delta, w = scaled(rng, (t, d)), scaled(rng, (t, d)), scaled(rng, (d,), 1.0)
     want_h = h + delta
