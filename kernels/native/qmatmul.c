@@ -179,8 +179,8 @@ int lb_qmatmul(int kind, const float *x, int64_t T, int64_t K, const uint8_t *w,
 }
 
 /* Plain C of q4_1 and q8_0 (q4_0's is qk_generic.c's, with these steps but the last fused), the
- * definition the vector paths follow: per block the exact integer sum of quants times activation quants, scaled by d_w * d_x
- * in float32; q4_1's minimum adds m * d_x * sum(q_x). */
+ * definition the vector paths follow: per block the exact integer sum of quants times activation
+ * quants, scaled by d_w * d_x in float32; q4_1's minimum adds m * d_x * sum(q_x). */
 void lb_qmatmul_generic(int kind, const lb_act *a, const uint8_t *w, int64_t N, float *out) {
     const int64_t nb = a->nb, bb = lb_block_bytes(kind);
     for (int64_t n = 0; n < N; n++) {
