@@ -75,12 +75,16 @@ async def test_a_shard_that_cannot_start_is_failed_everywhere_and_its_request_en
     assert res.done is not None and res.done.finish_reason == "failed", res.events[-1:]
     assert res.done.detail.startswith("range_failed") and last in res.done.detail, res.done.detail
 
-    # `llmbus up` prints the event just after publishing it; its line may still be on the way
-    # through the pipe when the request's end has arrived.
+    # `llmbus up` prints the event just after publishing it, then the tail of the service's log;
+    # both may still be on the way through the pipe when the request's end has arrived.
     given_up = f"service_failed: {last}: 3 failures within 60 s"
-    await until(lambda: given_up in doomed.drain_output(), 30, what=given_up)
-    out = doomed.drain_output()
-    assert "no model file" in out                     # its log's tail, shown when given up
+    tail = f"{last} is given up; its log ends:\n"
+
+    def told() -> bool:
+        out = doomed.drain_output()
+        return given_up in out and "no model file" in out.partition(tail)[2]
+
+    await until(told, 30, what=f"{given_up}, then its log's tail")
 
     listed = await asyncio.to_thread(busctl, doomed, "list", "--json")
     assert listed.returncode == 0, listed.stderr
