@@ -44,8 +44,8 @@ def prompt_case(n: int, h: int, kvh: int, dh: int, window: int, **_):
     """A prompt of n rows: row i is a query over keys 0..i of one sequence's pages."""
     rng = np.random.default_rng(0)
     npages = n // PAGE
-    k = rng.standard_normal((npages, PAGE, kvh, dh), dtype=F)
-    v = rng.standard_normal((npages, PAGE, kvh, dh), dtype=F)
+    k = rng.standard_normal((npages, PAGE, kvh, dh), dtype=F).astype(np.float16)
+    v = rng.standard_normal((npages, PAGE, kvh, dh), dtype=F).astype(np.float16)
     q = rng.standard_normal((n, h, dh), dtype=F)
     table = np.tile(np.arange(npages, dtype=np.int32), (n, 1))
     lens = np.arange(1, n + 1, dtype=np.int32)
@@ -55,8 +55,8 @@ def prompt_case(n: int, h: int, kvh: int, dh: int, window: int, **_):
 def decode_case(batch: int, h: int, kvh: int, dh: int, window: int, num_pages: int = 256, **_):
     """`batch` sequences of 64-100 keys each, over disjoint pages in a shuffled cache."""
     rng = np.random.default_rng(1)
-    k = rng.standard_normal((num_pages, PAGE, kvh, dh), dtype=F)
-    v = rng.standard_normal((num_pages, PAGE, kvh, dh), dtype=F)
+    k = rng.standard_normal((num_pages, PAGE, kvh, dh), dtype=F).astype(np.float16)
+    v = rng.standard_normal((num_pages, PAGE, kvh, dh), dtype=F).astype(np.float16)
     q = rng.standard_normal((batch, h, dh), dtype=F)
     lens = rng.integers(64, 101, batch).astype(np.int32)
     n_pages = 7                                               # ceil(100 / 16)

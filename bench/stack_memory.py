@@ -54,7 +54,7 @@ def process_layers(pid: int) -> tuple[int, int]:
 
 
 def kv_pool_bytes(path: Path, a: int, b: int, pages: int) -> int:
-    """The shard's KV pool (services/shard/service.py: float32 K and V of every layer it holds)."""
+    """The shard's KV pool (services/shard/service.py: float16 K and V of every layer it holds)."""
     from services.modelstore.weights import read_config
     from services.shard.kv_cache import KVConfig, PagedKVCache
     cfg, _ = read_config(path)

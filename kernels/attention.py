@@ -1,6 +1,9 @@
 """Causal attention with grouped KV heads over a paged KV cache.
 
-A layer's cache is two arrays (num_pages, page_size, n_kv_heads, head_dim); a sequence's keys
+A layer's cache is two arrays (num_pages, page_size, n_kv_heads, head_dim), float16 as llama.cpp's
+(a write rounds to it, a read widens exactly to the queries' type). The queries are rounded to
+float16 too before the scores, as llama.cpp's flash attention (its default) takes q to the keys'
+type; products and sums stay in the queries' type. A sequence's keys
 live in the pages its page table lists, position p at page_table[p // page_size], slot
 p % page_size. Query head h reads KV head h // (n_heads / n_kv_heads), as llama.cpp does.
 """
@@ -10,6 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.softmax import softmax
+
+
+def as_keys(xp, q):
+    """q rounded to float16, as the keys are, in its own type."""
+    return q.astype(xp.float16).astype(q.dtype)
 
 
 def write_kv(k_cache, v_cache, k, v, pages, slots):
@@ -28,9 +36,9 @@ def attend_decode(xp, q, k_cache, v_cache, page_table, bias, scale):
     s_, h, dh = q.shape
     kvh = k_cache.shape[2]
     ctx = bias.shape[1]
-    k = k_cache[page_table].reshape(s_, ctx, kvh, dh)                     # (S, C, KVH, Dh)
-    v = v_cache[page_table].reshape(s_, ctx, kvh, dh)
-    qg = q.reshape(s_, kvh, h // kvh, dh)                                 # (S, KVH, G, Dh)
+    k = k_cache[page_table].reshape(s_, ctx, kvh, dh).astype(q.dtype)     # (S, C, KVH, Dh)
+    v = v_cache[page_table].reshape(s_, ctx, kvh, dh).astype(q.dtype)
+    qg = as_keys(xp, q).reshape(s_, kvh, h // kvh, dh)                    # (S, KVH, G, Dh)
     scores = qg @ k.transpose(0, 2, 3, 1)                                 # (S, KVH, G, C)
     scores *= scale
     scores += bias[:, None, None, :]
@@ -59,9 +67,9 @@ def attend_prefill(xp, q, k_cache, v_cache, pages, start: int, scale, window: in
     kvh = k_cache.shape[2]
     g = h // kvh
     ctx = start + n
-    k = k_cache[pages].reshape(-1, kvh, dh)[:ctx]                         # (C, KVH, Dh)
-    v = v_cache[pages].reshape(-1, kvh, dh)[:ctx]
-    qg = q.reshape(n, kvh, g, dh).transpose(1, 2, 0, 3)                   # (KVH, G, n, Dh)
+    k = k_cache[pages].reshape(-1, kvh, dh)[:ctx].astype(q.dtype)         # (C, KVH, Dh)
+    v = v_cache[pages].reshape(-1, kvh, dh)[:ctx].astype(q.dtype)
+    qg = as_keys(xp, q).reshape(n, kvh, g, dh).transpose(1, 2, 0, 3)      # (KVH, G, n, Dh)
     scores = qg @ k.transpose(1, 2, 0)[:, None]                           # (KVH, G, n, C)
     scores *= scale
     # Query i sits at position start + i and may see keys 0 .. start + i.

@@ -1,7 +1,7 @@
 """Decode attention read straight from the KV pages by the C library (kernels/native/attention.c).
 
-Same contract as kernels.attention.attend_decode, for numpy float32 on a CPU: q (S, H, Dh), a
-layer's caches (num_pages, page_size, KVH, Dh), page_table (S, n_pages) int32 and lens (S,)
+Same contract as kernels.attention.attend_decode, for numpy on a CPU: q (S, H, Dh) float32, a
+layer's float16 caches (num_pages, page_size, KVH, Dh), page_table (S, n_pages) int32 and lens (S,)
 int32, the keys each sequence has, of which a row sees the last `window` (0: all; a sliding-window
 layer). Without the library it is attend_decode over a bias (kernels.attention.window_bias).
 """
@@ -24,9 +24,9 @@ def attend_decode_paged(q, k_cache, v_cache, page_table, lens, scale, window: in
     q = np.ascontiguousarray(q, dtype=f32)
     table = np.ascontiguousarray(page_table, dtype=np.int32)
     lens = np.ascontiguousarray(lens, dtype=np.int32)
-    if (k_cache.dtype != f32 or v_cache.dtype != f32 or not k_cache.flags.c_contiguous
+    if (k_cache.dtype != np.float16 or v_cache.dtype != np.float16 or not k_cache.flags.c_contiguous
             or not v_cache.flags.c_contiguous or v_cache.shape != k_cache.shape):
-        raise ValueError("k_cache and v_cache must be C-contiguous float32 arrays of one shape")
+        raise ValueError("k_cache and v_cache must be C-contiguous float16 arrays of one shape")
     if window < 0:
         raise ValueError(f"a sliding window is a count of keys (0: none), got {window}")
     if k_cache.shape[3] != dh or table.ndim != 2 or table.shape[0] != s_ or lens.shape != (s_,):

@@ -108,9 +108,11 @@ class RopeShapeError(ValueError):
 
 def rope_write_kv(qkv, n_heads: int, n_kv_heads: int, cos, sin, k_cache, v_cache, pages, slots, q_out=None):
     """Split qkv (T, (H + 2 KVH) * Dh) float32; store rotated k and v at (pages[t], slots[t]) of one
-    layer's caches (num_pages, page, KVH, Dh); return rotated q (T, H, Dh) (into q_out when given).
+    layer's float16 caches (num_pages, page, KVH, Dh); return rotated q (T, H, Dh) (into q_out when
+    given).
 
-    In C when the native library is built (bit-identical to apply_rope and write_kv)."""
+    In C when the native library is built (bit-identical to apply_rope and write_kv, numpy's
+    rounding to float16 included)."""
     f32 = np.float32
     num_pages, page, kvh, dh = k_cache.shape if k_cache.ndim == 4 else (0, 0, -1, 0)
     t = qkv.shape[0] if qkv.ndim == 2 else -1
@@ -123,11 +125,13 @@ def rope_write_kv(qkv, n_heads: int, n_kv_heads: int, cos, sin, k_cache, v_cache
             or 2 * half > dh or cos.shape != (t, half) or sin.shape != (t, half)
             or v_cache.shape != k_cache.shape or pages.shape != (t,) or slots.shape != (t,)
             or q_out.shape != (t, n_heads, dh)
-            or any(a.dtype != f32 or not a.flags.c_contiguous for a in (qkv, cos, sin, k_cache, v_cache, q_out))
+            or any(a.dtype != f32 for a in (qkv, cos, sin, q_out))
+            or k_cache.dtype != np.float16 or v_cache.dtype != np.float16
+            or not all(a.flags.c_contiguous for a in (qkv, cos, sin, k_cache, v_cache, q_out))
             or not (k_cache.flags.writeable and v_cache.flags.writeable and q_out.flags.writeable)):
         raise RopeShapeError(f"qkv {qkv.dtype} {qkv.shape}, cos/sin {cos.shape}, caches {k_cache.shape}, "
                              f"pages {pages.shape}, q_out {q_out.shape} do not fit {n_heads} heads and "
-                             f"{n_kv_heads} KV heads (all C-contiguous float32)")
+                             f"{n_kv_heads} KV heads (all C-contiguous, float32 but the float16 caches)")
     if np.any((pages < 0) | (pages >= num_pages) | (slots < 0) | (slots >= page)):
         raise RopeShapeError(f"a KV slot outside the cache ({num_pages} pages of {page})")
     lib = load()
@@ -140,6 +144,8 @@ def rope_write_kv(qkv, n_heads: int, n_kv_heads: int, cos, sin, k_cache, v_cache
     rc = lib.lb_rope_write_kv(qkv.ctypes.data, t, n_heads, kvh, dh, 2 * half, cos.ctypes.data, sin.ctypes.data,
                               pages.ctypes.data, slots.ctypes.data, k_cache.ctypes.data, v_cache.ctypes.data,
                               num_pages, page, q_out.ctypes.data)
+    if rc == -4:
+        raise MemoryError("native rope_write_kv: out of memory")
     if rc != 0:
         raise RopeShapeError(f"native rope_write_kv refused qkv {qkv.shape} (code {rc})")
     return q_out

@@ -79,7 +79,7 @@ def qkv_rope_kv(qkv, bias, has_bias, q_norm, k_norm, has_qk_norm, eps, pos, slot
 def paged_attention(q, k_cache, v_cache, table, table_stride, row_seq, row_len, t_rows, n_heads, n_kv, dh,
                     page_size, window, scale, out) -> None:
     """Each row as a decode row of its own (its sequence's pages, row_len[t] keys) through the CPU's
-    paged decode attention over float32 copies of the float16 caches."""
+    paged decode attention over the float16 caches' pages it reads."""
     o = _rows(out, t_rows, n_heads * dh).reshape(t_rows, n_heads, dh)
     o[...] = 0
     lens = row_len[:t_rows].astype(np.int32)
@@ -88,9 +88,9 @@ def paged_attention(q, k_cache, v_cache, table, table_stride, row_seq, row_len, 
         return
     n_pages = int((lens.max() + page_size - 1) // page_size)
     tab = np.maximum(table.reshape(-1, table_stride)[row_seq[:t_rows][live]][:, :n_pages], 0)
-    used, tab = np.unique(tab, return_inverse=True)             # only the pages read, in float32
-    kc = k_cache.reshape(-1, page_size, n_kv, dh)[used].astype(F32)
-    vc = v_cache.reshape(-1, page_size, n_kv, dh)[used].astype(F32)
+    used, tab = np.unique(tab, return_inverse=True)             # only the pages read
+    kc = np.ascontiguousarray(k_cache.reshape(-1, page_size, n_kv, dh)[used], dtype=np.float16)
+    vc = np.ascontiguousarray(v_cache.reshape(-1, page_size, n_kv, dh)[used], dtype=np.float16)
     qs = _rows(q, t_rows, n_heads * dh).reshape(t_rows, n_heads, dh)[live]
     o[live] = attend_decode_paged(qs, kc, vc, tab.reshape(live.size, n_pages).astype(np.int32), lens[live],
                                   F32(scale), int(window))

@@ -4,6 +4,10 @@
  * products and its tree of adds, a row's sum over its keys, exp's polynomial. So a query row gets
  * the same bits however many rows share a call. Built with -ffp-contract=off: nothing is fused
  * into an FMA, so the vector code and the scalar code for the same lanes round alike.
+ *
+ * Keys are float16 bits (the KV cache's), widened to float as they are loaded: KVF(p) one, KV8(p)
+ * eight, and KV16(p) sixteen where the includer's path defines it (attention_avx512.c). Widening is
+ * exact, so a score is what it would be over float32 keys of the same values.
  */
 #ifndef LB_ATTENTION_LANES_H
 #define LB_ATTENTION_LANES_H
@@ -13,6 +17,16 @@
 #include <string.h>
 
 #define LANES 16
+
+/* Widening a float16 of the cache, where the includer's path has no instruction for it: lb_f16, one
+ * at a time (exact for every half). */
+#ifndef KVF
+#include "qmatmul_impl.h"
+#define KVF(p) lb_f16(*(p))
+#define KV8(p) ({ const uint16_t *kp_ = (p);                                                       \
+                  (v8){lb_f16(kp_[0]), lb_f16(kp_[1]), lb_f16(kp_[2]), lb_f16(kp_[3]),             \
+                       lb_f16(kp_[4]), lb_f16(kp_[5]), lb_f16(kp_[6]), lb_f16(kp_[7])}; })
+#endif
 
 /* Helpers are forced inline: one left out of line is compiled for the baseline ISA, not for the
  * target_clones variant calling it (GCC did that to weighted_sum: 2.5x slower). */
@@ -102,16 +116,8 @@ HOT float lanes_sum8(v8 s8)          /* lanes_sum after its first step */
 
 HOT float lanes_sum(v16 acc) { return lanes_sum8(fold8(acc)); }
 
-HOT float dot(const float *a, const float *b, int64_t n)
-{
-    v16 acc = {0};
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        acc += LOAD(a + i) * LOAD(b + i);
-    for (; i < n; i++)
-        acc[0] += a[i] * b[i];
-    return lanes_sum(acc);
-}
+typedef float v8u __attribute__((vector_size(32), aligned(4)));
+#define LOAD8(p) (*(const v8u *)(p))
 
 /* The tree of lanes_sum run on 16 keys' lanes at once (a transpose): each step adds lane j to
  * lane j + w of every key, as lanes_sum does; after fold8, 8-lane vectors each pack two inputs'
@@ -131,9 +137,6 @@ HOT v8 fold1(v8 a, v8 b)            /* four keys each -> eight keys' sums */
     return SHUF(a, b, 0, 2, 4, 6, 8, 10, 12, 14) + SHUF(a, b, 1, 3, 5, 7, 9, 11, 13, 15);
 }
 
-typedef float v8u __attribute__((vector_size(32), aligned(4)));
-#define LOAD8(p) (*(const v8u *)(p))
-
 /* The rest of lanes_sum's tree for 16 keys, each already folded to 8 lanes (x[j]): their 16 sums,
  * times scale, stored at out as two 8-lane halves. Never joined into one 16-lane value: on AVX-512
  * GCC joins halves through the stack, two 32-byte stores read back by one 64-byte load, and on AVX2
@@ -150,37 +153,6 @@ HOT void fold16_store(float *out, const v8 x[16], float scale)
     *(v8u *)(out + 8) = fold1(z[2], z[3]) * scale;
 }
 
-/* One key's 16 lanes of dot(q, a, dh), dh a multiple of 16, folded to 8 (lane j + lane j+8): lane j
- * sums products j, j+16, ... in order. dh a constant (64, 128, 256) keeps 16-lane sums in registers;
- * for any other (any), GCC keeps 16-lane sums in a loop of unknown length out of registers on AVX2
- * (7x slower), so lanes 0-7 and 8-15 are summed as two 8-lane vectors, then added: the same bits. */
-HOT v8 key_lanes(const float *q, const float *a, int64_t dh, int any)
-{
-    if (any) {
-        v8u lo = LOAD8(q) * LOAD8(a), hi = LOAD8(q + 8) * LOAD8(a + 8);
-        for (int64_t d = LANES; d < dh; d += LANES) {
-            lo += LOAD8(q + d) * LOAD8(a + d);
-            hi += LOAD8(q + d + 8) * LOAD8(a + d + 8);
-        }
-        return lo + hi;
-    }
-    v16 sa = LOAD(q) * LOAD(a);
-    for (int64_t d = LANES; d < dh; d += LANES)
-        sa += LOAD(q + d) * LOAD(a + d);
-    return fold8(sa);
-}
-
-/* dot(q, k + at[j], dh) * scale for 16 keys j: each key's lanes and lanes_sum's tree, so the bits of
- * dot times scale (but for the sign of a zero sum: lanes start at the first product, not at 0 + it). */
-HOT void dots16_store(float *out, const float *q, const float *k, const int64_t *at, int64_t dh, int any,
-                      float scale)
-{
-    v8 x[16];
-    for (int i = 0; i < 16; i++)
-        x[i] = key_lanes(q, k + at[i], dh, any);
-    fold16_store(out, x, scale);
-}
-
 /* exp_lane on 8 lanes. */
 HOT v8 exp8(v8 x)
 {
@@ -192,16 +164,69 @@ HOT v8 exp8(v8 x)
     i8 res = (i8)(y * (v8)e);
     return (v8)(res & ~(x < EXP_LO));           /* comparisons give all-ones lanes where true */
 }
+#endif
+
+#ifdef LB_LANES_VECTOR
+/* Lanes 0-7 and 8-15 as two 8-lane vectors: lanes_sum's first step is their sum. */
+HOT float dot(const float *a, const uint16_t *b, int64_t n)
+{
+    v8 lo = {0}, hi = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        lo += LOAD8(a + i) * KV8(b + i);
+        hi += LOAD8(a + i + 8) * KV8(b + i + 8);
+    }
+    for (; i < n; i++)
+        lo[0] += a[i] * KVF(b + i);
+    return lanes_sum8(lo + hi);
+}
+
+/* One key's 16 lanes of dot(q, a, dh), dh a multiple of 16, folded to 8 (lane j + lane j+8): lane j
+ * sums products j, j+16, ... in order. Where the path widens 16 halves at once (KV16, AVX-512) and dh
+ * is a constant (64, 128, 256), as one 16-lane sum in registers. Otherwise lanes 0-7 and 8-15 are
+ * summed as two 8-lane vectors, then added: the same bits. (With dh not a constant, GCC kept 16-lane
+ * sums in a loop of unknown length out of registers on AVX2: 7x slower.) */
+HOT v8 key_lanes(const float *q, const uint16_t *a, int64_t dh, int any)
+{
+#ifdef KV16
+    if (!any) {
+        v16 sa = LOAD(q) * KV16(a);
+        for (int64_t d = LANES; d < dh; d += LANES)
+            sa += LOAD(q + d) * KV16(a + d);
+        return fold8(sa);
+    }
 #else
-HOT float dot(const float *a, const float *b, int64_t n)
+    (void)any;
+#endif
+    v8u lo = LOAD8(q) * KV8(a), hi = LOAD8(q + 8) * KV8(a + 8);
+    for (int64_t d = LANES; d < dh; d += LANES) {
+        lo += LOAD8(q + d) * KV8(a + d);
+        hi += LOAD8(q + d + 8) * KV8(a + d + 8);
+    }
+    return lo + hi;
+}
+
+/* dot(q, k + at[j], dh) * scale for 16 keys j: each key's lanes and lanes_sum's tree, so the bits of
+ * dot times scale (but for the sign of a zero sum: lanes start at the first product, not at 0 + it). */
+HOT void dots16_store(float *out, const float *q, const uint16_t *k, const int64_t *at, int64_t dh, int any,
+                      float scale)
+{
+    v8 x[16];
+    for (int i = 0; i < 16; i++)
+        x[i] = key_lanes(q, k + at[i], dh, any);
+    fold16_store(out, x, scale);
+}
+
+#else
+HOT float dot(const float *a, const uint16_t *b, int64_t n)
 {
     float acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
         for (int j = 0; j < LANES; j++)
-            acc[j] += a[i + j] * b[i + j];
+            acc[j] += a[i + j] * KVF(b + i + j);
     for (; i < n; i++)
-        acc[0] += a[i] * b[i];
+        acc[0] += a[i] * KVF(b + i);
     for (int w = LANES / 2; w > 0; w /= 2)
         for (int j = 0; j < w; j++)
             acc[j] += acc[j + w];
@@ -210,7 +235,7 @@ HOT float dot(const float *a, const float *b, int64_t n)
 #endif
 
 /* Scores of one query head over 16 keys: dot(q, k + at[j]) * scale. */
-HOT void scores16(float *out, const float *q, const float *k, const int64_t *at, int64_t dh, float scale)
+HOT void scores16(float *out, const float *q, const uint16_t *k, const int64_t *at, int64_t dh, float scale)
 {
 #ifdef LB_LANES_VECTOR
     /* The models' head sizes as constants: GCC then keeps key_lanes' sums in registers. With dh a
@@ -231,16 +256,80 @@ HOT void scores16(float *out, const float *q, const float *k, const int64_t *at,
 }
 
 #ifdef LB_LANES_VECTOR
+/* key_lanes of NH heads (q, q + dh, ...) that share the key a, the key widened once for all of them:
+ * each head's lanes are its own chain of products in key_lanes' order, so the same bits. */
+#define KEY_LANES_N(NAME, NH)                                                                       \
+    HOT void NAME(v8 *out, const float *q, const uint16_t *a, int64_t dh, int any)                  \
+    {                                                                                               \
+        KEY_LANES_N_WIDE(NH)                                                                        \
+        v8u lo[NH], hi[NH];                                                                         \
+        {                                                                                           \
+            const v8u k0 = KV8(a), k1 = KV8(a + 8);                                                 \
+            for (int m = 0; m < NH; m++) {                                                          \
+                lo[m] = LOAD8(q + m * dh) * k0;                                                     \
+                hi[m] = LOAD8(q + m * dh + 8) * k1;                                                 \
+            }                                                                                       \
+        }                                                                                           \
+        for (int64_t d = LANES; d < dh; d += LANES) {                                               \
+            const v8u k0 = KV8(a + d), k1 = KV8(a + d + 8);                                         \
+            for (int m = 0; m < NH; m++) {                                                          \
+                lo[m] += LOAD8(q + m * dh + d) * k0;                                                \
+                hi[m] += LOAD8(q + m * dh + d + 8) * k1;                                            \
+            }                                                                                       \
+        }                                                                                           \
+        for (int m = 0; m < NH; m++)                                                                \
+            out[m] = lo[m] + hi[m];                                                                 \
+    }
+#ifdef KV16
+#define KEY_LANES_N_WIDE(NH)                                                                        \
+        if (!any) {                                                                                 \
+            v16 sa[NH];                                                                             \
+            const v16 k0 = KV16(a);                                                                 \
+            for (int m = 0; m < NH; m++)                                                            \
+                sa[m] = LOAD(q + m * dh) * k0;                                                      \
+            for (int64_t d = LANES; d < dh; d += LANES) {                                           \
+                const v16 kd = KV16(a + d);                                                         \
+                for (int m = 0; m < NH; m++)                                                        \
+                    sa[m] += LOAD(q + m * dh + d) * kd;                                             \
+            }                                                                                       \
+            for (int m = 0; m < NH; m++)                                                            \
+                out[m] = fold8(sa[m]);                                                              \
+            return;                                                                                 \
+        }
+#else
+#define KEY_LANES_N_WIDE(NH) (void)any;
+#endif
+KEY_LANES_N(key_lanes_4, 4)
+KEY_LANES_N(key_lanes_2, 2)
+
 #define HEADS_AT_ONCE 16
-HOT void heads_block(float *out, int64_t ostride, const float *q, const float *k, const int64_t *at,
+HOT void heads_block(float *out, int64_t ostride, const float *q, const uint16_t *k, const int64_t *at,
                      int64_t dh, int any, int64_t h0, int64_t h1, int64_t g, float scale)
 {
     for (int64_t hb = h0; hb < h1; hb += HEADS_AT_ONCE) {
         const int64_t he = hb + HEADS_AT_ONCE < h1 ? hb + HEADS_AT_ONCE : h1;
         v8 x[HEADS_AT_ONCE][16];
         for (int i = 0; i < 16; i++)
-            for (int64_t h = hb; h < he; h++)
-                x[h - hb][i] = key_lanes(q + h * dh, k + h / g * dh + at[i], dh, any);
+            for (int64_t h = hb; h < he;) {
+                /* the heads from h on that read h's KV head, 4 or 2 at a time where they can */
+                const int64_t group_end = (h / g + 1) * g < he ? (h / g + 1) * g : he;
+                const uint16_t *key = k + h / g * dh + at[i];
+                v8 y[4];
+                if (group_end - h >= 4) {
+                    key_lanes_4(y, q + h * dh, key, dh, any);
+                    for (int m = 0; m < 4; m++)
+                        x[h - hb + m][i] = y[m];
+                    h += 4;
+                } else if (group_end - h >= 2) {
+                    key_lanes_2(y, q + h * dh, key, dh, any);
+                    x[h - hb][i] = y[0];
+                    x[h - hb + 1][i] = y[1];
+                    h += 2;
+                } else {
+                    x[h - hb][i] = key_lanes(q + h * dh, key, dh, any);
+                    h += 1;
+                }
+            }
         for (int64_t h = hb; h < he; h++)
             fold16_store(out + h * ostride, x[h - hb], scale);
     }
@@ -252,7 +341,7 @@ HOT void heads_block(float *out, int64_t ostride, const float *q, const float *k
  * read once front to back. Head by head, a block read its slots in pieces one KV head wide, one
  * head group after another, and a cold cache served that at 9 GB/s where it serves this at 16
  * (Zen 4, 1000 keys, 3 KV heads). Each score's operations are scores16's: the same bits. */
-HOT void scores16_heads(float *out, int64_t ostride, const float *q, const float *k, const int64_t *at,
+HOT void scores16_heads(float *out, int64_t ostride, const float *q, const uint16_t *k, const int64_t *at,
                         int64_t dh, int64_t h0, int64_t h1, int64_t g, float scale)
 {
 #ifdef LB_LANES_VECTOR

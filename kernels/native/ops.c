@@ -11,6 +11,7 @@
 #include "qmatmul_impl.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PW_BLOCK 128     /* numpy's PW_BLOCKSIZE */
@@ -68,21 +69,6 @@ int lb_add_bias(float *x, const float *b, int64_t T, int64_t D)
     return LB_OPS_OK;
 }
 
-/* x's float16 bits as numpy's cast rounds them (npy_floatbits_to_halfbits): to nearest, ties to
- * even, past 65504 infinity, as lb_to_f16; but a NaN keeps its sign and its payload's top 10 bits
- * (1 if those are 0), unquieted. */
-static inline uint16_t f16_bits(float x)
-{
-    uint32_t f;
-    memcpy(&f, &x, 4);
-    const uint32_t a = f & 0x7fffffffu;
-    if (a > 0x7f800000u) {                                  /* NaN */
-        const uint16_t m = (uint16_t)((a & 0x7fffffu) >> 13);
-        return (uint16_t)((f >> 16) & 0x8000u) | 0x7c00u | (m ? m : 1u);
-    }
-    return lb_to_f16(x);
-}
-
 int lb_geglu(const float *gate_up, int64_t T, int64_t F, const float *table, float *out)
 {
     if (T < 0 || F < 1)
@@ -92,7 +78,7 @@ int lb_geglu(const float *gate_up, int64_t T, int64_t F, const float *table, flo
         float *o = out + t * F;
         for (int64_t i = 0; i < F; i++) {
             const float x = g[i];
-            const float y = x <= -10.0f ? 0.0f : x >= 10.0f ? x : table[f16_bits(x)];
+            const float y = x <= -10.0f ? 0.0f : x >= 10.0f ? x : table[lb_f16_np(x)];
             o[i] = y * u[i];
         }
     }
@@ -109,9 +95,15 @@ static void rope_row(const float *x, const float *c, const float *s, int64_t Dh,
     memcpy(y + n_rot, x + n_rot, (size_t)(Dh - n_rot) * sizeof(float));
 }
 
+static void halves(const float *x, int64_t n, uint16_t *out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = lb_f16_np(x[i]);
+}
+
 int lb_rope_write_kv(const float *qkv, int64_t T, int64_t H, int64_t KVH, int64_t Dh, int64_t n_rot,
                      const float *cos, const float *sin, const int64_t *pages, const int64_t *slots,
-                     float *k_cache, float *v_cache, int64_t num_pages, int64_t page, float *q_out)
+                     uint16_t *k_cache, uint16_t *v_cache, int64_t num_pages, int64_t page, float *q_out)
 {
     if (T < 0 || H < 1 || KVH < 1 || Dh < 1 || n_rot < 0 || n_rot % 2 || n_rot > Dh || page < 1)
         return LB_OPS_ESHAPE;
@@ -119,15 +111,21 @@ int lb_rope_write_kv(const float *qkv, int64_t T, int64_t H, int64_t KVH, int64_
         if (pages[t] < 0 || pages[t] >= num_pages || slots[t] < 0 || slots[t] >= page)
             return LB_OPS_EPAGE;
     const int64_t row = (H + 2 * KVH) * Dh, half = n_rot / 2;
+    float *kr = malloc((size_t)Dh * sizeof(float));        /* a rotated key head, before rounding */
+    if (!kr)
+        return LB_OPS_ENOMEM;
     for (int64_t t = 0; t < T; t++) {
         const float *q = qkv + t * row, *k = q + H * Dh, *v = k + KVH * Dh;
         const float *c = cos + t * half, *s = sin + t * half;
         const int64_t at = (pages[t] * page + slots[t]) * KVH * Dh;
         for (int64_t h = 0; h < H; h++)
             rope_row(q + h * Dh, c, s, Dh, n_rot, q_out + (t * H + h) * Dh);
-        for (int64_t h = 0; h < KVH; h++)
-            rope_row(k + h * Dh, c, s, Dh, n_rot, k_cache + at + h * Dh);
-        memcpy(v_cache + at, v, (size_t)(KVH * Dh) * sizeof(float));
+        for (int64_t h = 0; h < KVH; h++) {
+            rope_row(k + h * Dh, c, s, Dh, n_rot, kr);
+            halves(kr, Dh, k_cache + at + h * Dh);
+        }
+        halves(v, KVH * Dh, v_cache + at);
     }
+    free(kr);
     return LB_OPS_OK;
 }

@@ -26,10 +26,10 @@ static int run_op(const int64_t *o) {
         return lb_rms_norm(P(1, float *), P(2, const float *), P(3, const float *), o[4], o[5], f(o[6]), P(7, float *));
     case LB_OP_ROPE_KV:
         return lb_rope_write_kv(P(1, const float *), o[2], o[3], o[4], o[5], o[6], P(7, const float *),
-                                P(8, const float *), P(9, const int64_t *), P(10, const int64_t *), P(11, float *),
-                                P(12, float *), o[13], o[14], P(15, float *));
+                                P(8, const float *), P(9, const int64_t *), P(10, const int64_t *), P(11, uint16_t *),
+                                P(12, uint16_t *), o[13], o[14], P(15, float *));
     case LB_OP_ATTEND:
-        return lb_attend_decode(P(1, const float *), P(2, const float *), P(3, const float *), P(4, const int32_t *),
+        return lb_attend_decode(P(1, const float *), P(2, const uint16_t *), P(3, const uint16_t *), P(4, const int32_t *),
                                 P(5, const int32_t *), o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], f(o[14]),
                                 P(15, float *));
     case LB_OP_ADD_BIAS:

@@ -32,9 +32,9 @@ class Footprint:
     def n_layers(self) -> int:
         return len(self.layer_bytes)
 
-    def kv_bytes_per_layer(self, num_pages: int, page_size: int, itemsize: int = 4) -> int:
-        """K and V of one layer for a pool of `num_pages` pages (float32 unless told)."""
-        return 2 * num_pages * page_size * self.kv_heads * self.head_dim * itemsize
+    def kv_bytes_per_layer(self, num_pages: int, page_size: int) -> int:
+        """K and V of one layer for a pool of `num_pages` pages (float16, on a CPU as on a GPU)."""
+        return 2 * num_pages * page_size * self.kv_heads * self.head_dim * 2
 
 
 def _nbytes(dims: list[int], qtype: int) -> int:

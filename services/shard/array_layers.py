@@ -24,16 +24,17 @@ from services.shard.plan import AttentionPlan, plan_attention
 
 class ArrayLayers:
     """Runs the layers `layers` (per layer: attn_norm, wqkv, wo, ffn_norm, w_gate_up, w_down) of a
-    shard starting at layer `start` on `xp`, over the paged cache `kv`; `extras` (per layer, a dict
-    of ShardWeights.LAYER_EXTRAS) holds what the architecture adds."""
+    shard starting at layer `start` on `xp`, over the paged cache `kv` (float16), in `dtype`;
+    `extras` (per layer, a dict of ShardWeights.LAYER_EXTRAS) holds what the architecture adds."""
 
     rows_alone = False      # prompt chunks attend together (plan_attention)
     bias = True             # decode rows are masked by plan.decode_bias
 
-    def __init__(self, xp, config, layers, kv, start: int, split: bool = False, extras=None):
+    def __init__(self, xp, config, layers, kv, start: int, split: bool = False, extras=None,
+                 dtype=np.float32):
         self.xp, self.c, self.layers, self.kv, self.start, self.split = xp, config, layers, kv, start, split
         self.extras = extras or [{} for _ in layers]
-        self.dtype = np.dtype(kv.dtype)
+        self.dtype = np.dtype(dtype)
         self.scale = self.dtype.type(config.attn_scale)
 
     def plan(self, batch) -> AttentionPlan:

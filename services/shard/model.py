@@ -42,8 +42,8 @@ class ShardModel:
         # Plain ndarray views: np.memmap (a warm cache load) as a subclass slows every op down.
         w = {k: (a.view(np.ndarray) if isinstance(a, np.memmap) else a) for k, a in weights.arrays().items()}
         self.dtype = np.dtype(w["wqkv"].dtype)              # float32 too for GGUF blocks (QStack)
-        if kv.dtype != self.dtype:
-            raise ValueError(f"KV cache dtype {kv.dtype} differs from weights dtype {self.dtype}")
+        if kv.dtype != np.float16:
+            raise ValueError(f"a KV cache holds float16, not {kv.dtype}")
         layers = [tuple(w[k][i] for k in ("attn_norm", "wqkv", "wo", "ffn_norm", "w_gate_up", "w_down"))
                   for i in range(n)]     # matrices (out, in), float or QMatrix: see kernels.matmul
         extras = [{k: w[k][i] for k in ShardWeights.LAYER_EXTRAS if k in w} for i in range(n)]
@@ -57,7 +57,7 @@ class ShardModel:
         self.token_embd, self.output_norm, self.output = w.get("token_embd"), w.get("output_norm"), w.get("output")
         if (self.first and self.token_embd is None) or (self.last and self.output is None):
             raise ValueError("weights lack the embeddings or output head their range needs")
-        self.runner = choose_runner(xp, config, layers, kv, self.start, extras)
+        self.runner = choose_runner(xp, config, layers, kv, self.start, extras, self.dtype)
 
     def forward(self, batch: ForwardBatch, on_device: bool = False) -> np.ndarray:
         """Run the batch; returns logits (S_sample, vocab) float32 on the last shard (on xp with

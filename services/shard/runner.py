@@ -16,13 +16,14 @@ from services.shard.native_layers import NativeLayers
 from services.shard.numpy_layers import NumpyLayers
 
 
-def choose_runner(xp, config, layers, kv, start: int, extras=None):
-    """The layer runner for `layers` of a shard starting at layer `start`, over the cache `kv`;
-    `extras` per layer: the weights the architecture adds (ShardWeights.LAYER_EXTRAS)."""
+def choose_runner(xp, config, layers, kv, start: int, extras=None, dtype=np.float32):
+    """The layer runner for `layers` of a shard starting at layer `start`, over the cache `kv`,
+    computing in `dtype` (its weights'); `extras` per layer: the weights the architecture adds
+    (ShardWeights.LAYER_EXTRAS)."""
     if xp is not np:
         raise ValueError("ShardModel runs on numpy; a GPU shard is services.shard.gpu_model.GpuShardModel")
-    if kv.dtype != np.float32:
-        return ArrayLayers(np, config, layers, kv, start, split=True, extras=extras)
+    if np.dtype(dtype) != np.float32:
+        return ArrayLayers(np, config, layers, kv, start, split=True, extras=extras, dtype=dtype)
     lib = load()
     if lib is None:
         return NumpyLayers(config, layers, kv, start, extras=extras)

@@ -174,9 +174,7 @@ class ShardService(Service):
 
     @property
     def kv_per_layer(self) -> int:
-        itemsize = 2 if self.shard.device == "cuda" else 4
-        return self.footprint.kv_bytes_per_layer(self.shard.num_pages, self.shard.page_size,
-                                                 itemsize)
+        return self.footprint.kv_bytes_per_layer(self.shard.num_pages, self.shard.page_size)
 
     def info(self) -> ShardInfo:
         out = ShardInfo()

@@ -48,5 +48,5 @@ def make_shard(path_or_loaded, start=None, end=None, *, num_pages=64, page_size=
     """A ShardModel over [start, end) of a model file (or of already loaded full-range weights)."""
     loaded = path_or_loaded if start is None else load_weights(path_or_loaded, start, end, root=root)
     cfg, w = loaded.config, loaded.weights
-    kv = PagedKVCache.for_model(cfg, w.start, w.end, KVConfig(num_pages, page_size), dtype=np.float32)
+    kv = PagedKVCache.for_model(cfg, w.start, w.end, KVConfig(num_pages, page_size))
     return ShardModel(cfg, w, kv, trace=trace)

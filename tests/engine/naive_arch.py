@@ -1,4 +1,5 @@
-"""A deliberately plain forward of every supported architecture (float64, no paging, no fusion, neox
+"""A deliberately plain forward of every supported architecture (float64 but the float16 KV cache
+llama.cpp keeps by default, no paging, no fusion, neox
 RoPE applied as neox), written from the architectures' papers and llama.cpp's graphs, not from the
 engine: it reads the GGUF on its own, so a layout or permutation mistake in the loader cannot hide.
 """
@@ -10,6 +11,12 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 NEOX = ("qwen2", "qwen3", "gemma3", "phi3")
+
+
+def _stored(a: np.ndarray) -> np.ndarray:
+    """Keys and values as a KV cache holds them: float16, llama.cpp's default cache type; and q as its
+    flash attention (its default) takes it, to the keys' type."""
+    return a.astype(np.float16).astype(np.float64)
 
 
 def _load(path):
@@ -91,6 +98,7 @@ def logits(path, tokens) -> np.ndarray:
         base = m.get("rope.freq_base_swa", 10000.0) if local else m.get("rope.freq_base", 10000.0)
         ang = _angles(pos, n_rot, base, m, t.get("rope_freqs.weight"), local)
         q, k = _rope(q, ang, neox, mscale), _rope(k, ang, neox, mscale)
+        q, k, v = _stored(q), _stored(k), _stored(v)
         att = np.zeros((n, n_heads, hd))
         for head in range(n_heads):
             kvh = head // (n_heads // n_kv)

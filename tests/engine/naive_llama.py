@@ -1,4 +1,6 @@
-"""A deliberately plain llama forward (float64, no paging, no fusion) to check the engine against.
+"""A deliberately plain llama forward (float64, no paging, no fusion) to check the engine against;
+keys and values rounded to float16 where a KV cache stores them, as llama.cpp's default cache does,
+and q as its flash attention takes it, to the keys' type.
 
 It reads the GGUF on its own (GGUFReader + dequantize) so that a layout mistake in
 services.modelstore.weights cannot hide in both.
@@ -47,6 +49,7 @@ def logits(path, tokens):
         q = rope((h @ w["attn_q.weight"].T).reshape(n, n_heads, hd))
         k = rope((h @ w["attn_k.weight"].T).reshape(n, n_kv, hd))
         v = (h @ w["attn_v.weight"].T).reshape(n, n_kv, hd)
+        q, k, v = (a.astype(np.float16).astype(np.float64) for a in (q, k, v))
         att = np.zeros((n, n_heads, hd))
         for head in range(n_heads):
             kvh = head // (n_heads // n_kv)

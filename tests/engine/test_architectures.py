@@ -26,8 +26,12 @@ REFS = json.loads((Path(__file__).parent.parent / "data" / "arch_refs.llamacpp.j
 # Past position 5 gemma3's local layers (window 5) drop keys; pages of 4 make every step cross pages.
 TOKENS = [5, 17, 990, 3, 42, 42, 7, 640, 1, 100, 23, 8, 15, 16, 77, 2, 9, 31, 54, 1200]
 PROMPT = 7
-# The engine's GELU is llama.cpp's float16 table, the plain forward's is exact: 1.4e-3 apart at worst.
+# Both round k and v to float16 where the cache stores them, but now and then the engine's float32 k
+# and the plain forward's float64 one round to neighbouring float16s: one float16 ulp (2^-11 of the
+# value) of a key moves these logits by up to ~2e-3. The engine's GELU is llama.cpp's float16 table,
+# the plain forward's is exact: 1.4e-3 apart at worst.
 TOLERANCE = {"gemma3": 5e-3}
+KV_TOLERANCE = 5e-3
 
 
 @pytest.fixture(scope="module", params=sorted(SPECS))
@@ -71,7 +75,7 @@ def test_one_shard_and_three_match_the_plain_forward(tiny, tmp_path):
     n = SPECS[name].n_layers
     one = make_shard(path, 0, n, num_pages=16, page_size=4, root=tmp_path)
     got = _prefill_then_decode(one.forward, PageAllocator(16, 4))
-    tol = TOLERANCE.get(name, 1e-4)
+    tol = TOLERANCE.get(name, KV_TOLERANCE)
     np.testing.assert_allclose(got, want[PROMPT - 1:], rtol=tol, atol=tol)
     cuts = [0, n // 3, 2 * n // 3, n]
     pipe = Pipeline([make_shard(path, a, b, num_pages=16, page_size=4, root=tmp_path) for a, b in zip(cuts, cuts[1:])])
@@ -92,7 +96,7 @@ def test_op_by_op_layers_match_the_plain_forward(tiny, tmp_path, runner):
     shard.runner = (ArrayLayers(np, shard.config, layers, shard.kv, 0, split=True, extras=extras) if runner == "array"
                     else NumpyLayers(shard.config, layers, shard.kv, 0, extras=extras))
     got = _prefill_then_decode(shard.forward, PageAllocator(16, 4))
-    tol = TOLERANCE.get(name, 1e-4)
+    tol = TOLERANCE.get(name, KV_TOLERANCE)
     np.testing.assert_allclose(got, want[PROMPT - 1:], rtol=tol, atol=tol)
 
 

@@ -24,13 +24,15 @@ def through(codec_name):
 
 
 # The README's figures, which these bounds are: "up to about 1.7 with --codec fp16 and 2.5 with int8"
-# over the quantized format, 0.02 and 1.6 with --weights float32. Measured with -s: 1.37 and 2.45 on
+# over the quantized format, 0.03 and 1.6 with --weights float32. Measured with -s: 1.37 and 2.45 on
 # the AVX2 path, 1.61 and 1.85 with the kernels' generic C path (qmatmul.set_isa("generic"): the paths
-# agree to float32 rounding, not bit for bit), 0.014 and 1.53 over float32. Exact float32 arithmetic
-# keeps fp16's rounding small; the quantized format's 8-bit activations turn it into flipped quant
-# roundings downstream, as any 1-ulp change would.
+# agree to float32 rounding, not bit for bit), 0.014 and 1.53 over float32; with the float16 KV cache
+# 1.16 and 2.02 on the AVX-512 path, 0.022 and 1.48 over float32. Exact float32 arithmetic keeps
+# fp16's rounding small (the cache's float16 rounding of a key moved by it to its neighbour is most of
+# what is left); the quantized format's 8-bit activations turn it into flipped quant roundings
+# downstream, as any 1-ulp change would.
 README_MAX_DIFF = {("quantized", "fp16"): 1.7, ("quantized", "int8"): 2.5,
-                   ("float32", "fp16"): 0.02, ("float32", "int8"): 1.6}
+                   ("float32", "fp16"): 0.03, ("float32", "int8"): 1.6}
 
 
 def readme() -> str:

@@ -112,15 +112,17 @@ def test_paged_attention_matches_dense(dtype):
     kc, vc = np.zeros((pages, page_size, kvh, dh), dtype), np.zeros((pages, page_size, kvh, dh), dtype)
     lens = [9, 3, 6]
     tables = [[7, 2, 10], [5], [0, 11]]                                    # scattered pages
-    ks = [r(n, kvh, dh, dtype=dtype) for n in lens]
-    vs = [r(n, kvh, dh, dtype=dtype) for n in lens]
+    # float16 values: what a cache holds and attention rounds q to, so the paging is compared exactly
+    f16 = lambda *shape: r(*shape, dtype=dtype).astype(np.float16).astype(dtype)  # noqa: E731
+    ks = [f16(n, kvh, dh) for n in lens]
+    vs = [f16(n, kvh, dh) for n in lens]
     for t, k, v in zip(tables, ks, vs):
         pos = np.arange(len(k))
         write_kv(kc, vc, k, v, np.array(t)[pos // page_size], pos % page_size)
     scale = dtype(1 / np.sqrt(dh))
     tol = dict(rtol=2e-2, atol=2e-2) if dtype == np.float16 else dict(rtol=1e-5, atol=1e-5)
     # decode: the last token of every sequence, all at once
-    q = r(3, h, dh, dtype=dtype)
+    q = f16(3, h, dh)
     width = max(len(t) for t in tables)
     table = np.array([t + [0] * (width - len(t)) for t in tables])
     bias = np.where(np.arange(width * page_size)[None] < np.array(lens)[:, None], 0, -np.inf).astype(dtype)
@@ -129,7 +131,7 @@ def test_paged_attention_matches_dense(dtype):
     for s in range(3):
         np.testing.assert_allclose(out[s], dense_attention(q[s:s + 1].astype(np.float64), ks[s], vs[s])[0], **tol)
     # prefill: the last 5 tokens of sequence 0, causal among themselves
-    qp = r(5, h, dh, dtype=dtype)
+    qp = f16(5, h, dh)
     outp = attend_prefill(np, qp, kc, vc, np.array(tables[0]), 4, scale)
     assert outp.dtype == dtype
     np.testing.assert_allclose(outp, dense_attention(qp.astype(np.float64), ks[0], vs[0]), **tol)

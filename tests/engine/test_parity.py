@@ -72,4 +72,4 @@ def test_three_shards_give_identical_logits(real_weights, model_path, reference,
     for chat, want in zip(reference["chats"][:2], one_shard_logits):
         np.testing.assert_array_equal(teacher_forced(pipe.forward, chat), want)
     assert seen == {np.dtype(np.float32)}
-    assert all(s.kv.k.dtype == np.float32 for s in shards)
+    assert all(s.kv.k.dtype == np.float16 for s in shards)

@@ -21,8 +21,8 @@ def test_a_processes_layers_and_resident_set_are_read_from_proc():
         child.communicate(b"")
 
 
-def test_the_kv_pool_is_k_and_v_in_float32_for_every_layer_held(tmp_path):
+def test_the_kv_pool_is_k_and_v_in_float16_for_every_layer_held(tmp_path):
     path = synthetic_model(SMALL, "q4_0", cache=tmp_path)
     head_dim = 256 // 4
-    per_token_layer = 2 * 2 * head_dim * 4                      # K and V, 2 KV heads, float32
+    per_token_layer = 2 * 2 * head_dim * 2                      # K and V, 2 KV heads, float16
     assert kv_pool_bytes(path, 1, 4, pages=10) == 3 * 10 * 16 * per_token_layer

@@ -115,7 +115,9 @@ def test_a_prompt_past_the_graphs_runs_eagerly_with_cublas(dev, tiny):
     alloc = PageAllocator(PAGES, PAGE)
     chunked.forward(build_batch([Chunk("p", tokens[:100], 0)], alloc))
     two = chunked.forward(build_batch([Chunk("p", tokens[100:], 100)], alloc))
-    np.testing.assert_allclose(one, two, rtol=1e-4, atol=1e-4)
+    # Chunked, BLAS sums q, k and v in another order: their last bits move, and now and then a value
+    # rounds to the neighbouring float16 (the cache's, and q's for the scores): 2e-4 here, on numpy.
+    np.testing.assert_allclose(one, two, rtol=1e-3, atol=1e-3)
 
 
 def test_a_sequence_wider_than_the_graphs_page_tables_runs_eagerly(dev, tiny):

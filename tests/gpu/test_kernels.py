@@ -139,7 +139,8 @@ def test_qkv_bias_norms_rope_and_the_kv_write(dev, case):
 
 
 def _attention64(q, kc, vc, table, row_seq, row_len, page, window, scale):
-    """Per row and head in float64: softmax over keys max(0, len - window) .. len - 1."""
+    """Per row and head in float64: softmax over keys max(0, len - window) .. len - 1, q rounded to
+    float16 as the keys are."""
     t, h, dh = q.shape
     n_kv = kc.shape[1]
     out = np.zeros((t, h, dh))
@@ -150,7 +151,7 @@ def _attention64(q, kc, vc, table, row_seq, row_len, page, window, scale):
         slots = table[row_seq[r], keys // page] * page + keys % page
         for hh in range(h):
             kh = hh // (h // n_kv)
-            s = (kc[slots, kh].astype(np.float64) @ q[r, hh].astype(np.float64)) * scale
+            s = (kc[slots, kh].astype(np.float64) @ q[r, hh].astype(np.float16).astype(np.float64)) * scale
             p = np.exp(s - s.max()) if n else s
             out[r, hh] = (p / p.sum()) @ vc[slots, kh].astype(np.float64) if n else 0
     return out

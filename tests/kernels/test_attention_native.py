@@ -1,4 +1,5 @@
-"""Decode attention read from the KV pages in C against the numpy gather-then-matmul version."""
+"""Decode attention read from the KV pages in C against the numpy gather-then-matmul version. The
+caches hold float16, as a shard's do."""
 
 import numpy as np
 import pytest
@@ -8,12 +9,13 @@ from kernels.attention import attend_decode, window_bias
 from tests.conftest import require
 
 F = np.float32
+H16 = np.float16
 
 
 def case(seed, s_=7, h=9, kvh=3, dh=64, page=16, num_pages=256, max_len=90):
     rng = np.random.default_rng(seed)
-    kc = rng.standard_normal((num_pages, page, kvh, dh), dtype=F)
-    vc = rng.standard_normal((num_pages, page, kvh, dh), dtype=F)
+    kc = rng.standard_normal((num_pages, page, kvh, dh), dtype=F).astype(H16)
+    vc = rng.standard_normal((num_pages, page, kvh, dh), dtype=F).astype(H16)
     lens = rng.integers(1, max_len + 1, s_).astype(np.int32)
     lens[0] = 1                                               # a first decode: one key
     n_pages = int((lens.max() + page - 1) // page)
@@ -70,7 +72,7 @@ def test_bad_input_is_refused(bad):
     elif bad == "len_long":
         lens = lens.copy(); lens[1] = table.shape[1] * kc.shape[1] + 1
     elif bad == "dtype":
-        kc = kc.astype(np.float16)
+        kc = kc.astype(np.float32)
     elif bad == "shape":
         lens = lens[:-1]
     if bad in ("page", "len0", "len_long"):
@@ -83,8 +85,8 @@ def prompt_case(seed, n=100, h=9, kvh=3, dh=64, page=16):
     """A prompt's rows as the shard hands them over: row i a query over keys 0..i of shared pages."""
     rng = np.random.default_rng(seed)
     n_pages = (n + page - 1) // page
-    kc = rng.standard_normal((n_pages + 3, page, kvh, dh), dtype=F)
-    vc = rng.standard_normal((n_pages + 3, page, kvh, dh), dtype=F)
+    kc = rng.standard_normal((n_pages + 3, page, kvh, dh), dtype=F).astype(H16)
+    vc = rng.standard_normal((n_pages + 3, page, kvh, dh), dtype=F).astype(H16)
     q = rng.standard_normal((n, h, dh), dtype=F)
     table = np.tile(rng.permutation(n_pages + 3)[:n_pages].astype(np.int32), (n, 1))
     return q, kc, vc, table, np.arange(1, n + 1, dtype=np.int32)
@@ -140,7 +142,8 @@ def visible(len_: int, window: int) -> np.ndarray:
 
 
 def by_definition(q, kc, vc, table, lens, scale, window):
-    """softmax(q . k * scale) . v over each row's visible keys, in float64, from the cache's pages."""
+    """softmax(q . k * scale) . v over each row's visible keys, in float64, from the cache's pages, q
+    rounded to float16 as the keys are."""
     page, kvh = kc.shape[1], kc.shape[2]
     out = np.empty(q.shape, np.float64)
     for s in range(len(lens)):
@@ -149,7 +152,7 @@ def by_definition(q, kc, vc, table, lens, scale, window):
         k, v = kc[pages, slots].astype(np.float64), vc[pages, slots].astype(np.float64)  # (n, KVH, Dh)
         for h in range(q.shape[1]):
             kh = h // (q.shape[1] // kvh)
-            sc = k[:, kh] @ q[s, h].astype(np.float64) * scale
+            sc = k[:, kh] @ q[s, h].astype(np.float16).astype(np.float64) * scale
             p = np.exp(sc - sc.max())
             out[s, h] = (p / p.sum()) @ v[:, kh]
     return out
@@ -233,7 +236,35 @@ def test_every_head_size_sums_a_score_the_same_way(dh, padded):
     for all. Zeros appended to q, k and v add +0 to each lane's sum: the bits stay those of dh."""
     require(an.load() is not None, "the native library is not built (pip install -e . with a C compiler builds it)")
     q, kc, vc, table, lens = prompt_case(18, n=40, h=4, kvh=1, dh=dh)
-    pad = lambda a: np.concatenate([a, np.zeros(a.shape[:-1] + (padded - dh,), F)], axis=-1)  # noqa: E731
+    pad = lambda a: np.concatenate([a, np.zeros(a.shape[:-1] + (padded - dh,), a.dtype)], axis=-1)  # noqa: E731
     want = an.attend_decode_paged(q, kc, vc, table, lens, F(0.125), 16)
     got = an.attend_decode_paged(pad(q), pad(kc), pad(vc), table, lens, F(0.125), 16)
     np.testing.assert_array_equal(got[..., :dh], want)
+
+
+@pytest.mark.parametrize("dh", [64, 20])
+def test_every_float16_of_the_cache_is_read_exactly_on_every_path(dh):
+    """A row with one key weighs its value by exactly 1 (exp(0) = 1, divided by 1): its output is the
+    value as read, so each of the 65536 float16s (subnormals, infinities, NaNs) must come out as
+    numpy widens it, on every code path (dh=20 reaches the paths' one-at-a-time tails). A zero key
+    keeps every score 0. (A sum starts at 0: -0 comes out +0, and a signalling NaN quiet.)"""
+    require(an.load() is not None, "the native library is not built (pip install -e . with a C compiler builds it)")
+    import kernels.qmatmul as qm
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    rows = -(-bits.size // dh)
+    values = np.zeros(rows * dh, np.uint16)
+    values[:bits.size] = bits
+    vc = values.view(H16).reshape(rows, 1, 1, dh)                  # row s: page s, slot 0
+    kc = np.zeros_like(vc)
+    q = np.ones((rows, 1, dh), F)
+    table = np.arange(rows, dtype=np.int32)[:, None]
+    with np.errstate(invalid="ignore"):                        # a signalling NaN, quieted by the add
+        want = vc.reshape(rows, 1, dh).astype(F) + F(0)
+    paths = {"auto"} | {p for p in ("avx2", "avx512", "generic") if qm.set_isa(p) == p}
+    try:
+        for path in sorted(paths):
+            qm.set_isa(path)
+            got = an.attend_decode_paged(q, kc, vc, table, np.ones(rows, np.int32), F(1))
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=f"code path {path}")
+    finally:
+        qm.set_isa("auto")

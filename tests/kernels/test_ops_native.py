@@ -76,7 +76,7 @@ def rope_case(seed, t=3, h=9, kvh=3, dh=64, n_rot=64, num_pages=8, page=4):
     qkv = rng.standard_normal((t, (h + 2 * kvh) * dh), dtype=F)
     pos = rng.permutation(num_pages * page)[:t]
     cos, sin = rope.rope_tables(np, pos, n_rot, 10000.0, F)
-    kc, vc = rng.standard_normal((2, num_pages, page, kvh, dh), dtype=F)
+    kc, vc = rng.standard_normal((2, num_pages, page, kvh, dh), dtype=F).astype(np.float16)   # a shard's cache
     return qkv, cos, sin, kc, vc, pos // page, pos % page
 
 
@@ -103,11 +103,35 @@ def test_rope_write_kv_is_bit_identical_to_apply_rope_and_write_kv(seed, shape, 
     q = rope.rope_write_kv(qkv, h, kvh, cos, sin, kc, vc, pages, slots)
     assert q.dtype == F and q.shape == want_q.shape
     np.testing.assert_array_equal(q, want_q)
-    np.testing.assert_array_equal(kc, want_k)                 # written slots, and nothing else touched
-    np.testing.assert_array_equal(vc, want_v)
+    np.testing.assert_array_equal(kc.view(np.uint16), want_k.view(np.uint16))   # written slots, nothing else
+    np.testing.assert_array_equal(vc.view(np.uint16), want_v.view(np.uint16))
 
 
-@pytest.mark.parametrize("bad", ["heads", "cos", "page", "slot", "dtype", "cache_shape", "q_out"])
+def test_rope_write_kv_rounds_to_float16_as_numpy_casts():
+    """The C write rounds each k and v to float16 as numpy's cast does (to nearest, ties to even,
+    overflow to infinity, subnormals, a NaN's payload): v as it is, over float32s of every exponent
+    (random bits) and the edges of float16's range, each ulp's tie among them."""
+    require(load() is not None, "the native library is not built (pip install -e . with a C compiler builds it)")
+    edges = np.array([65504, 65519.996, 65520, 65536, 2.0 ** -14, 2.0 ** -24, 2.0 ** -25, 1.5 * 2.0 ** -25,
+                      2.0 ** -26, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 2.0 ** -14 - 2.0 ** -25, np.inf, np.nan],
+                     np.float32)
+    ties = (np.arange(-(1 << 15), 1 << 15, dtype=np.int64).astype(np.uint16).view(np.float16).astype(np.float32)
+            .view(np.uint32) + np.uint32(1 << 12)).view(np.float32)          # halfway above each float16
+    wild = np.random.default_rng(3).integers(0, 1 << 32, 1 << 17, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    v = np.concatenate([edges, -edges, ties, wild])
+    dh = 64
+    v = np.concatenate([v, np.zeros(-v.size % dh, np.float32)]).reshape(-1, dh)
+    t = v.shape[0]
+    qkv = np.concatenate([np.zeros((t, 2 * dh), np.float32), v], axis=1)    # one head of q, k, v
+    cos, sin = np.ones((t, dh // 2), np.float32), np.zeros((t, dh // 2), np.float32)
+    kc, vc = np.zeros((2, t, 1, 1, dh), np.float16)
+    with np.errstate(invalid="ignore", over="ignore"):
+        rope.rope_write_kv(qkv, 1, 1, cos, sin, kc, vc, np.arange(t), np.zeros(t, np.int64))
+        want = v.astype(np.float16)
+    np.testing.assert_array_equal(vc.reshape(t, dh).view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("bad", ["heads", "cos", "page", "slot", "dtype", "cache_dtype", "cache_shape", "q_out"])
 def test_rope_write_kv_refuses_bad_input(bad):
     qkv, cos, sin, kc, vc, pages, slots = rope_case(7)
     h, q_out = 9, None
@@ -121,6 +145,8 @@ def test_rope_write_kv_refuses_bad_input(bad):
         slots = slots.copy(); slots[0] = -1
     elif bad == "dtype":
         qkv = qkv.astype(np.float16)
+    elif bad == "cache_dtype":
+        kc, vc = kc.astype(F), vc.astype(F)
     elif bad == "cache_shape":
         vc = vc[:-1]
     elif bad == "q_out":

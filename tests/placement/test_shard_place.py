@@ -24,8 +24,8 @@ async def test_place_then_switch(model_path):
     async with running(shard(model_path, memory=400 << 20)) as s, client_of(s) as c:
         offer = s.info()
         assert offer.memory == 400 << 20 and not offer.layers and offer.plan == 0
-        # K and V of one layer: 2 x pages x page size x KV heads x head dim x 4 bytes.
-        assert offer.kv_per_layer == 2 * 8 * 16 * 3 * 64 * 4
+        # K and V of one layer: 2 x pages x page size x KV heads x head dim x 2 bytes.
+        assert offer.kv_per_layer == 2 * 8 * 16 * 3 * 64 * 2
         fp = await c.call(FootprintRequest(), 10)
         assert len(fp.layer_bytes) == offer.n_layers == 30
 

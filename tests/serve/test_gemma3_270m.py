@@ -28,7 +28,8 @@ pytestmark = pytest.mark.slow
 DATA = Path(__file__).parent.parent / "data"
 REF = json.loads((DATA / "gemma3-270m-q4_k_m.llamacpp.json").read_text())
 REF_F32 = json.loads((DATA / "gemma3-270m-f32.llamacpp.json").read_text())
-# Issue 14 asks 1.0 (what the default model meets); our max is 1.364, and it is not an error of ours
+# Issue 14 asks 1.0 (what the default model meets); our max is 1.443 (1.13 with a float32 KV cache and
+# float32 q; 1.364 before other changes), on every kernel path, and it is not an error of ours
 # that can be fixed: llama.cpp itself lands as far from this reference on the same file when it changes
 # only how it batches, its attention path or its KV precision (python3 -m bench.llamacpp_spread; these
 # 5 items x 24 steps, top-5 ids):
@@ -36,10 +37,12 @@ REF_F32 = json.loads((DATA / "gemma3-270m-f32.llamacpp.json").read_text())
 #   flash attention off (its default here is on, with F16 K/V)                    max 1.27, mean 0.24
 #   flash attention off and an F32 KV cache                                       max 1.61, mean 0.25
 # The 8-bit activation rounding (Q8_0 / Q8_K before every quantized product) turns such small
-# differences into whole quantization steps, layer after layer; our float32 KV cache is one of them. Our architecture's
-# arithmetic is pinned separately, in float32, to 0.05 (test_float32_forward_follows_llama_cpp...).
+# differences into whole quantization steps, layer after layer; our float16 rounding of keys that are
+# not llama.cpp's to the bit is one of them (the mean went 0.231 -> 0.226, the max 1.13 -> 1.44). Our
+# architecture's arithmetic is pinned separately, in float32, to 0.05 (test_float32_forward_follows...).
 TOP5_MAX = 1.5
-# Our float32 forward lands 0.014 from llama.cpp's F32 run (flash attention off, F32 KV); llama.cpp's
+# Our float32 forward lands 0.033 from llama.cpp's F32 run (flash attention off, F32 KV; 0.014 with our
+# cache in float32 too, the rest is our float16 KV cache); llama.cpp's
 # own two attention paths on the F32 file differ by 0.028. Errors in the architecture's arithmetic land
 # far past it: the global RoPE base (1e6) on the local layers 10.4, a norm epsilon of 1e-5 for 1e-6
 # 1.19. (These prompts are under the 512-key window: the window's masking is not exercised here.)

@@ -7,6 +7,8 @@
 // One block per (row, head), ATT_WARPS warps taking the keys ATT_UNROLL at a time in turn, each
 // keeping a running softmax (max, sum of weights, weighted sum of values); the warps' partial
 // results are merged at the end. A lane holds dims lane, lane + 32, ... of the head (head_dim <= 256).
+// q is rounded to float16 first, as the keys are (the CPU's attention, and llama.cpp's flash
+// attention, do the same).
 #include "common.cuh"
 
 #define ATT_WARPS 8
@@ -35,7 +37,7 @@ extern "C" __global__ void paged_attention(const float* q, const unsigned short*
 #pragma unroll
     for (int i = 0; i < ATT_MAX_DIM_PER_LANE; i++) {
         const int d = lane + 32 * i;
-        qv[i] = d < dh ? qr[d] : 0.0f;
+        qv[i] = d < dh ? lb_half_to_float(lb_float_to_half(qr[d])) : 0.0f;   // float16, as the keys
         acc[i] = 0.0f;
     }
     // Each warp takes ATT_UNROLL keys at a time (its loads of all of them first, so that they are in
