@@ -96,23 +96,23 @@ def test_an_answer_that_loops_on_a_phrase_ends_and_says_why(stack):
     # Issue 37's reproduction, default sampling (temperature 0.8) and no --max-tokens: it looped
     # "I'm happy to help.You can reach me at my website." for over 100 s. It ends here, in the
     # time of at most the default cap of 1024 tokens, saying why unless the model itself
-    # stopped. With seed 26 the same question falls into "I'm designed to assist with grammar and
-    # punctuation." over and over within one line: the fourth repeat of the phrase ends it. (Both
-    # at once: the stack batches them.)
+    # stopped. With seed 13 the same question falls into "I'll always be here for you." over and
+    # over within one line: the fourth repeat of the phrase ends it. (Both at once: the stack
+    # batches them.)
     question = "My name is Alice. Please remember it."
     runs = {seed: subprocess.Popen(cli("chat", question, "--seed", seed), cwd=ROOT,
                                    env=stack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   stdin=subprocess.DEVNULL, text=True) for seed in ("1", "26")}
+                                   stdin=subprocess.DEVNULL, text=True) for seed in ("1", "13")}
     out = {seed: p.communicate(timeout=120) + (p.returncode,) for seed, p in runs.items()}
     stated = {"[stopped: the answer kept repeating a phrase]",
               "[stopped: the answer kept repeating a line]", "[stopped at --max-tokens 1024]"}
     stdout, stderr, rc = out["1"]
     assert rc == 0 and stdout.strip(), stderr
     assert stderr == "" or stderr.strip() in stated, stderr
-    stdout, stderr, rc = out["26"]
+    stdout, stderr, rc = out["13"]
     assert rc == 0 and stderr.strip() == "[stopped: the answer kept repeating a phrase]", stderr
     last = stdout.rstrip("\n").splitlines()[-1]
-    assert last.count("I'm designed to assist with grammar and punctuation.") >= 3, last
+    assert last.count("I'll always be here for you.") >= 3, last
 
 
 @pytest.mark.parametrize("option, value, code", [
