@@ -324,9 +324,10 @@ class SchedulerService(AnswerInbox, Service):
         stream = RequestStream(rid, len(prompt), params, completed=len(req.continued), constraint=constraint)
         max_tokens = req.max_tokens if req.max_tokens is not None else self.pipelines.context_length
         try:
-            terms = self.pipelines.submit(Request(rid, tuple(prompt), max_tokens, req.priority,
-                                               tuple(req.stop), params.seed, deadline,
-                                               tuple(req.continued)))
+            terms = self.pipelines.submit(Request(
+                rid, tuple(prompt), max_tokens, req.priority, tuple(req.stop), params.seed, deadline,
+                tuple(req.continued),
+                held=constraint is not None and constraint.holds_whole_answer))
         except QueueFull as e:
             raise ServiceError(QUEUE_FULL, str(e), retry_after=round(e.retry_after, 1)) from None
         except BadRequest as e:

@@ -84,3 +84,29 @@ def test_phrase_repeats_zero_turns_the_detection_off_and_one_is_refused():
     assert Scheduler(small()).config.phrase_repeats == 4
     with pytest.raises(ConfigError, match="phrase_repeats"):
         small(phrase_repeats=1)
+
+
+@pytest.mark.parametrize("cycle, reason", [((5, 6, 7), "repeated_phrase_loop"), ((120,), "repeated_line_loop")])
+def test_an_answer_a_grammar_holds_is_not_cut_by_the_loop_stops(cycle, reason):
+    """A cut JSON answer or tool call would not parse: the grammar (a string's maxLength) and
+    max_tokens bound an answer it holds. The same loop unheld is cut."""
+    from .harness import step
+
+    def looping(chunk):
+        return cycle[chunk.step % len(cycle)]
+
+    ends = {}
+    for held in (False, True):
+        sched = Scheduler(small(context_length=128, num_pages=64))
+        sched.submit(req("a", max_tokens=40, held=held))
+        texts = []
+        for _ in range(200):
+            plan, outs = step(sched, looping)
+            for o in outs:
+                texts.append(o.text)
+                if o.finish is not None:
+                    ends[held] = (o.finish.reason, len(texts))
+            if plan is None:
+                break
+    assert ends[False][0] == reason and ends[False][1] < 40
+    assert ends[True] == ("length", 40)

@@ -68,9 +68,11 @@ class Scheduler:
             self._counts["refused_queue_full"] += 1
             raise QueueFull(self.retry_after(), len(self._waiting))
         cfg = self.config
-        loop = LineLoopDetector(cfg.loop_repeats, cfg.loop_window, cfg.loop_min_chars)
+        # An answer a grammar holds is bounded by it, not cut by the loop stops (Request.held).
+        loop = (None if request.held else
+                LineLoopDetector(cfg.loop_repeats, cfg.loop_window, cfg.loop_min_chars))
         phrase = (PhraseLoopDetector(cfg.phrase_repeats, cfg.phrase_max_tokens, cfg.loop_min_chars)
-                  if cfg.phrase_repeats > 0 else None)
+                  if cfg.phrase_repeats > 0 and not request.held else None)
         stop = StopState(max_tokens=terms.max_tokens, stop=tuple(request.stop),
                          eos_ids=cfg.eos_ids, loop=loop, phrase=phrase)
         text = ClientText(IncrementalDecoder(cfg.token_bytes), stop)

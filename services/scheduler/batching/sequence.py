@@ -26,6 +26,10 @@ class Request:
     # An embedding: "mean", "cls" or "last" (how its final hidden states are pooled). It is a
     # prefill and nothing else: no token is sampled, and it ends once its last chunk is computed.
     pooling: str = ""
+    # A grammar holds the whole answer (a JSON format, a forced tool call): the loop stops do not
+    # cut it, since a cut answer would not parse. Its schema bounds it (a string's maxLength), and
+    # max_tokens does.
+    held: bool = False
 
 
 class Status(Enum):

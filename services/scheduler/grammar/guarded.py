@@ -12,6 +12,8 @@ import numpy as np
 class Guarded:
     """`mask` and `forced` under the grammar's lock; a subclass gives `_mask` and `_forced`."""
 
+    holds_whole_answer = True      # False: only parts of it (a tool call the model opens)
+
     def __init__(self):
         self._lock = threading.Lock()
 

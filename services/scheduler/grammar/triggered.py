@@ -35,6 +35,8 @@ from .guarded import Guarded
 class Triggered(Guarded):
     """One request's triggered grammar, and where its answer stands."""
 
+    holds_whole_answer = False
+
     def __init__(self, matcher: LLMatcher, trigger: bytes, texts: Sequence[bytes],
                  ends: Sequence[int], vocab_size: int, times: deque,
                  holders: Sequence[int] = ()):
